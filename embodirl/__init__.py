@@ -1,0 +1,3 @@
+"""embodirl: Hydra-composed reinforcement learning for embodied AI."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,82 @@
+"""The algorithm interface: ``update(rollout) -> metrics`` plus what the collector must do for it."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from embodirl.envs.base import BatchedEnv
+from embodirl.errors import NonFiniteLossError
+from embodirl.policies.base import Policy
+
+__all__ = ["BaseAlgorithm", "CollectPlan"]
+
+
+@dataclass(frozen=True)
+class CollectPlan:
+    """How the collector fills rollouts for an algorithm.
+
+    Attributes:
+        num_steps: Rollout length ``T``.
+        reset_every_rollout: Reset every env before each rollout (episodes start at t = 0).
+        group_size: With ``reset_every_rollout``, envs in consecutive groups of this size start from
+            one shared initial state (1 = independent).
+    """
+
+    num_steps: int
+    reset_every_rollout: bool = False
+    group_size: int = 1
+
+
+class BaseAlgorithm(ABC):
+    """Base class of on-policy algorithms over ``[N, T+1]`` rollouts.
+
+    Args:
+        policy: The policy to train (already on ``device``).
+        device: Device of the policy and rollouts.
+        total_env_steps: Training budget, the horizon of learning-rate schedules.
+    """
+
+    def __init__(self, policy: Policy, device: torch.device, total_env_steps: int) -> None:
+        self.policy = policy
+        self.device = torch.device(device)
+        self.total_env_steps = total_env_steps
+        self.env_steps_seen = 0
+
+    @abstractmethod
+    def collect_plan(self, env: BatchedEnv) -> CollectPlan:
+        """What the collector must do for this algorithm on ``env`` (validates the pairing)."""
+
+    @abstractmethod
+    def update(self, rollout: TensorDict) -> dict[str, float]:
+        """Update the policy from a rollout; return scalar metrics (``loss/*``, ``diag/*``)."""
+
+    @property
+    def progress(self) -> float:
+        """Share of the training budget consumed, in [0, 1]."""
+        return min(self.env_steps_seen / max(self.total_env_steps, 1), 1.0)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer and schedule state (the policy is checkpointed separately)."""
+        return {"optimizer": self.optimizer.state_dict(), "env_steps_seen": self.env_steps_seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.env_steps_seen = int(state["env_steps_seen"])
+
+    @staticmethod
+    def finish_metrics(names: list[str], values: torch.Tensor) -> dict[str, float]:
+        """Fetch device-side metrics with one host sync; raise on a non-finite loss."""
+        metrics = dict(zip(names, values.tolist(), strict=True))
+        bad = {k: v for k, v in metrics.items() if k.startswith("loss/") and not math.isfinite(v)}
+        if bad:
+            raise NonFiniteLossError(
+                f"non-finite loss {bad}: training stopped, the last good checkpoint is kept. "
+                "Fix: lower algo.learning_rate, keep algo.max_grad_norm set, or enable policy.normalize_obs"
+            )
+        return metrics

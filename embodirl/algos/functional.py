@@ -1,0 +1,148 @@
+"""The maths of the algorithms as pure functions: tensors in, tensors out, no module state.
+
+Shapes: ``N`` envs, ``T`` steps, ``B`` a flat batch of transitions.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+__all__ = [
+    "approx_kl",
+    "clip_fraction",
+    "clipped_surrogate_loss",
+    "compute_gae",
+    "explained_variance",
+    "gae",
+    "normalize",
+    "scheduled_value",
+    "value_loss",
+]
+
+
+def gae(
+    reward: Tensor,
+    value: Tensor,
+    done: Tensor,
+    final_value: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation that bootstraps time-limit truncations.
+
+    With ``V'_t = final_value_t`` if transition t ended its episode, else ``value_{t+1}``:
+    ``delta_t = r_t + gamma * V'_t - V_t`` and ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}``,
+    ``R_t = A_t + V_t``. A terminated transition has ``final_value = 0`` (no future); a truncated one
+    carries V(true final observation), so cutting an episode at the time limit is not mistaken for
+    the task ending.
+
+    Args:
+        reward: ``[N, T]`` rewards.
+        value: ``[N, T+1]`` values; ``value[:, T]`` bootstraps the last step.
+        done: ``[N, T]`` bool, ``terminated | truncated``.
+        final_value: ``[N, T]`` V(true final obs) where truncated and not terminated, else 0.
+        gamma: Discount factor.
+        gae_lambda: GAE lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``[N, T]`` float32.
+    """
+    num_steps = reward.shape[1]
+    not_done = (~done).to(reward.dtype)
+    next_value = torch.where(done, final_value, value[:, 1:])
+    delta = reward + gamma * next_value - value[:, :-1]
+    decay = gamma * gae_lambda * not_done
+    advantages = torch.empty_like(reward)
+    last = torch.zeros_like(reward[:, 0])
+    for t in reversed(range(num_steps)):
+        last = delta[:, t] + decay[:, t] * last
+        advantages[:, t] = last
+    return advantages, advantages + value[:, :-1]
+
+
+def compute_gae(rollout: TensorDict, gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
+    """GAE over a ``[N, T+1]`` rollout (see :mod:`embodirl.rollout`); slot T's padding is ignored.
+
+    Args:
+        rollout: Rollout with ``reward``, ``value``, ``done``, ``final_value``.
+        gamma: Discount factor.
+        gae_lambda: GAE lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``[N, T]``.
+    """
+    return gae(
+        rollout["reward"][:, :-1],
+        rollout["value"],
+        rollout["done"][:, :-1],
+        rollout["final_value"][:, :-1],
+        gamma,
+        gae_lambda,
+    )
+
+
+def normalize(x: Tensor, eps: float = 1e-8, mask: Tensor | None = None) -> Tensor:
+    """``(x - mean) / (std + eps)`` over all elements (or over ``mask`` ones; others become 0)."""
+    if mask is None:
+        return (x - x.mean()) / (x.std() + eps)
+    m = mask.to(x.dtype)
+    n = m.sum().clamp_min(1.0)
+    mean = (x * m).sum() / n
+    var = (((x - mean) * m) ** 2).sum() / (n - 1).clamp_min(1.0)
+    return (x - mean) / (var.sqrt() + eps) * m
+
+
+def clipped_surrogate_loss(
+    log_prob: Tensor, old_log_prob: Tensor, advantage: Tensor, clip_coef: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's clipped surrogate, per sample (negated, so lower is better).
+
+    ``-min(rho * A, clip(rho, 1 - eps, 1 + eps) * A)`` with ``rho = exp(log_prob - old_log_prob)``.
+
+    Returns:
+        ``(loss, ratio)``, both shaped like ``advantage``; reduce ``loss`` with a (masked) mean.
+    """
+    ratio = torch.exp(log_prob - old_log_prob)
+    unclipped = ratio * advantage
+    clipped = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantage
+    return -torch.min(unclipped, clipped), ratio
+
+
+def value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
+    """Mean squared value error, optionally clipped around the collecting value (PPO2 style).
+
+    ``mean((V - R)^2)``; with ``clip_coef`` c: ``mean(max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2))``.
+    """
+    unclipped = (value - returns) ** 2
+    if clip_coef is None:
+        return unclipped.mean()
+    clipped = old_value + torch.clamp(value - old_value, -clip_coef, clip_coef)
+    return torch.max(unclipped, (clipped - returns) ** 2).mean()
+
+
+def approx_kl(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
+    """k3 estimator of KL(old || new): ``mean((rho - 1) - log rho)``, always >= 0."""
+    log_ratio = log_prob - old_log_prob
+    return (torch.expm1(log_ratio) - log_ratio).mean()
+
+
+def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:
+    """Share of samples whose ratio left ``[1 - clip_coef, 1 + clip_coef]``."""
+    return ((ratio - 1.0).abs() > clip_coef).float().mean()
+
+
+def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:
+    """``1 - Var(target - predicted) / Var(target)``; NaN when the target has no variance."""
+    var_target = target.var()
+    ev = 1.0 - (target - predicted).var() / var_target
+    return torch.where(var_target > 0, ev, torch.full_like(ev, float("nan")))
+
+
+def scheduled_value(initial: float, schedule: str, progress: float, final: float = 0.0) -> float:
+    """A hyperparameter at training ``progress`` in [0, 1]: ``constant`` or ``linear`` to ``final``."""
+    if schedule == "constant":
+        return initial
+    progress = min(max(progress, 0.0), 1.0)
+    return initial + (final - initial) * progress

@@ -1,0 +1,180 @@
+"""The batched-env contract every embodirl environment follows.
+
+A batched env holds ``num_envs`` independent copies of a task as tensors on one device. Actions go in
+and observations, rewards and flags come out as tensors on that device; nothing crosses to the host
+inside :meth:`BatchedEnv.step`. Envs auto-reset: when an episode ends, ``StepResult.obs`` already holds
+the next episode's first observation and ``StepResult.final_obs`` the true last observation of the
+finished one (so a time-limit truncation can be bootstrapped from it). ``terminated`` (the task ended:
+no future reward) and ``truncated`` (cut by a time limit: the future was not observed) stay separate.
+
+Episode statistics (return, length, success) are accumulated on the device by :class:`EpisodeStats`
+and fetched once per training iteration with :meth:`EpisodeStats.pop`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import NamedTuple
+
+import gymnasium as gym
+import torch
+from torch import Tensor
+
+__all__ = ["BatchedEnv", "EpisodeStats", "StepResult"]
+
+
+class StepResult(NamedTuple):
+    """What :meth:`BatchedEnv.step` returns; every tensor has leading dimension ``num_envs``.
+
+    Attributes:
+        obs: ``[N, *obs_shape]`` float32, the observation to act on next (post-reset where done).
+        reward: ``[N]`` float32.
+        terminated: ``[N]`` bool, the episode reached a terminal state.
+        truncated: ``[N]`` bool, the episode was cut (time limit) without reaching a terminal state.
+        final_obs: ``[N, *obs_shape]`` float32, the true last observation where ``terminated | truncated``;
+            equal to ``obs`` elsewhere.
+        info: Extra per-env tensors, e.g. ``"success"`` ``[N]`` bool.
+    """
+
+    obs: Tensor
+    reward: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    final_obs: Tensor
+    info: dict[str, Tensor]
+
+
+class EpisodeStats:
+    """Per-env running episode return/length and on-device sums over finished episodes.
+
+    Args:
+        num_envs: Number of envs.
+        device: Device of the env's tensors.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device | str) -> None:
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.running_return = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
+        self.running_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        # Per-env sums over finished episodes: count, return, length, successes. Reduced only in pop().
+        self._sums = torch.zeros(4, num_envs, dtype=torch.float64, device=self.device)
+        self._reports_success = torch.zeros((), dtype=torch.bool, device=self.device)
+
+    def step(self, reward: Tensor, done: Tensor, success: Tensor | None = None) -> None:
+        """Account one env step; ``done`` envs close their episode and start a fresh one."""
+        self.running_return += reward
+        self.running_length += 1
+        done_f = done.to(torch.float64)
+        succ_f = done_f * success if success is not None else torch.zeros_like(done_f)
+        self._sums += torch.stack(
+            [done_f, self.running_return * done_f, self.running_length * done_f, succ_f]
+        )
+        if success is not None:
+            self._reports_success.fill_(True)
+        self.running_return *= ~done
+        self.running_length *= ~done
+
+    def discard(self, mask: Tensor | None = None) -> None:
+        """Drop the partial episodes of ``mask`` envs (all when None), e.g. on a forced reset."""
+        if mask is None:
+            self.running_return.zero_()
+            self.running_length.zero_()
+        else:
+            self.running_return *= ~mask
+            self.running_length *= ~mask
+
+    def pop(self) -> dict[str, float]:
+        """Means over the episodes finished since the last call (one host sync), then clear.
+
+        Returns:
+            ``episode/count``, and when at least one episode finished ``episode/return_mean``,
+            ``episode/length_mean``, plus ``episode/success_rate`` if the env reports success.
+        """
+        count, ret, length, success = self._sums.sum(dim=1).tolist()
+        reports_success = bool(self._reports_success)
+        self._sums.zero_()
+        out = {"episode/count": count}
+        if count > 0:
+            out["episode/return_mean"] = ret / count
+            out["episode/length_mean"] = length / count
+            if reports_success:
+                out["episode/success_rate"] = success / count
+        return out
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {
+            "running_return": self.running_return.clone(),
+            "running_length": self.running_length.clone(),
+            "sums": self._sums.clone(),
+            "reports_success": self._reports_success.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.running_return.copy_(state["running_return"])
+        self.running_length.copy_(state["running_length"])
+        self._sums.copy_(state["sums"])
+        self._reports_success.copy_(state["reports_success"])
+
+
+class BatchedEnv(ABC):
+    """Base class of batched envs.
+
+    Subclasses set these attributes in ``__init__``:
+
+    Attributes:
+        num_envs: Number of parallel envs ``N``.
+        device: Device of every tensor going in and out.
+        observation_space: Single-env observation space (a float32 ``gym.spaces.Box``).
+        action_space: Single-env action space (``gym.spaces.Box`` or ``gym.spaces.Discrete``).
+            Discrete actions are int64 tensors ``[N]``; Box actions float32 ``[N, act_dim]``.
+            Box actions outside the bounds are clipped by the env.
+        max_episode_steps: Time limit of one episode.
+        solved_threshold: Deterministic-eval mean return at which the task counts as solved
+            (None: no threshold). Envs that report success may override :meth:`is_solved`.
+        episode_stats: The :class:`EpisodeStats` the env updates in ``step``.
+    """
+
+    num_envs: int
+    device: torch.device
+    observation_space: gym.spaces.Box
+    action_space: gym.spaces.Space
+    max_episode_steps: int
+    solved_threshold: float | None = None
+    episode_stats: EpisodeStats
+
+    @abstractmethod
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
+        """Reset every env and return the first observations ``[N, *obs_shape]``.
+
+        Args:
+            seed: Reseed the env's random stream; None continues it.
+            group_size: Envs ``{0..g-1}``, ``{g..2g-1}``, ... start from one identical initial state
+                per group (different groups from different states). 1 = every env independent.
+                Partial episodes are discarded from the statistics, never merged.
+        """
+
+    @abstractmethod
+    def step(self, action: Tensor) -> StepResult:
+        """Advance every env one step; done envs auto-reset (see :class:`StepResult`)."""
+
+    def is_solved(self, eval_metrics: dict[str, float]) -> bool:
+        """Whether deterministic-eval metrics meet the task's solved criterion."""
+        if self.solved_threshold is None:
+            return False
+        return eval_metrics.get("eval/return_mean", float("-inf")) >= self.solved_threshold
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Everything needed to continue the env exactly (for resume). Envs that cannot be
+        snapshotted raise NotImplementedError; a resumed run then starts fresh episodes."""
+        raise NotImplementedError(f"{type(self).__name__} cannot snapshot its state")
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot restore its state")
+
+    def close(self) -> None:
+        """Release resources (subprocesses, files)."""
+
+    @property
+    def is_discrete(self) -> bool:
+        return isinstance(self.action_space, gym.spaces.Discrete)

@@ -1,0 +1,229 @@
+"""Batched pure-torch CartPole with gymnasium ``CartPole-v1`` dynamics, rewards and time limit.
+
+Physics, termination (``|x| > 2.4`` or ``|theta| > 12 deg``), reward (1.0 every step, the terminating
+one included), the uniform(-0.05, 0.05) reset distribution and the 500-step limit follow gymnasium's
+``CartPoleEnv`` wrapped in ``TimeLimit``, operation by operation, so float64 trajectories agree with
+gymnasium's up to the platform's ``sin``/``cos`` (torch and libm may differ by one ulp).
+One deliberate difference: gymnasium's ``TimeLimit`` also sets ``truncated`` when the last allowed step
+terminates; here ``truncated`` excludes ``terminated``, as the :class:`StepResult` contract says.
+
+Reset states come from :func:`hash_uniform`, a pure function of ``(seed, key, counter)``:
+
+* auto-reset of env ``i``: key ``i``, counter = the env's episode counter, so an env's draws depend
+  only on its own history, never on ``num_envs``;
+* explicit :meth:`CartPole.reset` with ``group_size=g``: key ``i // g`` and counter
+  ``2**31 + r`` where ``r`` counts explicit resets since seeding. The offset keeps explicit resets and
+  auto-resets in disjoint streams; a group's members share key and counter, hence their state.
+
+Auto-reset states are drawn for several future episodes at once (a cache refilled every few steps)
+because the hash costs more small ops than the physics; draws do not depend on the cache.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
+from embodirl.envs.rng import hash_uniform
+from embodirl.errors import CheckpointError, check, check_choice
+
+__all__ = ["CartPole"]
+
+# gymnasium CartPoleEnv constants, computed with the same Python arithmetic (same float64 values).
+GRAVITY = 9.8
+MASSCART = 1.0
+MASSPOLE = 0.1
+TOTAL_MASS = MASSPOLE + MASSCART
+LENGTH = 0.5  # half the pole's length
+POLEMASS_LENGTH = MASSPOLE * LENGTH
+FORCE_MAG = 10.0
+TAU = 0.02
+THETA_THRESHOLD = 12 * 2 * math.pi / 360
+X_THRESHOLD = 2.4
+RESET_LOW, RESET_HIGH = -0.05, 0.05
+_EXPLICIT_RESET_COUNTER = 1 << 31  # counter offset of explicit resets (auto-resets stay below it)
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed"}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class CartPole(BatchedEnv):
+    """``num_envs`` CartPole-v1 copies stepped as tensors on one device.
+
+    Args:
+        num_envs: Number of parallel envs ``N``.
+        max_episode_steps: Time limit; ``truncated`` is set on the step that reaches it.
+        physics_dtype: dtype of the physics state; float64 reproduces gymnasium's numpy state.
+            Observations are float32 either way.
+        device: Device of every tensor.
+        seed: Seed of the reset-state stream (see the module docstring).
+    """
+
+    solved_threshold = 475.0
+
+    def __init__(
+        self,
+        num_envs: int = 256,
+        max_episode_steps: int = 500,
+        physics_dtype: Literal["float64", "float32"] = "float64",
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        check(_is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1")
+        check(_is_int(max_episode_steps) and max_episode_steps >= 1, "max_episode_steps", max_episode_steps,
+              "an int >= 1 (gymnasium's CartPole-v1 uses 500)")
+        check_choice("physics_dtype", physics_dtype, _DTYPES)
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self.device = torch.device(device)
+        self.dtype = _DTYPES[physics_dtype]
+        high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
+        self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.episode_stats = EpisodeStats(num_envs, self.device)
+
+        n, dev = num_envs, self.device
+        self._env_ids = torch.arange(n, device=dev)
+        self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=self.dtype, device=dev)
+        self._force_right = torch.full((n,), FORCE_MAG, dtype=self.dtype, device=dev)
+        self._force_left = torch.full((n,), -FORCE_MAG, dtype=self.dtype, device=dev)
+        self._state = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # x, x_dot, theta, theta_dot
+        self._obs = torch.zeros(n, 4, dtype=torch.float32, device=dev)
+        self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
+        self._episode = torch.zeros(n, dtype=torch.int64, device=dev)  # auto-reset counter
+        self._num_resets = 0  # explicit resets since seeding
+        # Reset-state cache: slot k of env i holds the draw for counter base[i] + k, k = 0..depth.
+        # At most one episode starts per step, so a refill every `depth` steps never runs dry.
+        self._cache_depth = max(1, min(16, (1 << 20) // n))
+        self._cache = torch.zeros(n * (self._cache_depth + 1), 4, dtype=self.dtype, device=dev)
+        self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)  # flat index = episode + shift
+        self._cache_age = 0
+        self.seed = seed
+        self.reset(seed=seed)
+
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
+        """Start a fresh episode in every env (see :meth:`BatchedEnv.reset`).
+
+        Args:
+            seed: New stream seed (counters restart from zero); None continues the stream.
+            group_size: Envs ``[k*g, (k+1)*g)`` start from one shared state per group.
+
+        Returns:
+            ``[N, 4]`` float32 first observations.
+        """
+        check(seed is None or (_is_int(seed) and -(2**63) <= seed < 2**63), "seed", seed, "an int64 or None")
+        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+              f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
+        if seed is not None:
+            self.seed = seed
+            self._episode.zero_()
+            self._num_resets = 0
+        else:
+            self._episode += 1
+        counter = torch.full_like(self._env_ids, _EXPLICIT_RESET_COUNTER + self._num_resets)
+        self._num_resets += 1
+        init = hash_uniform(self.seed, self._env_ids // group_size, counter, 4, RESET_LOW, RESET_HIGH)
+        self._state.copy_(init)
+        self._obs = self._state.to(torch.float32)
+        self._steps.zero_()
+        self._fill_cache(self._episode)
+        self.episode_stats.discard()
+        return self._obs
+
+    def step(self, action: Tensor) -> StepResult:
+        """Advance every env by one Euler step of 0.02 s and auto-reset the finished ones.
+
+        Args:
+            action: ``[N]`` or ``[N, 1]``; 1 pushes right, anything else left (int64, float or bool).
+
+        Returns:
+            :class:`StepResult` with ``[N, 4]`` float32 observations and ``[N]`` reward and flags.
+        """
+        if action.shape != self._state.shape[:1] and action.shape != (self.num_envs, 1):
+            raise ValueError(f"CartPole.step: action has shape {tuple(action.shape)}, expected ({self.num_envs},) "
+                             f"or ({self.num_envs}, 1): one action per env")
+        force = torch.where(action.view(self.num_envs) == 1, self._force_right, self._force_left)
+        x, x_dot, theta, theta_dot = self._state.unbind(1)
+        costheta, sintheta = torch.cos(theta), torch.sin(theta)
+        # Same operations in the same order as gymnasium's CartPoleEnv.step (bit-identical float64).
+        temp = (force + POLEMASS_LENGTH * theta_dot.square() * sintheta) / TOTAL_MASS
+        thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+            LENGTH * (4.0 / 3.0 - MASSPOLE * costheta.square() / TOTAL_MASS)
+        )
+        xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+        self._state += TAU * torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=1)
+
+        terminated = (self._state.abs() > self._limits).any(dim=1)
+        self._steps += 1
+        time_up = self._steps >= self.max_episode_steps
+        truncated = time_up & ~terminated
+        done = terminated | time_up
+        final_obs = self._state.to(torch.float32)
+
+        if self._cache_age == self._cache_depth:
+            self._fill_cache(self._episode)
+        self._cache_age += 1
+        self._episode += done
+        init = self._cache.index_select(0, self._episode + self._cache_shift)
+        torch.where(done.unsqueeze(1), init, self._state, out=self._state)
+        self._steps.masked_fill_(done, 0)
+        self._obs = self._state.to(torch.float32)
+
+        reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
+        self.episode_stats.step(reward, done)
+        return StepResult(self._obs, reward, terminated, truncated, final_obs, {})
+
+    def _fill_cache(self, base: Tensor) -> None:
+        """Draw the reset states for counters ``base .. base + depth`` of every env."""
+        self._cache_base.copy_(base)
+        slots = torch.arange(self._cache_depth + 1, device=self.device)
+        counters = (base.unsqueeze(1) + slots).reshape(-1)
+        keys = self._env_ids.repeat_interleave(self._cache_depth + 1)
+        self._cache.copy_(hash_uniform(self.seed, keys, counters, 4, RESET_LOW, RESET_HIGH))
+        self._cache_shift.copy_(self._env_ids * (self._cache_depth + 1) - base)
+        self._cache_age = 0
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Physics, counters, seed, current observation and episode statistics (all cloned)."""
+        state = {
+            "state": self._state.clone(),
+            "obs": self._obs.clone(),
+            "steps": self._steps.clone(),
+            "episode": self._episode.clone(),
+            "cache_base": self._cache_base.clone(),
+            "cache_age": torch.tensor(self._cache_age),
+            "num_resets": torch.tensor(self._num_resets),
+            "seed": torch.tensor(self.seed, dtype=torch.int64),
+        }
+        state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Restore :meth:`state_dict` output; the env then continues bit-identically."""
+        missing = sorted(_STATE_KEYS - state.keys())
+        if missing:
+            raise CheckpointError(f"CartPole.load_state_dict: missing keys {missing}; pass a CartPole.state_dict()")
+        if tuple(state["state"].shape) != tuple(self._state.shape):
+            raise CheckpointError(f"CartPole.load_state_dict: state has shape {tuple(state['state'].shape)}, this env "
+                                  f"has {tuple(self._state.shape)}; build the env with the checkpoint's num_envs")
+        self.seed = int(state["seed"])
+        self._num_resets = int(state["num_resets"])
+        self._state.copy_(state["state"])
+        self._obs = state["obs"].to(self.device, torch.float32, copy=True)
+        self._steps.copy_(state["steps"])
+        self._episode.copy_(state["episode"])
+        self._fill_cache(state["cache_base"].to(self.device))
+        self._cache_age = int(state["cache_age"])
+        prefix = "episode_stats."
+        self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

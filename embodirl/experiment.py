@@ -1,0 +1,49 @@
+"""One training run from a composed config: build, dry-run, train, summarise."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from embodirl.build import build, instantiate_checked
+from embodirl.loggers import build_loggers
+
+__all__ = ["run_training"]
+
+log = logging.getLogger(__name__)
+
+
+def run_training(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train with ``cfg`` in ``run_dir`` (resuming from its ``checkpoints/last.pt`` if present).
+
+    Returns:
+        The summary also written to ``run_dir/summary.json``.
+
+    Raises:
+        ConfigError: A bad value; raised before any training.
+        CheckpointError: A missing, corrupt or incompatible checkpoint to resume from.
+        NonFiniteLossError: Training diverged; the last good checkpoint is kept.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    parts = build(cfg)
+    total = cfg.trainer.total_env_steps
+
+    def make_loggers(resume_env_steps: int | None):
+        return build_loggers(run_dir, cfg.logger, config, total, resume_env_steps)
+
+    trainer = instantiate_checked(
+        cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, eval_env=parts.eval_env,
+        run_dir=run_dir, config=config, seed=cfg.seed, make_loggers=make_loggers,
+    )
+    log.info("training %s with %s on %s (%d envs, device %s); run dir %s", type(parts.policy).__name__,
+             type(parts.algo).__name__, type(parts.env).__name__, parts.env.num_envs, parts.device, run_dir)
+    try:
+        return trainer.train()
+    finally:
+        parts.env.close()
+        parts.eval_env.close()
