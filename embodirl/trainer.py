@@ -116,8 +116,6 @@ class Trainer:
                 if self.state.env_steps >= self.state.next_checkpoint:
                     self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
                     self.save(periodic=True)
-            if "eval/return_mean" not in self.state.last or self.state.last.get("_eval_env_steps") != self.state.env_steps:
-                self.state.last.update(self._evaluate(origin))
             self.save()
             status = "completed"
         except NonFiniteLossError:
@@ -147,7 +145,8 @@ class Trainer:
                                   "episode/return_mean": None, "episode/length_mean": None}
         record.update(self.env.episode_stats.pop())
         record.update(metrics)
-        if st.env_steps >= st.next_eval:
+        out_of_time = self.max_wall_time_s is not None and time.perf_counter() - origin >= self.max_wall_time_s
+        if st.env_steps >= st.next_eval or st.env_steps >= self.total_env_steps or out_of_time:
             st.next_eval = next_threshold(st.env_steps, self.eval_every)
             record.update(self._evaluate(origin))
         now = time.perf_counter()
@@ -166,7 +165,6 @@ class Trainer:
         if st.solved_env_steps is None and self.env.is_solved(metrics):
             st.solved_env_steps = st.env_steps
             st.solved_wall_time_s = time.perf_counter() - origin
-        st.last["_eval_env_steps"] = st.env_steps
         return out
 
     def stop_reason(self) -> str | None:

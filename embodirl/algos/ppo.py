@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import logging
+
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -11,11 +13,13 @@ from torch import Tensor
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import ConfigError, check, check_choice
+from embodirl.errors import check, check_choice
 from embodirl.policies.base import Policy
 from embodirl.rollout import transitions
 
 __all__ = ["PPO"]
+
+log = logging.getLogger(__name__)
 
 _METRICS = ["loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction"]
 
@@ -82,8 +86,8 @@ class PPO(BaseAlgorithm):
         check(max_grad_norm > 0, "max_grad_norm", max_grad_norm, "a float > 0, e.g. 0.5")
         check(target_kl is None or target_kl > 0, "target_kl", target_kl, "null (off) or a float > 0")
         if not policy.has_critic:
-            raise ConfigError("policy", type(policy).__name__, "a policy with a critic (actor_critic) for PPO",
-                              "use policy=actor_critic with algo=ppo, or algo=grpo for actor-only training")
+            log.warning("PPO with an actor-only policy: advantages are discounted returns without a baseline "
+                        "(use policy=actor_critic for GAE with a learned value)")
         self.num_steps = num_steps
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule

@@ -10,7 +10,6 @@ Examples::
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import hydra
@@ -20,7 +19,6 @@ from omegaconf import DictConfig
 from embodirl.errors import CheckpointError, ConfigError, NonFiniteLossError
 from embodirl.summary import print_summary
 
-log = logging.getLogger("embodirl")
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
@@ -32,7 +30,6 @@ def main(cfg: DictConfig) -> float | None:
     try:
         summary = run_training(cfg, run_dir)
     except (ConfigError, CheckpointError, NonFiniteLossError) as exc:
-        log.error("%s", exc)
         print(f"embodirl-train: error: {exc}", file=sys.stderr)
         sys.exit(2 if not isinstance(exc, NonFiniteLossError) else 3)
     print_summary(summary)

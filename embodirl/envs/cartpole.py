@@ -99,12 +99,17 @@ class CartPole(BatchedEnv):
         self._force_left = torch.full((n,), -FORCE_MAG, dtype=self.dtype, device=dev)
         self._state = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # x, x_dot, theta, theta_dot
         self._obs = torch.zeros(n, 4, dtype=torch.float32, device=dev)
+        self._scratch = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # per-step temporaries, no allocation
+        self._beyond = torch.zeros(n, 4, dtype=torch.bool, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._episode = torch.zeros(n, dtype=torch.int64, device=dev)  # auto-reset counter
         self._num_resets = 0  # explicit resets since seeding
         # Reset-state cache: slot k of env i holds the draw for counter base[i] + k, k = 0..depth.
         # At most one episode starts per step, so a refill every `depth` steps never runs dry.
-        self._cache_depth = max(1, min(16, (1 << 20) // n))
+        # The depth keeps the refill's int64 working set small (cache-resident) for large N.
+        self._cache_depth = max(1, min(16, (1 << 14) // n))
+        self._cache_slots = torch.arange(self._cache_depth + 1, device=dev)
+        self._cache_keys = self._env_ids.repeat_interleave(self._cache_depth + 1)
         self._cache = torch.zeros(n * (self._cache_depth + 1), 4, dtype=self.dtype, device=dev)
         self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
         self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)  # flat index = episode + shift
@@ -162,9 +167,10 @@ class CartPole(BatchedEnv):
             LENGTH * (4.0 / 3.0 - MASSPOLE * costheta.square() / TOTAL_MASS)
         )
         xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
-        self._state += TAU * torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=1)
+        deriv = torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=1, out=self._scratch)
+        self._state += deriv.mul_(TAU)
 
-        terminated = (self._state.abs() > self._limits).any(dim=1)
+        terminated = torch.gt(torch.abs(self._state, out=self._scratch), self._limits, out=self._beyond).any(dim=1)
         self._steps += 1
         time_up = self._steps >= self.max_episode_steps
         truncated = time_up & ~terminated
@@ -175,7 +181,7 @@ class CartPole(BatchedEnv):
             self._fill_cache(self._episode)
         self._cache_age += 1
         self._episode += done
-        init = self._cache.index_select(0, self._episode + self._cache_shift)
+        init = torch.index_select(self._cache, 0, self._episode + self._cache_shift, out=self._scratch)
         torch.where(done.unsqueeze(1), init, self._state, out=self._state)
         self._steps.masked_fill_(done, 0)
         self._obs = self._state.to(torch.float32)
@@ -187,10 +193,8 @@ class CartPole(BatchedEnv):
     def _fill_cache(self, base: Tensor) -> None:
         """Draw the reset states for counters ``base .. base + depth`` of every env."""
         self._cache_base.copy_(base)
-        slots = torch.arange(self._cache_depth + 1, device=self.device)
-        counters = (base.unsqueeze(1) + slots).reshape(-1)
-        keys = self._env_ids.repeat_interleave(self._cache_depth + 1)
-        self._cache.copy_(hash_uniform(self.seed, keys, counters, 4, RESET_LOW, RESET_HIGH))
+        counters = (base.unsqueeze(1) + self._cache_slots).view(-1)
+        self._cache.copy_(hash_uniform(self.seed, self._cache_keys, counters, 4, RESET_LOW, RESET_HIGH))
         self._cache_shift.copy_(self._env_ids * (self._cache_depth + 1) - base)
         self._cache_age = 0
 

@@ -1,0 +1,73 @@
+"""``embodirl-eval checkpoint=PATH``: deterministic episodes with a trained policy.
+
+Rebuilds the env and policy from the checkpoint's stored config (so no training flags need to be
+repeated), runs ``num_episodes`` deterministic episodes, prints a table and writes ``eval.json``
+into this command's run directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from embodirl.errors import CheckpointError, ConfigError
+
+
+
+def evaluate_checkpoint(cfg: DictConfig) -> dict[str, Any]:
+    """Load ``cfg.checkpoint``, rebuild env and policy, evaluate; return the result record."""
+    from embodirl.build import build_env, build_policy, configure_torch, resolve_device
+    from embodirl.checkpoint import load_checkpoint
+    from embodirl.evaluation import evaluate_policy
+
+    state = load_checkpoint(cfg.checkpoint, key="checkpoint")
+    train_cfg = OmegaConf.create(state["config"])
+    overrides = {k: v for k, v in OmegaConf.to_container(cfg.env).items() if v is not None}
+    train_cfg.env = OmegaConf.merge(train_cfg.env, overrides)
+    if not isinstance(cfg.num_episodes, int) or isinstance(cfg.num_episodes, bool) or cfg.num_episodes < 1:
+        raise ConfigError("num_episodes", cfg.num_episodes, "an int >= 1", "pass num_episodes=100")
+    configure_torch(cfg.seed, cfg.num_threads)
+    device = resolve_device(cfg.device)
+    num_envs = overrides.get("num_envs", train_cfg.trainer.num_eval_envs)
+    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs)
+    policy = build_policy(train_cfg.policy, env, device)
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"checkpoint={cfg.checkpoint!r}: its policy weights do not fit its own config "
+                              f"({str(exc).splitlines()[0]})") from exc
+    policy.eval()
+    try:
+        metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
+    finally:
+        env.close()
+    solved = env.is_solved(metrics)
+    return {"checkpoint": str(Path(cfg.checkpoint).resolve()), "env": train_cfg.env._target_,
+            "num_envs": env.num_envs, "env_steps_trained": state["trainer"]["env_steps"], **metrics,
+            "solved_threshold": env.solved_threshold, "solved": solved}
+
+
+@hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
+def main(cfg: DictConfig) -> float:
+    from embodirl.checkpoint import atomic_write_json
+    from embodirl.summary import print_eval
+
+    try:
+        result = evaluate_checkpoint(cfg)
+    except (ConfigError, CheckpointError) as exc:
+        print(f"embodirl-eval: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"
+    atomic_write_json(out, result)
+    print_eval(result)
+    print(f"wrote {out}")
+    return result["eval/return_mean"]
+
+
+if __name__ == "__main__":
+    main()

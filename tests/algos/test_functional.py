@@ -1,0 +1,116 @@
+"""The algorithm maths against hand-computed values and plain loops."""
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from embodirl.algos import functional as F
+
+
+def test_gae_bootstraps_truncation_but_not_termination():
+    # N=1, T=3, gamma=lambda=0.5. t1 terminates; t2 is cut by the time limit with V(final obs)=4.
+    reward = torch.tensor([[1.0, 2.0, 3.0]])
+    value = torch.tensor([[0.5, 1.0, 1.5, 2.0]])
+    done = torch.tensor([[False, True, True]])
+    final_value = torch.tensor([[0.0, 0.0, 4.0]])
+    adv, ret = F.gae(reward, value, done, final_value, gamma=0.5, gae_lambda=0.5)
+    # delta0 = 1 + .5*1.0 - .5 = 1.0 ; delta1 = 2 + 0 - 1.0 = 1.0 (terminal: no future)
+    # delta2 = 3 + .5*4.0 - 1.5 = 3.5 (truncated: bootstrapped from the true final obs, not from value[:, 3])
+    # A2 = 3.5 ; A1 = 1.0 (done cuts the trace) ; A0 = 1.0 + .25 * 1.0 = 1.25
+    torch.testing.assert_close(adv, torch.tensor([[1.25, 1.0, 3.5]]))
+    torch.testing.assert_close(ret, torch.tensor([[1.75, 2.0, 5.0]]))
+
+
+def test_gae_without_dones_uses_the_bootstrap_value():
+    # gamma = lambda = 1: delta = [1 + 0 - 0, 1 + 1 - 0] = [1, 2]; A1 = 2; A0 = 1 + 2 = 3.
+    adv, ret = F.gae(torch.tensor([[1.0, 1.0]]), torch.tensor([[0.0, 0.0, 1.0]]),
+                     torch.tensor([[False, False]]), torch.zeros(1, 2), 1.0, 1.0)
+    torch.testing.assert_close(adv, torch.tensor([[3.0, 2.0]]))
+    torch.testing.assert_close(ret, torch.tensor([[3.0, 2.0]]))
+
+
+def _gae_loop(reward, value, terminated, truncated, final_value, gamma, lam):
+    n, t_len = reward.shape
+    adv = torch.zeros(n, t_len)
+    for i in range(n):
+        last = 0.0
+        for t in reversed(range(t_len)):
+            if terminated[i, t]:
+                next_v, cont = 0.0, 0.0
+            elif truncated[i, t]:
+                next_v, cont = float(final_value[i, t]), 0.0
+            else:
+                next_v, cont = float(value[i, t + 1]), 1.0
+            delta = float(reward[i, t]) + gamma * next_v - float(value[i, t])
+            last = delta + gamma * lam * cont * last
+            adv[i, t] = last
+    return adv, adv + value[:, :-1]
+
+
+def test_gae_matches_a_plain_loop_on_random_data():
+    g = torch.Generator().manual_seed(0)
+    n, t_len = 7, 23
+    reward = torch.randn(n, t_len, generator=g)
+    value = torch.randn(n, t_len + 1, generator=g)
+    terminated = torch.rand(n, t_len, generator=g) < 0.1
+    truncated = (torch.rand(n, t_len, generator=g) < 0.1) & ~terminated
+    final_value = torch.where(truncated, torch.randn(n, t_len, generator=g), torch.zeros(n, t_len))
+    adv, ret = F.gae(reward, value, terminated | truncated, final_value, 0.97, 0.9)
+    ref_adv, ref_ret = _gae_loop(reward, value, terminated, truncated, final_value, 0.97, 0.9)
+    torch.testing.assert_close(adv, ref_adv)
+    torch.testing.assert_close(ret, ref_ret)
+
+
+def test_compute_gae_reads_the_rollout_layout_and_ignores_slot_t():
+    n, t_len = 2, 3
+    rollout = TensorDict({
+        "reward": torch.tensor([[1.0, 2.0, 3.0, 99.0]] * n),
+        "value": torch.tensor([[0.5, 1.0, 1.5, 2.0]] * n),
+        "done": torch.tensor([[False, True, True, True]] * n),
+        "final_value": torch.tensor([[0.0, 0.0, 4.0, 99.0]] * n),
+    }, batch_size=[n, t_len + 1])
+    adv, _ = F.compute_gae(rollout, 0.5, 0.5)
+    assert adv.shape == (n, t_len)
+    torch.testing.assert_close(adv[0], torch.tensor([1.25, 1.0, 3.5]))
+
+
+def test_clipped_surrogate_takes_the_pessimistic_side():
+    log_ratio = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5]))
+    adv = torch.tensor([2.0, -2.0, 2.0, -2.0])
+    loss, ratio = F.clipped_surrogate_loss(log_ratio, torch.zeros(4), adv, clip_coef=0.2)
+    # ratio 1.5, A=2: min(3.0, 1.2*2=2.4) = 2.4 ; A=-2: min(-3.0, -2.4) = -3.0
+    # ratio 0.5, A=2: min(1.0, 0.8*2=1.6) = 1.0 ; A=-2: min(-1.0, -1.6) = -1.6   (loss = -objective)
+    torch.testing.assert_close(loss, torch.tensor([-2.4, 3.0, -1.0, 1.6]))
+    torch.testing.assert_close(ratio, torch.tensor([1.5, 1.5, 0.5, 0.5]))
+
+
+def test_value_loss_plain_and_clipped():
+    value, old, ret = torch.tensor([3.0, 1.2, 2.0]), torch.tensor([1.0, 1.0, 1.0]), torch.tensor([2.0, 3.0, 3.0])
+    # plain: mean((1)^2, (-1.8)^2, (-1)^2) = (1 + 3.24 + 1) / 3
+    torch.testing.assert_close(F.value_loss(value, old, ret, None), torch.tensor((1 + 3.24 + 1) / 3))
+    # clipped at 0.5: V_clip = [1.5, 1.2, 1.5]; max((1, .25), (3.24, 3.24), (1, 2.25)) = [1, 3.24, 2.25]
+    torch.testing.assert_close(F.value_loss(value, old, ret, 0.5), torch.tensor((1 + 3.24 + 2.25) / 3))
+
+
+def test_approx_kl_k3_and_clip_fraction():
+    lp = torch.log(torch.tensor([2.0, 1.0]))
+    # k3 = (r - 1) - log r: r=2 -> 1 - ln 2 ; r=1 -> 0
+    torch.testing.assert_close(F.approx_kl(lp, torch.zeros(2)), torch.tensor((1 - math.log(2)) / 2))
+    assert F.clip_fraction(torch.tensor([1.0, 1.3, 0.7, 1.1]), 0.2).item() == pytest.approx(0.5)
+
+
+def test_explained_variance_extremes():
+    target = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert F.explained_variance(target, target).item() == pytest.approx(1.0)
+    assert F.explained_variance(torch.zeros(4), target).item() == pytest.approx(0.0)
+    assert math.isnan(F.explained_variance(torch.zeros(3), torch.ones(3)).item())
+
+
+def test_normalize_and_schedule():
+    x = torch.tensor([1.0, 2.0, 3.0])
+    torch.testing.assert_close(F.normalize(x, eps=0.0), torch.tensor([-1.0, 0.0, 1.0]))
+    assert F.scheduled_value(1e-3, "constant", 0.7) == 1e-3
+    assert F.scheduled_value(1e-3, "linear", 0.25) == pytest.approx(7.5e-4)
+    assert F.scheduled_value(1e-3, "linear", 2.0) == 0.0

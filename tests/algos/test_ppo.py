@@ -1,0 +1,64 @@
+"""PPO's update: metrics, schedule, target-KL early stop, validation, non-finite guard."""
+
+import gymnasium as gym
+import pytest
+import torch
+
+from embodirl.algos.ppo import PPO
+from embodirl.collector import Collector
+from embodirl.envs.cartpole import CartPole
+from embodirl.errors import ConfigError, NonFiniteLossError
+from embodirl.policies import ActorCritic
+
+METRICS = {"loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
+           "diag/explained_variance", "diag/learning_rate"}
+
+
+def _setup(**kwargs):
+    torch.manual_seed(0)
+    env = CartPole(num_envs=8, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
+    algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32, **kwargs)
+    collector = Collector(env, policy, algo.collect_plan(env))
+    collector.reset(seed=0)
+    return algo, collector
+
+
+def test_update_changes_parameters_and_logs_every_metric():
+    algo, collector = _setup()
+    before = [p.clone() for p in algo.policy.parameters()]
+    metrics = algo.update(collector.collect())
+    assert METRICS <= set(metrics)
+    assert all(isinstance(v, float) for v in metrics.values())
+    assert any(not torch.equal(b, p) for b, p in zip(before, algo.policy.parameters()))
+    assert 0.0 <= metrics["diag/clip_fraction"] <= 1.0 and metrics["diag/approx_kl"] >= 0.0
+
+
+def test_linear_schedule_decays_with_env_steps():
+    algo, collector = _setup(learning_rate=1e-3, lr_schedule="linear")
+    first = algo.update(collector.collect())["diag/learning_rate"]
+    second = algo.update(collector.collect())["diag/learning_rate"]
+    assert first == pytest.approx(1e-3)
+    assert second == pytest.approx(1e-3 * (1 - 128 / 1024))
+
+
+def test_target_kl_stops_epochs_early():
+    algo, collector = _setup(learning_rate=0.05, n_epochs=20, target_kl=1e-4)
+    metrics = algo.update(collector.collect())
+    assert metrics["diag/epochs"] < 20
+
+
+def test_bad_hyperparameters_are_refused_with_the_key():
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match=r"clip_coef=-1 is invalid: expected a float > 0"):
+        PPO(policy, device=torch.device("cpu"), total_env_steps=10, clip_coef=-1)
+    with pytest.raises(ConfigError, match=r"lr_schedule='cosine'.*constant, linear"):
+        PPO(policy, device=torch.device("cpu"), total_env_steps=10, lr_schedule="cosine")
+
+
+def test_non_finite_loss_raises():
+    algo, collector = _setup()
+    rollout = collector.collect()
+    rollout["reward"][0, 0] = float("nan")
+    with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
+        algo.update(rollout)

@@ -1,0 +1,40 @@
+"""Shared helpers: compose configs in-process and run the console scripts in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+torch.set_num_threads(1)
+
+# Small, fast settings for runs that only need to exercise the machinery.
+TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.batch_size=64", "trainer=debug",
+        "trainer.total_env_steps=256", "trainer.eval_every_env_steps=128",
+        "trainer.checkpoint_every_env_steps=128", "logger.console=none", "device=cpu"]
+
+
+def compose_config(overrides: list[str], config_name: str = "train") -> DictConfig:
+    """Compose a config exactly as the CLI would, without running it."""
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        return compose(config_name, overrides=overrides)
+
+
+def run_cli(script: str, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run an installed console script (falls back to ``python -m``) and capture its output."""
+    module = {"embodirl-train": "embodirl.cli.train", "embodirl-eval": "embodirl.cli.evaluate",
+              "embodirl-bench": "embodirl.cli.bench"}[script]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture
+def tiny() -> list[str]:
+    return list(TINY)

@@ -1,0 +1,105 @@
+"""The Trainer through real runs: run-directory files, cadences, checkpoints, resume equality."""
+
+import json
+
+import pytest
+import torch
+
+from embodirl.checkpoint import load_checkpoint
+from embodirl.experiment import run_training
+from tests.conftest import compose_config
+
+REQUIRED_ITERATION_KEYS = {"env_steps", "wall_time_s", "sps", "episode/return_mean", "episode/length_mean",
+                           "loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
+                           "diag/explained_variance", "diag/learning_rate"}
+EVAL_KEYS = {"eval/return_mean", "eval/return_std", "eval/length_mean", "eval/success_rate"}
+
+
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_run_writes_metrics_summary_tensorboard_and_checkpoints(tmp_path, tiny):
+    # 8 envs x 16 steps = 128 env steps per iteration; budget 384 -> 3 iterations.
+    cfg = compose_config([*tiny, "trainer.total_env_steps=384", "trainer.eval_every_env_steps=200",
+                          "trainer.checkpoint_every_env_steps=200", "trainer.keep_checkpoints=5"])
+    summary = run_training(cfg, tmp_path)
+    records = _records(tmp_path)
+    assert [r["env_steps"] for r in records] == [128, 256, 384]
+    assert all(REQUIRED_ITERATION_KEYS <= set(r) for r in records)
+    # eval fires when crossing 200 (at 256) and at the end (384), never waiting for an exact multiple.
+    assert [bool(EVAL_KEYS <= set(r)) for r in records] == [False, True, True]
+    summary_file = json.loads((tmp_path / "summary.json").read_text())
+    assert summary_file["status"] == "completed" and summary_file["stop_reason"] == "total_env_steps"
+    assert summary_file["env_steps"] == 384 and summary_file["solved_env_steps"] is None
+    assert summary_file["eval/return_mean"] == records[-1]["eval/return_mean"] == summary["eval/return_mean"]
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    periodic = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*.pt"))
+    assert periodic == ["step_000000000256.pt"]  # crossing 200 at 256; 384 did not cross 400
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert ckpt["trainer"]["env_steps"] == 384
+    assert {"policy", "algo", "env", "collector", "rng", "config"} <= set(ckpt)
+    assert "optimizer" in ckpt["algo"] and ckpt["config"]["algo"]["_target_"] == "embodirl.algos.ppo.PPO"
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, tiny):
+    common = [*tiny, "trainer.total_env_steps=512", "trainer.checkpoint_every_env_steps=128",
+              "trainer.keep_checkpoints=10", "algo.lr_schedule=linear", "seed=3"]
+    full = tmp_path / "full"
+    run_training(compose_config(common), full)
+    resumed = tmp_path / "resumed"
+    run_training(compose_config([*common, f"trainer.resume={full / 'checkpoints' / 'step_000000000256.pt'}"]),
+                 resumed)
+    a = load_checkpoint(full / "checkpoints" / "last.pt")
+    b = load_checkpoint(resumed / "checkpoints" / "last.pt")
+    for key in a["policy"]:
+        assert torch.equal(a["policy"][key], b["policy"][key]), key
+    full_records, resumed_records = _records(full), _records(resumed)
+    assert [r["env_steps"] for r in resumed_records] == [384, 512]
+    for x, y in zip(full_records[2:], resumed_records, strict=True):
+        assert x["loss/policy"] == y["loss/policy"] and x["loss/value"] == y["loss/value"]
+
+
+def test_restart_in_the_same_run_dir_continues_from_last(tmp_path, tiny):
+    run_training(compose_config([*tiny, "trainer.total_env_steps=256"]), tmp_path)
+    summary = run_training(compose_config([*tiny, "trainer.total_env_steps=512"]), tmp_path)
+    assert summary["env_steps"] == 512
+    assert [r["env_steps"] for r in _records(tmp_path)] == [128, 256, 384, 512]
+
+
+def test_stop_on_solved_records_when(tmp_path, tiny):
+    # A threshold any policy reaches: solved at the first evaluation.
+    cfg = compose_config([*tiny, "trainer.total_env_steps=100000", "trainer.stop_on_solved=true",
+                          "trainer.eval_every_env_steps=256"])
+    from embodirl.envs.cartpole import CartPole
+
+    original = CartPole.solved_threshold
+    CartPole.solved_threshold = 1.0
+    try:
+        summary = run_training(cfg, tmp_path)
+    finally:
+        CartPole.solved_threshold = original
+    assert summary["stop_reason"] == "solved"
+    assert summary["solved_env_steps"] == 256 and summary["env_steps"] == 256
+    assert 0 < summary["solved_wall_time_s"] <= summary["wall_time_s"]
+
+
+def test_non_finite_loss_keeps_the_last_good_checkpoint(tmp_path, tiny, monkeypatch):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=1024"])
+    from embodirl.algos.ppo import PPO
+    from embodirl.errors import NonFiniteLossError
+
+    original = PPO.update
+    calls = {"n": 0}
+
+    def flaky_update(self, rollout):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            rollout["reward"][:] = float("nan")
+        return original(self, rollout)
+
+    monkeypatch.setattr(PPO, "update", flaky_update)
+    with pytest.raises(NonFiniteLossError):
+        run_training(cfg, tmp_path)
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["trainer"]["env_steps"] == 256
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
