@@ -30,45 +30,39 @@ def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: in
     device = env.device
     index = torch.arange(n, device=device)
     target = torch.full((n,), num_episodes // n, device=device) + (index < num_episodes % n)
-    slots = max(1, math.ceil(num_episodes / n))
-    returns = torch.zeros(n, slots, dtype=torch.float64, device=device)
-    lengths = torch.zeros(n, slots, dtype=torch.float64, device=device)
-    success = torch.zeros(n, slots, dtype=torch.float64, device=device)
     finished = torch.zeros(n, dtype=torch.int64, device=device)
-    running_return = torch.zeros(n, dtype=torch.float64, device=device)
-    running_length = torch.zeros(n, dtype=torch.float64, device=device)
+    running = torch.zeros(2, n, dtype=torch.float64, device=device)  # return, length of the current episode
+    # Per env sums over its recorded episodes: return, return^2, length, success.
+    sums = torch.zeros(4, n, dtype=torch.float64, device=device)
     reports_success = False
+    no_success = torch.zeros(n, dtype=torch.float64, device=device)
 
     obs = env.reset(seed=seed)
-    for t in range(env.max_episode_steps * slots + 1):
-        action, _, _ = policy.act(obs, deterministic=True)
-        step = env.step(action)
-        running_return += step.reward
-        running_length += 1
+    max_steps = env.max_episode_steps * math.ceil(num_episodes / n) + 1
+    for t in range(max_steps):
+        step = env.step(policy.mode(obs))
+        running[0] += step.reward
+        running[1] += 1
         done = step.terminated | step.truncated
-        record = done & (finished < target)
-        slot = finished.clamp(max=slots - 1)
-        returns[index, slot] = torch.where(record, running_return, returns[index, slot])
-        lengths[index, slot] = torch.where(record, running_length, lengths[index, slot])
-        if "success" in step.info:
-            reports_success = True
-            success[index, slot] = torch.where(record, step.info["success"].double(), success[index, slot])
-        finished += record
-        running_return *= ~done
-        running_length *= ~done
+        record = (done & (finished < target)).double()
+        success = step.info.get("success")
+        reports_success = reports_success or success is not None
+        ret = running[0]
+        sums += record * torch.stack((ret, ret * ret, running[1], no_success if success is None else success.double()))
+        finished += record.long()
+        running *= ~done
         obs = step.obs
         if t % _CHECK_EVERY == _CHECK_EVERY - 1 and bool((finished >= target).all()):
             break
     env.episode_stats.pop()  # evaluation episodes are not training statistics
 
-    keep = torch.arange(slots, device=device).unsqueeze(0) < target.unsqueeze(1)
-    ret = returns[keep]
+    total_return, total_sq, total_length, total_success = (sums.sum(dim=1) / num_episodes).tolist()
     metrics = {
-        "eval/return_mean": ret.mean().item(),
-        "eval/return_std": ret.std(unbiased=False).item(),
-        "eval/length_mean": lengths[keep].mean().item(),
-        "eval/num_episodes": float(ret.numel()),
+        "eval/return_mean": total_return,
+        "eval/return_std": math.sqrt(max(total_sq - total_return**2, 0.0)),
+        "eval/length_mean": total_length,
+        "eval/num_episodes": float(num_episodes),
     }
     if reports_success:
-        metrics["eval/success_rate"] = success[keep].mean().item()
+        metrics["eval/success_rate"] = total_success
     return metrics

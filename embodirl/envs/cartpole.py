@@ -99,6 +99,8 @@ class CartPole(BatchedEnv):
         self._force_left = torch.full((n,), -FORCE_MAG, dtype=self.dtype, device=dev)
         self._state = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # x, x_dot, theta, theta_dot
         self._obs = torch.zeros(n, 4, dtype=torch.float32, device=dev)
+        self._zeros = torch.zeros(n, dtype=self.dtype, device=dev)
+        self._libm_trig = self.device.type == "cpu"
         self._scratch = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # per-step temporaries, no allocation
         self._beyond = torch.zeros(n, 4, dtype=torch.bool, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
@@ -160,7 +162,12 @@ class CartPole(BatchedEnv):
                              f"or ({self.num_envs}, 1): one action per env")
         force = torch.where(action.view(self.num_envs) == 1, self._force_right, self._force_left)
         x, x_dot, theta, theta_dot = self._state.unbind(1)
-        costheta, sintheta = torch.cos(theta), torch.sin(theta)
+        if self._libm_trig:
+            # exp(i*theta) = cos + i*sin computed by the C library's cexp, whose cos/sin are the ones numpy
+            # (hence gymnasium) uses; torch's real cos/sin (SLEEF) can differ from them by one ulp.
+            costheta, sintheta = torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
+        else:
+            costheta, sintheta = torch.cos(theta), torch.sin(theta)
         # Same operations in the same order as gymnasium's CartPoleEnv.step (bit-identical float64).
         temp = (force + POLEMASS_LENGTH * theta_dot.square() * sintheta) / TOTAL_MASS
         thetaacc = (GRAVITY * sintheta - costheta * temp) / (

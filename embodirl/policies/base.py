@@ -84,6 +84,11 @@ class Policy(nn.Module):
         return action, log_prob, self._value(x)
 
     @torch.no_grad()
+    def mode(self, obs: Tensor) -> Tensor:
+        """The deterministic (most likely) action for ``obs``; skips the critic."""
+        return self.dist.mode(self.actor(self.normalize(obs)))
+
+    @torch.no_grad()
     def value(self, obs: Tensor) -> Tensor:
         """``[B]`` values of ``obs``."""
         return self._value(self.normalize(obs))
@@ -91,8 +96,8 @@ class Policy(nn.Module):
     def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """With gradients: ``(log_prob [B], entropy [B], value [B])`` of ``action`` at ``obs``."""
         x = self.normalize(obs)
-        params = self.actor(x)
-        return self.dist.log_prob(params, action), self.dist.entropy(params), self._value(x)
+        log_prob, entropy = self.dist.log_prob_entropy(self.actor(x), action)
+        return log_prob, entropy, self._value(x)
 
     @torch.no_grad()
     def update_normalizer(self, obs: Tensor) -> None:

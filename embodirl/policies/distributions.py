@@ -43,6 +43,10 @@ class ActionDistribution(nn.Module):
         """``[B]`` entropies."""
         raise NotImplementedError
 
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """``(log_prob [B], entropy [B])`` together (shares work where the family allows)."""
+        return self.log_prob(params, action), self.entropy(params)
+
 
 class Categorical(ActionDistribution):
     """Categorical over ``num_actions`` logits; actions are int64 ``[B]``."""
@@ -69,6 +73,10 @@ class Categorical(ActionDistribution):
     def entropy(self, params: Tensor) -> Tensor:
         log_p = torch.log_softmax(params, dim=-1)
         return -(log_p.exp() * log_p).sum(-1)
+
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        log_p = torch.log_softmax(params, dim=-1)
+        return log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1), -(log_p.exp() * log_p).sum(-1)
 
 
 class DiagGaussian(ActionDistribution):

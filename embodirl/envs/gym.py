@@ -1,0 +1,194 @@
+"""Adapter that runs any gymnasium environment through gymnasium's vector API as a :class:`BatchedEnv`.
+
+The sub-envs step on the host (``"sync"``: in this process, ``"async"``: one subprocess each) and the
+adapter converts at the boundary: actions go to numpy (Box actions clipped to the bounds, Discrete as
+integers), observations come back as float32 tensors on ``device``. Gymnasium's ``SAME_STEP`` autoreset
+returns the next episode's first observation in the step that ends an episode and the true last one in
+``info["final_obs"]``, which becomes :attr:`StepResult.final_obs`. Like the other envs, ``truncated``
+excludes ``terminated`` (gymnasium's ``TimeLimit`` sets both when the last allowed step terminates).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
+from embodirl.errors import ConfigError, check, check_choice
+
+__all__ = ["GymEnv"]
+
+_SUCCESS_KEYS = ("is_success", "success")
+_LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The spec of ``env_id``, or a :class:`ConfigError` that lists the closest registered ids."""
+    try:
+        return gym.spec(env_id)
+    except (gym.error.Error, ModuleNotFoundError) as err:
+        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ConfigError("id", env_id, f"a registered gymnasium environment id (gymnasium says: {err})",
+                          fix=f"{hint}List the registered ids with: {_LIST_IDS}") from None
+
+
+class GymEnv(BatchedEnv):
+    """``num_envs`` copies of a gymnasium environment behind the batched-env contract.
+
+    Args:
+        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``.
+        num_envs: Number of sub-envs ``N``.
+        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a subprocess per sub-env).
+        max_episode_steps: Time limit; None takes the spec's.
+        solved_threshold: Eval return counting as solved; None takes the spec's ``reward_threshold``.
+        env_kwargs: Keyword arguments of the gymnasium environment's constructor.
+        device: Device of the tensors going in and out.
+        seed: Seed of the first reset.
+    """
+
+    def __init__(
+        self,
+        id: str,  # noqa: A002 - gymnasium's own name for it
+        num_envs: int = 8,
+        vectorization_mode: Literal["sync", "async"] = "sync",
+        max_episode_steps: int | None = None,
+        solved_threshold: float | None = None,
+        env_kwargs: dict | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
+        check(_is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1")
+        check_choice("vectorization_mode", vectorization_mode, ["sync", "async"])
+        check(max_episode_steps is None or (_is_int(max_episode_steps) and max_episode_steps >= 1),
+              "max_episode_steps", max_episode_steps, "an int >= 1, or null for the spec's time limit")
+        check(env_kwargs is None or isinstance(env_kwargs, Mapping), "env_kwargs", env_kwargs,
+              "a mapping of constructor arguments, or null")
+        spec = _find_spec(id)
+        kwargs: dict[str, Any] = dict(env_kwargs or {})
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
+                                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+        try:
+            self._check_spaces(id, self._vec.single_observation_space, self._vec.single_action_space)
+            time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
+            check(time_limit is not None, "max_episode_steps", max_episode_steps,
+                  f"an int >= 1: {id} has no time limit of its own", fix="pass e.g. env.max_episode_steps=1000")
+        except ConfigError:
+            self._vec.close()
+            raise
+        obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.max_episode_steps = int(time_limit)
+        self.solved_threshold = solved_threshold if solved_threshold is not None else spec.reward_threshold
+        self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32), obs_space.high.astype(np.float32),
+                                                dtype=np.float32)
+        if isinstance(act_space, gym.spaces.Discrete):
+            self.action_space = gym.spaces.Discrete(int(act_space.n))
+            self._action_start = int(act_space.start)
+        else:
+            self.action_space = act_space
+            self._action_low, self._action_high = act_space.low, act_space.high
+        self.episode_stats = EpisodeStats(num_envs, self.device)
+        self.seed = seed
+        self._num_resets = 0
+        self.reset(seed=seed)
+
+    @staticmethod
+    def _check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
+        check(isinstance(obs_space, gym.spaces.Box), "id", env_id,
+              f"an environment with a Box observation space; {env_id} observes {obs_space}",
+              fix="flatten the observation (e.g. gymnasium.wrappers.FlattenObservation in a registered env) "
+                  "or pick an env with Box observations")
+        check(isinstance(act_space, (gym.spaces.Box, gym.spaces.Discrete)), "id", env_id,
+              f"an environment with a Box or Discrete action space; {env_id} acts in {act_space}",
+              fix="pick an env with Box or Discrete actions")
+
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
+        """Reset every sub-env with per-env seeds (see :meth:`BatchedEnv.reset`).
+
+        Env ``i`` is seeded from ``(seed, number of resets since seeding, i // group_size)``, so group
+        members start identically (and, sharing a seed, also share later auto-reset states).
+
+        Returns:
+            ``[N, *obs_shape]`` float32 first observations.
+        """
+        check(seed is None or _is_int(seed), "seed", seed, "an int or None")
+        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+              f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
+        if seed is not None:
+            self.seed, self._num_resets = seed, 0
+        root = self.seed % 2**64  # SeedSequence wants non-negative entropy
+        seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
+                 for i in range(self.num_envs)]
+        self._num_resets += 1
+        obs, _ = self._vec.reset(seed=seeds)
+        self.episode_stats.discard()
+        return self._to_tensor(obs)
+
+    def step(self, action: Tensor) -> StepResult:
+        """Step every sub-env once; finished ones auto-reset in the same step.
+
+        Args:
+            action: Discrete: ``[N]`` (or ``[N, 1]``) integer indices. Box: ``[N, *act_shape]`` floats,
+                clipped to the space's bounds.
+
+        Returns:
+            :class:`StepResult`; ``info["success"]`` ``[N]`` bool when the env reports ``is_success``
+            or ``success``.
+        """
+        obs, reward, terminated, truncated, info = self._vec.step(self._to_numpy(action))
+        final_obs = obs
+        if "final_obs" in info:
+            final_obs = np.array(obs, copy=True)
+            for i in np.flatnonzero(info["_final_obs"]):
+                final_obs[i] = info["final_obs"][i]
+        terminated_t = torch.as_tensor(terminated, dtype=torch.bool).to(self.device)
+        truncated_t = torch.as_tensor(truncated & ~terminated, dtype=torch.bool).to(self.device)
+        reward_t = torch.as_tensor(reward, dtype=torch.float32).to(self.device)
+        extra: dict[str, Tensor] = {}
+        success = self._success(info)
+        if success is not None:
+            extra["success"] = torch.as_tensor(success).to(self.device)
+        self.episode_stats.step(reward_t, terminated_t | truncated_t, success=extra.get("success"))
+        return StepResult(self._to_tensor(obs), reward_t, terminated_t, truncated_t, self._to_tensor(final_obs), extra)
+
+    def close(self) -> None:
+        self._vec.close()
+
+    def _to_numpy(self, action: Tensor) -> np.ndarray:
+        action = action.detach().cpu()
+        if self.is_discrete:
+            return action.reshape(self.num_envs).to(torch.int64).numpy() + self._action_start
+        array = action.reshape(self.num_envs, *self.action_space.shape).numpy()
+        return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
+
+    def _to_tensor(self, obs: np.ndarray) -> Tensor:
+        return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+
+    def _success(self, info: dict[str, Any]) -> np.ndarray | None:
+        """``[N]`` bool success flags: a finished episode's from ``final_info``, the others' from ``info``."""
+        final_info = info.get("final_info", {})
+        for key in _SUCCESS_KEYS:
+            if key not in info and key not in final_info:
+                continue
+            success = np.zeros(self.num_envs, dtype=bool)
+            for source in (info, final_info):  # final_info last: it holds the step's info of done envs
+                if key in source:
+                    success = np.where(source[f"_{key}"], np.asarray(source[key], dtype=bool), success)
+            return success
+        return None

@@ -1,0 +1,281 @@
+"""CartPole: bit-exact agreement with gymnasium's CartPole-v1, reset streams, auto-reset, stats, snapshots."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from embodirl.envs.cartpole import CartPole
+from embodirl.envs.rng import hash_uniform
+from embodirl.errors import ConfigError
+
+THETA_LIMIT = 12 * 2 * math.pi / 360
+
+
+def controller(state: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A linear controller that keeps the pole up for the full 500 steps (checked by the tests)."""
+    x, x_dot, theta, theta_dot = (np.asarray(state, dtype=np.float64).reshape(-1, 4).T)
+    return (theta + 0.3 * theta_dot + 0.01 * x + 0.1 * x_dot > 0).astype(np.int64)
+
+
+def set_states(env: CartPole, states: dict[int, np.ndarray]) -> None:
+    """Put env ``i`` into physics state ``states[i]`` (float64 [4]) through the public snapshot API."""
+    snapshot = env.state_dict()
+    for i, s in states.items():
+        snapshot["state"][i] = torch.from_numpy(np.asarray(s, dtype=np.float64))
+        snapshot["obs"][i] = torch.from_numpy(np.asarray(s, dtype=np.float32))
+    env.load_state_dict(snapshot)
+
+
+def random_actions(num_envs: int, num_steps: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 2, (num_steps, num_envs), generator=torch.Generator().manual_seed(seed))
+
+
+def test_float64_trajectories_equal_gymnasium_bit_for_bit():
+    """Envs 0-1 balance (episodes run into the 500-step limit), envs 2-3 act randomly (they fall)."""
+    num_envs, num_steps = 4, 1100
+    env = CartPole(num_envs=num_envs)
+    refs = [gym.make("CartPole-v1") for _ in range(num_envs)]
+    for i, ref in enumerate(refs):
+        ref.reset(seed=100 + i)
+    set_states(env, {i: ref.unwrapped.state for i, ref in enumerate(refs)})
+    rng = np.random.default_rng(0)
+    lengths, ends = np.zeros(num_envs, dtype=int), {"terminated": [], "truncated": []}
+    for _ in range(num_steps):
+        states = np.stack([ref.unwrapped.state for ref in refs])
+        actions = np.concatenate([controller(states[:2]), rng.integers(0, 2, size=2)])
+        step = env.step(torch.from_numpy(actions))
+        resync = {}
+        for i, ref in enumerate(refs):
+            obs, reward, terminated, truncated, _ = ref.step(int(actions[i]))
+            lengths[i] += 1
+            assert np.array_equal(step.final_obs[i].numpy(), obs), f"env {i} diverged after {lengths[i]} steps"
+            if not (terminated or truncated):  # the float64 physics state itself, not just its float32 view
+                assert np.array_equal(env.state_dict()["state"][i].numpy(), ref.unwrapped.state)
+            assert step.reward[i].item() == reward
+            assert step.terminated[i].item() == terminated
+            assert step.truncated[i].item() == (truncated and not terminated)
+            if terminated or truncated:
+                ends["terminated" if terminated else "truncated"].append((i, int(lengths[i])))
+                lengths[i] = 0
+                ref.reset()
+                resync[i] = ref.unwrapped.state
+            else:
+                assert np.array_equal(step.obs[i].numpy(), obs)
+        set_states(env, resync)
+    assert {i for i, _ in ends["truncated"]} == {0, 1}, "the controller should reach the time limit"
+    assert all(length == 500 for _, length in ends["truncated"])
+    assert len(ends["terminated"]) >= 20 and {i for i, _ in ends["terminated"]} == {2, 3}
+
+
+def test_terminating_on_the_last_allowed_step_is_not_a_truncation():
+    """gymnasium's TimeLimit reports terminated and truncated; the contract keeps truncated for cuts only."""
+    limit = 5
+    ref = gym.make("CartPole-v1", max_episode_steps=limit)
+    env = CartPole(num_envs=1, max_episode_steps=limit)
+    for x0 in np.linspace(2.0, 2.4, 401):  # find a start from which pushing right ends exactly at step 5
+        ref.reset(seed=0)
+        ref.unwrapped.state = start = np.array([x0, 1.0, 0.0, 0.0])
+        results = [ref.step(1) for _ in range(limit)]
+        if not any(r[2] for r in results[:-1]) and results[-1][2]:
+            break
+    else:
+        pytest.fail("no start state terminates exactly on the last step")
+    assert results[-1][2] and results[-1][3], "gymnasium sets both flags here"
+    set_states(env, {0: start})
+    for t in range(limit):
+        step = env.step(torch.ones(1, dtype=torch.int64))
+        assert np.array_equal(step.final_obs[0].numpy(), results[t][0])
+    assert step.terminated.tolist() == [True] and step.truncated.tolist() == [False]
+
+
+def test_float32_physics_tracks_float64_for_short_horizons():
+    env64, env32 = CartPole(num_envs=64, seed=3), CartPole(num_envs=64, physics_dtype="float32", seed=3)
+    assert torch.equal(env64.reset(seed=3), env32.reset(seed=3))
+    actions = random_actions(64, 8)
+    for a in actions:  # random actions end no episode within 8 steps
+        s64, s32 = env64.step(a), env32.step(a)
+        torch.testing.assert_close(s32.obs, s64.obs, rtol=0, atol=1e-5)
+        assert torch.equal(s32.terminated, s64.terminated)
+
+
+def test_same_seed_same_trajectories_and_seed_none_continues_the_stream():
+    a, b = CartPole(num_envs=16, seed=7), CartPole(num_envs=16, seed=7)
+    first = a.reset(seed=7)
+    assert torch.equal(first, b.reset(seed=7))
+    for act in random_actions(16, 200):
+        sa, sb = a.step(act), b.step(act)
+        assert all(torch.equal(x, y) for x, y in zip(sa[:5], sb[:5]))
+    assert not torch.equal(a.reset(), first), "reset(seed=None) must draw fresh states"
+    assert torch.equal(a.reset(seed=7), first), "reset(seed=s) restarts the stream"
+    assert not torch.equal(CartPole(num_envs=16, seed=8).reset(seed=8), first)
+    assert first.abs().max() < 0.05
+
+
+def test_env_draws_do_not_depend_on_num_envs():
+    small, large = CartPole(num_envs=4, seed=5), CartPole(num_envs=2048, seed=5)  # different reset caches
+    assert torch.equal(small.reset(seed=5), large.reset(seed=5)[:4])
+    actions = random_actions(2048, 150, seed=1)
+    resets = 0
+    for act in actions:
+        s_small, s_large = small.step(act[:4]), large.step(act)
+        assert torch.equal(s_small.obs, s_large.obs[:4]) and torch.equal(s_small.final_obs, s_large.final_obs[:4])
+        resets += int(s_small.terminated.sum())
+    assert resets >= 10, "random actions should end several episodes (auto-reset draws compared)"
+
+
+def test_reset_states_follow_the_documented_hash_streams():
+    """Explicit reset: key i // g, counter 2**31 + r; auto-reset: key i, counter = episode number."""
+    env = CartPole(num_envs=6, max_episode_steps=1, seed=0)  # every step auto-resets every env
+    ids = torch.arange(6)
+    for r, g in enumerate([1, 3, 2]):
+        expected = hash_uniform(21, ids // g, torch.full((6,), 2**31 + r), 4, -0.05, 0.05).float()
+        assert torch.equal(env.reset(seed=21 if r == 0 else None, group_size=g), expected)
+    for k in range(1, 41):  # several refills of the reset cache (depth 16)
+        step = env.step(torch.zeros(6, dtype=torch.int64))
+        assert step.truncated.all()
+        expected = hash_uniform(21, ids, torch.full((6,), 2 + k), 4, -0.05, 0.05).float()  # 2 resets with seed None
+        assert torch.equal(step.obs, expected), f"auto-reset {k}"
+
+
+def test_group_shared_reset():
+    env = CartPole(num_envs=16, seed=2)
+    obs = env.reset(seed=2, group_size=4).view(4, 4, 4)
+    assert torch.equal(obs, obs[:, :1].expand_as(obs)), "members of a group share the initial state"
+    distinct = {tuple(g[0].tolist()) for g in obs}
+    assert len(distinct) == 4, "groups start from different states"
+    again = env.reset(seed=None, group_size=4).view(4, 4, 4)
+    assert torch.equal(again, again[:, :1].expand_as(again)) and not torch.equal(again, obs)
+    independent = env.reset(group_size=1)
+    assert len({tuple(o.tolist()) for o in independent}) == 16
+    big = CartPole(num_envs=64, seed=2)
+    assert torch.equal(big.reset(seed=2, group_size=4)[:16], obs.view(16, 4))
+
+
+def test_auto_reset_reports_the_true_final_observation():
+    env = CartPole(num_envs=32, seed=4)
+    seen_done = False
+    for act in random_actions(32, 60):
+        step = env.step(act)
+        done = step.terminated | step.truncated
+        assert torch.equal(step.final_obs[~done], step.obs[~done])
+        if done.any():
+            seen_done = True
+            final = step.final_obs[done]
+            assert ((final[:, 0].abs() > 2.4) | (final[:, 2].abs() > THETA_LIMIT)).all()
+            assert (step.obs[done] != final).any(dim=1).all()
+            assert step.obs[done].abs().max() < 0.05, "done envs restart from the reset distribution"
+        assert torch.equal(step.reward, torch.ones(32))
+    assert seen_done
+
+
+def test_time_limit_truncates_and_restarts_the_count():
+    env = CartPole(num_envs=8, max_episode_steps=10, seed=0)
+    for t in range(1, 31):
+        step = env.step(torch.from_numpy(controller(env.state_dict()["state"])))
+        assert not step.terminated.any()
+        assert step.truncated.all().item() == (t % 10 == 0) and step.truncated.any().item() == (t % 10 == 0)
+    assert env.episode_stats.pop() == {"episode/count": 24.0, "episode/return_mean": 10.0,
+                                       "episode/length_mean": 10.0}
+
+
+def test_episode_stats_match_a_manual_count():
+    env = CartPole(num_envs=8, seed=9)
+    for act in random_actions(8, 7, seed=3):  # partial episodes before the reset are discarded
+        env.step(act)
+    env.reset()
+    running = np.zeros(8)
+    finished: list[float] = []
+    for act in random_actions(8, 300, seed=4):
+        step = env.step(act)
+        running += step.reward.numpy()
+        for i in torch.nonzero(step.terminated | step.truncated).flatten().tolist():
+            finished.append(running[i])
+            running[i] = 0
+    stats = env.episode_stats.pop()
+    assert stats["episode/count"] == len(finished) > 20
+    assert stats["episode/return_mean"] == pytest.approx(np.mean(finished))
+    assert stats["episode/length_mean"] == pytest.approx(np.mean(finished))  # reward 1 per step
+    assert env.episode_stats.pop() == {"episode/count": 0.0}
+
+
+def test_state_dict_round_trip_continues_bit_identically():
+    env = CartPole(num_envs=8, seed=11)
+    actions = random_actions(8, 337, seed=5)
+    for act in actions[:37]:  # mid-way through a reset-cache refill period
+        env.step(act)
+    snapshot = env.state_dict()
+    restored = CartPole(num_envs=8, seed=999)
+    restored.load_state_dict(snapshot)
+    for act in actions[37:]:
+        s1, s2 = env.step(act), restored.step(act)
+        assert all(torch.equal(x, y) for x, y in zip(s1[:5], s2[:5]))
+    assert env.episode_stats.pop() == restored.episode_stats.pop()
+    assert torch.equal(env.reset(), restored.reset()), "the reset stream continues identically too"
+    snapshot["state"].fill_(1.0)  # a snapshot holds copies
+    assert not torch.equal(restored.state_dict()["state"], snapshot["state"])
+    with pytest.raises(ValueError, match="num_envs"):
+        CartPole(num_envs=4).load_state_dict(env.state_dict())
+
+
+def test_action_formats_agree():
+    actions = random_actions(8, 40, seed=6)
+    formats = [lambda a: a, lambda a: a.float().unsqueeze(1), lambda a: a.bool()]
+    runs = []
+    for fmt in formats:
+        env = CartPole(num_envs=8, seed=1)
+        runs.append([env.step(fmt(a)).final_obs for a in actions])
+    assert all(torch.equal(x, y) for run in runs[1:] for x, y in zip(runs[0], run))
+    with pytest.raises(ValueError, match="shape"):
+        CartPole(num_envs=8).step(torch.zeros(4, dtype=torch.int64))
+
+
+def test_spaces_and_threshold_match_gymnasium():
+    env, ref = CartPole(num_envs=2), gym.make("CartPole-v1")
+    assert env.observation_space == ref.observation_space
+    assert env.action_space == ref.action_space
+    assert env.solved_threshold == ref.spec.reward_threshold == 475.0
+    assert env.max_episode_steps == ref.spec.max_episode_steps == 500
+    step = env.step(torch.zeros(2, dtype=torch.int64))
+    assert step.obs.dtype == step.final_obs.dtype == step.reward.dtype == torch.float32
+    assert step.terminated.dtype == step.truncated.dtype == torch.bool
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [({"num_envs": 0}, "num_envs"), ({"num_envs": True}, "num_envs"), ({"num_envs": 2.0}, "num_envs"),
+     ({"max_episode_steps": 0}, "max_episode_steps"), ({"physics_dtype": "float16"}, "physics_dtype")],
+)
+def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
+    with pytest.raises(ConfigError, match=f"^{key}=") as info:
+        CartPole(**kwargs)
+    assert info.value.key == key
+
+
+@pytest.mark.parametrize("group_size", [0, 3, 16, 2.0])
+def test_bad_group_size(group_size):
+    env = CartPole(num_envs=8)
+    with pytest.raises(ConfigError, match="^group_size="):
+        env.reset(group_size=group_size)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu_without_host_syncs():
+    cpu, gpu = CartPole(num_envs=256, seed=3), CartPole(num_envs=256, seed=3, device="cuda")
+    assert torch.equal(cpu.reset(seed=3), gpu.reset(seed=3).cpu())
+    actions = random_actions(256, 40, seed=8)
+    gpu_actions = actions.cuda()  # host-to-device copies synchronise; do them before checking
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        steps = [gpu.step(a) for a in gpu_actions]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for a, s_gpu in zip(actions, steps):
+        s_cpu = cpu.step(a)
+        assert s_gpu.obs.device.type == "cuda"
+        torch.testing.assert_close(s_gpu.final_obs.cpu(), s_cpu.final_obs, rtol=0, atol=1e-5)
+        assert torch.equal(s_gpu.terminated.cpu(), s_cpu.terminated)

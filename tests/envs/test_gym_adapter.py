@@ -1,0 +1,193 @@
+"""GymEnv: conversion at the boundary, SAME_STEP auto-reset, seeding, success flags and config errors."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from embodirl.envs.gym import GymEnv
+from embodirl.errors import ConfigError
+
+
+class _SuccessEnv(gym.Env):
+    """Three-step episodes that end terminated; ``is_success`` is the last action."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t == 3
+        return np.full(2, self.t / 3), 1.0, done, False, {"is_success": bool(done and action == 1)}
+
+
+class _MultiDiscreteActionEnv(_SuccessEnv):
+    action_space = gym.spaces.MultiDiscrete([2, 2])
+
+
+_TEST_ENVS = {"EmbodirlTest/Success-v0": (_SuccessEnv, 10), "EmbodirlTest/NoTimeLimit-v0": (_SuccessEnv, None),
+              "EmbodirlTest/MultiDiscreteAction-v0": (_MultiDiscreteActionEnv, 10)}
+for _id, (_cls, _limit) in _TEST_ENVS.items():
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_cls, max_episode_steps=_limit, disable_env_checker=True)
+
+
+def spy(env: GymEnv, method: str) -> list:
+    """Record the arguments GymEnv passes to its gymnasium vector env's ``method``."""
+    calls, original = [], getattr(env._vec, method)
+
+    def wrapped(*args, **kwargs):
+        calls.append((args, kwargs))
+        return original(*args, **kwargs)
+
+    setattr(env._vec, method, wrapped)
+    return calls
+
+
+def reference_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+def test_cartpole_conversions_and_metadata():
+    env = GymEnv("CartPole-v1", num_envs=4, seed=1)
+    ref = gym.make("CartPole-v1")
+    assert env.observation_space == ref.observation_space and env.action_space == gym.spaces.Discrete(2)
+    assert env.max_episode_steps == 500 and env.solved_threshold == 475.0
+    obs = env.reset(seed=1)
+    assert obs.shape == (4, 4) and obs.dtype == torch.float32 and obs.device.type == "cpu"
+    for action in (torch.zeros(4, dtype=torch.int64), torch.ones(4, 1, dtype=torch.int64)):
+        step = env.step(action)
+        assert step.obs.dtype == step.final_obs.dtype == step.reward.dtype == torch.float32
+        assert step.terminated.dtype == step.truncated.dtype == torch.bool and step.reward.shape == (4,)
+        assert "success" not in step.info
+    env.close()
+    assert env._vec.closed
+
+
+def test_pendulum_truncation_final_obs_and_action_clipping_match_gymnasium():
+    env = GymEnv("Pendulum-v1", num_envs=3)
+    resets = spy(env, "reset")
+    env.reset(seed=7)
+    seeds = resets[0][1]["seed"]
+    assert len(set(seeds)) == 3
+    ref = reference_vec("Pendulum-v1", 3)
+    ref_obs, _ = ref.reset(seed=seeds)
+    steps = spy(env, "step")
+    actions = torch.from_numpy(np.random.default_rng(0).uniform(-4, 4, size=(205, 3, 1))).float()
+    for t, action in enumerate(actions, start=1):
+        step = env.step(action)
+        sent = steps[-1][0][0]
+        assert sent.dtype == np.float32 and np.abs(sent).max() <= 2.0, "Box actions are clipped to the bounds"
+        assert np.array_equal(sent, np.clip(action.numpy(), -2.0, 2.0))
+        ref_obs, reward, terminated, truncated, info = ref.step(sent)
+        assert np.array_equal(step.obs.numpy(), ref_obs)
+        assert np.array_equal(step.reward.numpy(), reward.astype(np.float32))
+        assert not step.terminated.any() and not terminated.any()
+        assert step.truncated.all().item() == truncated.all() == (t == 200)
+        if t == 200:
+            assert np.array_equal(step.final_obs.numpy(), np.stack(info["final_obs"]))
+            assert not torch.equal(step.final_obs, step.obs)
+        else:
+            assert torch.equal(step.final_obs, step.obs)
+    assert env.episode_stats.pop()["episode/length_mean"] == 200.0
+    ref.close()
+    env.close()
+
+
+def test_success_flags_come_from_the_finished_step():
+    env = GymEnv("EmbodirlTest/Success-v0", num_envs=4)
+    assert env.max_episode_steps == 10 and env.observation_space.dtype == np.float32
+    for _ in range(2):  # partial episodes, dropped by the reset
+        env.step(torch.zeros(4, dtype=torch.int64))
+    env.reset()
+    last = torch.tensor([1, 0, 1, 1])
+    for t in range(3):
+        step = env.step(last if t == 2 else torch.zeros(4, dtype=torch.int64))
+        assert step.info["success"].dtype == torch.bool
+    assert step.terminated.all() and not step.truncated.any()
+    assert step.info["success"].tolist() == [True, False, True, True]
+    assert step.final_obs[:, 0].tolist() == [1.0] * 4 and step.obs.abs().max() == 0
+    assert env.episode_stats.pop() == {"episode/count": 4.0, "episode/return_mean": 3.0,
+                                       "episode/length_mean": 3.0, "episode/success_rate": 0.75}
+    env.close()
+
+
+def test_terminating_on_the_last_allowed_step_is_not_a_truncation():
+    env = GymEnv("EmbodirlTest/Success-v0", num_envs=2, max_episode_steps=3)  # TimeLimit sets both flags
+    steps = [env.step(torch.zeros(2, dtype=torch.int64)) for _ in range(3)]
+    assert steps[-1].terminated.all() and not steps[-1].truncated.any()
+    env.close()
+
+
+def test_group_shared_reset_and_seeding():
+    env = GymEnv("CartPole-v1", num_envs=8)
+    grouped = env.reset(seed=3, group_size=4)
+    assert torch.equal(grouped[:4], grouped[0].expand(4, 4)) and torch.equal(grouped[4:], grouped[4].expand(4, 4))
+    assert not torch.equal(grouped[0], grouped[4])
+    fresh = env.reset(group_size=4)
+    assert not torch.equal(fresh, grouped), "seed=None draws new seeds"
+    assert len({tuple(o.tolist()) for o in env.reset()}) == 8
+    assert torch.equal(env.reset(seed=3, group_size=4), grouped)
+    assert torch.equal(GymEnv("CartPole-v1", num_envs=8, seed=3).reset(seed=3, group_size=4), grouped)
+    with pytest.raises(ConfigError, match="^group_size="):
+        env.reset(group_size=3)
+    env.close()
+
+
+def test_async_matches_sync():
+    sync, asynchronous = GymEnv("CartPole-v1", num_envs=2, seed=5), GymEnv("CartPole-v1", 2, "async", seed=5)
+    assert torch.equal(sync.reset(seed=5), asynchronous.reset(seed=5))
+    for action in torch.randint(0, 2, (40, 2), generator=torch.Generator().manual_seed(0)):
+        s, a = sync.step(action), asynchronous.step(action)
+        assert all(torch.equal(x, y) for x, y in zip(s[:5], a[:5]))
+    sync.close()
+    asynchronous.close()
+
+
+def test_max_episode_steps_override():
+    env = GymEnv("CartPole-v1", num_envs=2, max_episode_steps=4)
+    assert env.max_episode_steps == 4
+    flags = [env.step(torch.tensor([0, 1])).truncated.tolist() for _ in range(4)]
+    assert flags == [[False, False]] * 3 + [[True, True]]
+    env.close()
+
+
+def test_unknown_id_suggests_close_matches():
+    with pytest.raises(ConfigError) as info:
+        GymEnv("CartPol-v1")
+    assert info.value.key == "id" and "CartPole-v1" in str(info.value)
+
+
+@pytest.mark.parametrize(("env_id", "space"), [("Blackjack-v1", "Tuple("), ("FrozenLake-v1", "Discrete(16)"),
+                                                ("EmbodirlTest/MultiDiscreteAction-v0", "MultiDiscrete(")])
+def test_unsupported_spaces_are_refused(env_id, space):
+    with pytest.raises(ConfigError, match="^id=") as info:
+        GymEnv(env_id, num_envs=1)
+    assert space in str(info.value) and "Box" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [({"num_envs": 0}, "num_envs"), ({"vectorization_mode": "threads"}, "vectorization_mode"),
+     ({"max_episode_steps": -1}, "max_episode_steps"), ({"env_kwargs": [1]}, "env_kwargs"),
+     ({"id": "EmbodirlTest/NoTimeLimit-v0"}, "max_episode_steps")],
+)
+def test_bad_config(kwargs, key):
+    with pytest.raises(ConfigError, match=f"^{key}="):
+        GymEnv(**{"id": "CartPole-v1", **kwargs})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_device():
+    env = GymEnv("Pendulum-v1", num_envs=2, device="cuda")
+    step = env.step(torch.zeros(2, 1, device="cuda"))
+    assert step.obs.device.type == step.reward.device.type == step.final_obs.device.type == "cuda"
+    env.close()
