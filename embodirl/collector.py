@@ -13,13 +13,18 @@ from embodirl.rollout import allocate_rollout
 
 __all__ = ["Collector"]
 
+_CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
+
 
 class Collector:
     """Fills one rollout per :meth:`collect` call, continuing episodes across calls.
 
     The step loop writes into plain tensors of the pre-allocated TensorDict and never syncs with the
     host; after the loop one masked critic pass bootstraps the transitions cut by a time limit
-    (``final_value``), which costs at most one host sync per rollout.
+    (``final_value``), which costs at most one host sync per rollout. With
+    ``plan.stop_when_all_done`` the loop checks every few steps whether every env has finished an
+    episode and then stops (the rest would be masked out); the rollout's non-tensor entry
+    ``num_steps_collected`` says how many steps were simulated.
 
     Args:
         env: The training env.
@@ -50,7 +55,12 @@ class Collector:
             self.reset()
         b = self._buf
         obs = self.obs
+        num_steps = self.plan.num_steps
+        finished = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.env.device)
         for t in range(self.plan.num_steps):
+            if self.plan.stop_when_all_done and t % _CHECK_EVERY == 0 and t > 0 and bool(finished.all()):
+                num_steps = t
+                break
             action, log_prob, value = self.policy.act(obs)
             step = self.env.step(action)
             b["obs"][:, t] = obs
@@ -62,12 +72,23 @@ class Collector:
             b["truncated"][:, t] = step.truncated
             b["done"][:, t] = step.terminated | step.truncated
             self._final_obs[:, t] = step.final_obs
+            if self.plan.stop_when_all_done:
+                finished |= step.terminated | step.truncated
             obs = step.obs
+        if num_steps < self.plan.num_steps:
+            self._pad(num_steps)
         b["obs"][:, -1] = obs
         b["value"][:, -1] = self.policy.value(obs)
         self._bootstrap_truncations()
         self.obs = obs
+        self.rollout.set_non_tensor("num_steps_collected", num_steps)
         return self.rollout
+
+    def _pad(self, start: int) -> None:
+        """Fill the slots the collector skipped with harmless padding: ended, zero reward."""
+        for key, value in self._buf.items():
+            value[:, start:-1] = key in ("done", "terminated")
+        self._final_obs[:, start:] = 0
 
     def _bootstrap_truncations(self) -> None:
         final_value = self._buf["final_value"]

@@ -137,7 +137,7 @@ class Trainer:
         t1 = time.perf_counter()
         metrics = self.algo.update(rollout)
         t2 = time.perf_counter()
-        steps = rollout.batch_size[0] * (rollout.batch_size[1] - 1)
+        steps = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         st = self.state
         st.env_steps += steps
         st.iteration += 1

@@ -11,3 +11,19 @@ def test_default_ppo_solves_cartpole(tmp_path):
     assert summary["stop_reason"] == "solved", summary
     assert summary["eval/return_mean"] >= 475
     assert summary["solved_env_steps"] <= 1_500_000
+
+
+def test_grpo_headline_command_solves_cartpole(tmp_path):
+    import json
+
+    from tests.conftest import run_cli
+
+    run_dir = tmp_path / "run"
+    result = run_cli("embodirl-train", ["algo=grpo", "env=cartpole", "seed=0", "device=cpu", "logger.console=none",
+                                        "trainer.total_env_steps=3000000", f"hydra.run.dir={run_dir}"],
+                     cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "solved" and summary["eval/return_mean"] >= 475
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 < r["diag/valid_fraction"] <= 1 for r in lines)

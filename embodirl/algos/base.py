@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from embodirl.algos.functional import scheduled_value
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy
@@ -26,11 +27,14 @@ class CollectPlan:
         reset_every_rollout: Reset every env before each rollout (episodes start at t = 0).
         group_size: With ``reset_every_rollout``, envs in consecutive groups of this size start from
             one shared initial state (1 = independent).
+        stop_when_all_done: Stop stepping once every env has finished an episode in this rollout
+            (the rest would be masked out); later slots are padding with ``done = True``.
     """
 
     num_steps: int
     reset_every_rollout: bool = False
     group_size: int = 1
+    stop_when_all_done: bool = False
 
 
 class BaseAlgorithm(ABC):
@@ -55,6 +59,28 @@ class BaseAlgorithm(ABC):
     @abstractmethod
     def update(self, rollout: TensorDict) -> dict[str, float]:
         """Update the policy from a rollout; return scalar metrics (``loss/*``, ``diag/*``)."""
+
+    def init_optimizer(self, learning_rate: float, lr_schedule: str, max_grad_norm: float, adam_eps: float) -> None:
+        """Adam over the policy's trainable parameters, with a constant or linear learning rate."""
+        self.learning_rate = learning_rate
+        self.lr_schedule = lr_schedule
+        self.max_grad_norm = max_grad_norm
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self.params, lr=learning_rate, eps=adam_eps)
+
+    def apply_lr_schedule(self) -> float:
+        """Set and return the learning rate for the coming update."""
+        lr = scheduled_value(self.learning_rate, self.lr_schedule, self.progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def optimizer_step(self, loss: torch.Tensor) -> None:
+        """Backward, global grad-norm clip, Adam step (no host sync)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        self.optimizer.step()
 
     @property
     def progress(self) -> float:

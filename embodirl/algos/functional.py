@@ -14,8 +14,11 @@ __all__ = [
     "clip_fraction",
     "clipped_surrogate_loss",
     "compute_gae",
+    "compute_step_group_advantages",
+    "compute_step_returns_and_mask",
     "explained_variance",
     "gae",
+    "k3_kl",
     "normalize",
     "scheduled_value",
     "value_loss",
@@ -146,3 +149,69 @@ def scheduled_value(initial: float, schedule: str, progress: float, final: float
         return initial
     progress = min(max(progress, 0.0), 1.0)
     return initial + (final - initial) * progress
+
+
+def compute_step_returns_and_mask(
+    rewards: Tensor, dones: Tensor, gamma: float, truncate_at_first_done: bool
+) -> tuple[Tensor, Tensor]:
+    """GRPO's step-wise discounted returns-to-go and valid-step mask.
+
+    ``G_{T-1} = r_{T-1}``, ``G_t = r_t + gamma * G_{t+1} * (1 - d_t)``: the return restarts at every
+    episode end and is never bootstrapped. The mask marks an env as alive *before* step t, so the step
+    that ends the first episode still counts: ``m_0 = 1``, ``m_t = m_{t-1} * (1 - d_{t-1})`` when
+    ``truncate_at_first_done``, else all ones.
+
+    Args:
+        rewards: ``[N, T]`` rewards.
+        dones: ``[N, T]`` bool episode ends (``terminated | truncated``).
+        gamma: Discount factor.
+        truncate_at_first_done: Keep only each env's first episode in the rollout.
+
+    Returns:
+        ``(step_returns [N, T], mask [N, T])``, the mask as floats in {0, 1}.
+    """
+    num_steps = rewards.shape[1]
+    not_done = (~dones).to(rewards.dtype)
+    returns = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(num_steps)):
+        running = rewards[:, t] + gamma * running * not_done[:, t]
+        returns[:, t] = running
+    if not truncate_at_first_done:
+        return returns, torch.ones_like(rewards)
+    alive_after = torch.cumprod(not_done, dim=1)
+    mask = torch.cat([torch.ones_like(rewards[:, :1]), alive_after[:, :-1]], dim=1)
+    return returns, mask
+
+
+def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size: int, eps: float) -> Tensor:
+    """Per-step group-relative advantages over the alive members of each group.
+
+    Groups are consecutive envs ``{0..g-1}, {g..2g-1}, ...``. For each group and each step t, over the
+    members with ``m = 1``: ``n = max(sum m, 1)``, ``mu = sum(m G) / n``,
+    ``sigma = sqrt(sum(m (G - mu)^2) / n)`` (population std), ``A = m (G - mu) / (sigma + eps)``.
+    A lone survivor and a group where everyone ties get 0; dead steps get 0.
+
+    Args:
+        step_returns: ``[N, T]`` from :func:`compute_step_returns_and_mask`.
+        mask: ``[N, T]`` valid-step mask.
+        group_size: Members per group; must divide N.
+        eps: Added to the std.
+
+    Returns:
+        ``[N, T]`` advantages.
+    """
+    n, t = step_returns.shape
+    g = step_returns.view(n // group_size, group_size, t)
+    m = mask.view(n // group_size, group_size, t)
+    count = m.sum(dim=1, keepdim=True).clamp_min(1.0)
+    mean = (m * g).sum(dim=1, keepdim=True) / count
+    std = torch.sqrt((m * (g - mean) ** 2).sum(dim=1, keepdim=True) / count)
+    return (m * (g - mean) / (std + eps)).view(n, t)
+
+
+def k3_kl(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
+    """Per-sample k3 estimator of KL(current || reference) for actions drawn from the current policy:
+    ``exp(ref - cur) - (ref - cur) - 1`` (unbiased, always >= 0)."""
+    diff = ref_log_prob - log_prob
+    return torch.expm1(diff) - diff

@@ -89,8 +89,6 @@ class PPO(BaseAlgorithm):
             log.warning("PPO with an actor-only policy: advantages are discounted returns without a baseline "
                         "(use policy=actor_critic for GAE with a learned value)")
         self.num_steps = num_steps
-        self.learning_rate = learning_rate
-        self.lr_schedule = lr_schedule
         self.n_epochs = n_epochs
         self.batch_size = batch_size
         self.gamma = gamma
@@ -99,19 +97,15 @@ class PPO(BaseAlgorithm):
         self.clip_value_coef = clip_value_coef
         self.ent_coef = ent_coef
         self.vf_coef = vf_coef
-        self.max_grad_norm = max_grad_norm
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
-        self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=learning_rate, eps=adam_eps)
+        self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         return CollectPlan(num_steps=self.num_steps)
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
-        lr = F.scheduled_value(self.learning_rate, self.lr_schedule, self.progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self.apply_lr_schedule()
         with torch.no_grad():
             advantage, returns = F.compute_gae(rollout, self.gamma, self.gae_lambda)
         batch = transitions(rollout, advantage=advantage, returns=returns)
@@ -151,10 +145,7 @@ class PPO(BaseAlgorithm):
         v_loss = F.value_loss(value, old_value, returns, self.clip_value_coef)
         entropy = entropy.mean()
         loss = pg_loss + self.vf_coef * v_loss - self.ent_coef * entropy
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        self.optimizer.step()
+        self.optimizer_step(loss)
         with torch.no_grad():
             kl = F.approx_kl(log_prob, old_log_prob)
             frac = F.clip_fraction(ratio, self.clip_coef)

@@ -24,6 +24,7 @@ from typing import Any
 
 PRESETS: dict[str, list[str]] = {
     "ppo_cartpole": ["algo=ppo", "policy=actor_critic", "env=cartpole"],
+    "grpo_cartpole": ["algo=grpo", "env=cartpole"],
 }
 QUIET = ["logger.console=none", "logger.tensorboard=false"]
 
@@ -56,7 +57,7 @@ def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> d
         if i >= warmup:
             collect_s += t1 - t0
             update_s += t2 - t1
-            steps += rollout.batch_size[0] * (rollout.batch_size[1] - 1)
+            steps += rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
     return {"collect_sps": steps / collect_s, "update_sps": steps / update_s,
             "collect_update_sps": steps / (collect_s + update_s)}
 

@@ -2,8 +2,9 @@
 
 Physics, termination (``|x| > 2.4`` or ``|theta| > 12 deg``), reward (1.0 every step, the terminating
 one included), the uniform(-0.05, 0.05) reset distribution and the 500-step limit follow gymnasium's
-``CartPoleEnv`` wrapped in ``TimeLimit``, operation by operation, so float64 trajectories agree with
-gymnasium's up to the platform's ``sin``/``cos`` (torch and libm may differ by one ulp).
+``CartPoleEnv`` wrapped in ``TimeLimit``, operation by operation. On CPU ``cos``/``sin`` come from the C
+library, as numpy's do, so float64 trajectories equal gymnasium's bit for bit (on GPUs they may differ
+in the last bit).
 One deliberate difference: gymnasium's ``TimeLimit`` also sets ``truncated`` when the last allowed step
 terminates; here ``truncated`` excludes ``terminated``, as the :class:`StepResult` contract says.
 
@@ -86,22 +87,22 @@ class CartPole(BatchedEnv):
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
         self.device = torch.device(device)
-        self.dtype = _DTYPES[physics_dtype]
+        self.physics_dtype = _DTYPES[physics_dtype]
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.episode_stats = EpisodeStats(num_envs, self.device)
 
-        n, dev = num_envs, self.device
+        n, dev, dtype = num_envs, self.device, self.physics_dtype
         self._env_ids = torch.arange(n, device=dev)
-        self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=self.dtype, device=dev)
-        self._force_right = torch.full((n,), FORCE_MAG, dtype=self.dtype, device=dev)
-        self._force_left = torch.full((n,), -FORCE_MAG, dtype=self.dtype, device=dev)
-        self._state = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # x, x_dot, theta, theta_dot
+        self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=dtype, device=dev)
+        self._force_right = torch.full((n,), FORCE_MAG, dtype=dtype, device=dev)
+        self._force_left = torch.full((n,), -FORCE_MAG, dtype=dtype, device=dev)
+        self._state = torch.zeros(n, 4, dtype=dtype, device=dev)  # x, x_dot, theta, theta_dot
         self._obs = torch.zeros(n, 4, dtype=torch.float32, device=dev)
-        self._zeros = torch.zeros(n, dtype=self.dtype, device=dev)
+        self._zeros = torch.zeros(n, dtype=dtype, device=dev)
         self._libm_trig = self.device.type == "cpu"
-        self._scratch = torch.zeros(n, 4, dtype=self.dtype, device=dev)  # per-step temporaries, no allocation
+        self._scratch = torch.zeros(n, 4, dtype=dtype, device=dev)  # per-step temporaries, no allocation
         self._beyond = torch.zeros(n, 4, dtype=torch.bool, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._episode = torch.zeros(n, dtype=torch.int64, device=dev)  # auto-reset counter
@@ -112,7 +113,7 @@ class CartPole(BatchedEnv):
         self._cache_depth = max(1, min(16, (1 << 14) // n))
         self._cache_slots = torch.arange(self._cache_depth + 1, device=dev)
         self._cache_keys = self._env_ids.repeat_interleave(self._cache_depth + 1)
-        self._cache = torch.zeros(n * (self._cache_depth + 1), 4, dtype=self.dtype, device=dev)
+        self._cache = torch.zeros(n * (self._cache_depth + 1), 4, dtype=dtype, device=dev)
         self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
         self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)  # flat index = episode + shift
         self._cache_age = 0

@@ -174,7 +174,7 @@ class GymEnv(BatchedEnv):
         action = action.detach().cpu()
         if self.is_discrete:
             return action.reshape(self.num_envs).to(torch.int64).numpy() + self._action_start
-        array = action.reshape(self.num_envs, *self.action_space.shape).numpy()
+        array = action.reshape(self.num_envs, *self.action_space.shape).to(torch.float64).numpy()
         return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
 
     def _to_tensor(self, obs: np.ndarray) -> Tensor:

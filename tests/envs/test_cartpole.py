@@ -109,7 +109,7 @@ def test_same_seed_same_trajectories_and_seed_none_continues_the_stream():
     assert torch.equal(first, b.reset(seed=7))
     for act in random_actions(16, 200):
         sa, sb = a.step(act), b.step(act)
-        assert all(torch.equal(x, y) for x, y in zip(sa[:5], sb[:5]))
+        assert all(torch.equal(x, y) for x, y in zip(sa[:5], sb[:5], strict=True))
     assert not torch.equal(a.reset(), first), "reset(seed=None) must draw fresh states"
     assert torch.equal(a.reset(seed=7), first), "reset(seed=s) restarts the stream"
     assert not torch.equal(CartPole(num_envs=16, seed=8).reset(seed=8), first)
@@ -213,7 +213,7 @@ def test_state_dict_round_trip_continues_bit_identically():
     restored.load_state_dict(snapshot)
     for act in actions[37:]:
         s1, s2 = env.step(act), restored.step(act)
-        assert all(torch.equal(x, y) for x, y in zip(s1[:5], s2[:5]))
+        assert all(torch.equal(x, y) for x, y in zip(s1[:5], s2[:5], strict=True))
     assert env.episode_stats.pop() == restored.episode_stats.pop()
     assert torch.equal(env.reset(), restored.reset()), "the reset stream continues identically too"
     snapshot["state"].fill_(1.0)  # a snapshot holds copies
@@ -229,7 +229,7 @@ def test_action_formats_agree():
     for fmt in formats:
         env = CartPole(num_envs=8, seed=1)
         runs.append([env.step(fmt(a)).final_obs for a in actions])
-    assert all(torch.equal(x, y) for run in runs[1:] for x, y in zip(runs[0], run))
+    assert all(torch.equal(x, y) for run in runs[1:] for x, y in zip(runs[0], run, strict=True))
     with pytest.raises(ValueError, match="shape"):
         CartPole(num_envs=8).step(torch.zeros(4, dtype=torch.int64))
 
@@ -274,7 +274,7 @@ def test_cuda_matches_cpu_without_host_syncs():
         steps = [gpu.step(a) for a in gpu_actions]
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    for a, s_gpu in zip(actions, steps):
+    for a, s_gpu in zip(actions, steps, strict=True):
         s_cpu = cpu.step(a)
         assert s_gpu.obs.device.type == "cuda"
         torch.testing.assert_close(s_gpu.final_obs.cpu(), s_cpu.final_obs, rtol=0, atol=1e-5)

@@ -147,7 +147,7 @@ def test_async_matches_sync():
     assert torch.equal(sync.reset(seed=5), asynchronous.reset(seed=5))
     for action in torch.randint(0, 2, (40, 2), generator=torch.Generator().manual_seed(0)):
         s, a = sync.step(action), asynchronous.step(action)
-        assert all(torch.equal(x, y) for x, y in zip(s[:5], a[:5]))
+        assert all(torch.equal(x, y) for x, y in zip(s[:5], a[:5], strict=True))
     sync.close()
     asynchronous.close()
 

@@ -1,0 +1,198 @@
+"""Group Relative Policy Optimization: critic-free, advantages relative to a group of attempts.
+
+Consecutive envs form groups of ``group_size``; with ``group_shared_reset`` every member of a group
+starts each rollout from the same initial state, so the group baseline compares several attempts at
+one situation (EmbodiChain's groups start from different states). Advantages are step-wise and
+masked (:func:`embodirl.algos.functional.compute_step_group_advantages`); the loss is a clipped
+surrogate plus an entropy bonus and, when ``kl_coef > 0``, a k3 KL penalty to a frozen reference policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from embodirl.algos import functional as F
+from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.envs.base import BatchedEnv
+from embodirl.errors import ConfigError, check, check_choice
+from embodirl.policies.base import Policy
+
+__all__ = ["GRPO"]
+
+log = logging.getLogger(__name__)
+
+_METRICS = ["loss/policy", "loss/entropy", "diag/approx_ref_kl", "diag/approx_kl", "diag/clip_fraction"]
+
+
+class GRPO(BaseAlgorithm):
+    """GRPO over ``[N, T+1]`` rollouts with an actor-only policy.
+
+    Args:
+        policy: An actor-only policy (a critic would be trained for nothing).
+        device: Device of policy and rollouts.
+        total_env_steps: Training budget (horizon of the linear schedule).
+        num_steps: Rollout length T; None = the env's episode limit, so every env can finish an episode.
+        learning_rate: Adam learning rate.
+        lr_schedule: ``constant`` or ``linear``.
+        n_epochs: Passes over the valid transitions per update.
+        batch_size: Minibatch size in valid transitions.
+        gamma: Discount of the step-wise returns.
+        clip_coef: Surrogate clip range.
+        ent_coef: Entropy bonus weight.
+        kl_coef: Weight of the k3 KL to the reference policy (0 = no reference is built).
+        ref_update_every: Refresh the reference from the current policy every this many updates
+            (0 = never: the reference stays the initial policy).
+        group_size: Envs per group (>= 2, divides num_envs).
+        eps: Added to the group std.
+        max_grad_norm: Global gradient-norm clip.
+        reset_every_rollout: Reset every env before each rollout (GRPO compares same-t steps).
+        truncate_at_first_done: Keep only each env's first episode of the rollout.
+        group_shared_reset: Members of a group start each rollout from one shared initial state.
+        adam_eps: Adam epsilon.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        device: torch.device,
+        total_env_steps: int,
+        num_steps: int | None = None,
+        learning_rate: float = 1e-4,
+        lr_schedule: str = "constant",
+        n_epochs: int = 10,
+        batch_size: int = 8192,
+        gamma: float = 0.99,
+        clip_coef: float = 0.2,
+        ent_coef: float = 0.001,
+        kl_coef: float = 0.0,
+        ref_update_every: int = 0,
+        group_size: int = 4,
+        eps: float = 1e-8,
+        max_grad_norm: float = 0.5,
+        reset_every_rollout: bool = True,
+        truncate_at_first_done: bool = True,
+        group_shared_reset: bool = True,
+        adam_eps: float = 1e-5,
+    ) -> None:
+        super().__init__(policy, device, total_env_steps)
+        if policy.has_critic:
+            raise ConfigError("policy", type(policy).__name__, "actor_only with algo=grpo (GRPO has no critic; "
+                              "an actor_critic policy would train a critic for nothing)",
+                              "drop the policy override (algo=grpo selects policy=actor_only) or pass policy=actor_only")
+        check(num_steps is None or num_steps >= 1, "num_steps", num_steps, "null (the env's episode limit) or an int >= 1")
+        check(learning_rate > 0, "learning_rate", learning_rate, "a float > 0, e.g. 1e-3")
+        check_choice("lr_schedule", lr_schedule, ["constant", "linear"])
+        check(n_epochs >= 1, "n_epochs", n_epochs, "an int >= 1")
+        check(batch_size >= 1, "batch_size", batch_size, "an int >= 1 (valid transitions per minibatch)")
+        check(0.0 <= gamma <= 1.0, "gamma", gamma, "a float in [0, 1]")
+        check(clip_coef > 0, "clip_coef", clip_coef, "a float > 0, e.g. 0.2")
+        check(ent_coef >= 0, "ent_coef", ent_coef, "a float >= 0")
+        check(kl_coef >= 0, "kl_coef", kl_coef, "a float >= 0 (0 for training from scratch, ~0.02 for fine-tuning)")
+        check(ref_update_every >= 0, "ref_update_every", ref_update_every, "an int >= 0 (0 = never refresh)")
+        check(group_size >= 2, "group_size", group_size, "an int >= 2 (a group of one has no baseline)",
+              "pass algo.group_size=4 (it must divide env.num_envs)")
+        check(eps > 0, "eps", eps, "a float > 0, e.g. 1e-8")
+        check(max_grad_norm > 0, "max_grad_norm", max_grad_norm, "a float > 0, e.g. 0.5")
+        if not reset_every_rollout:
+            log.warning("GRPO with reset_every_rollout=false: group members compare steps of different episodes")
+        self.num_steps = num_steps
+        self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.gamma = gamma
+        self.clip_coef = clip_coef
+        self.ent_coef = ent_coef
+        self.kl_coef = kl_coef
+        self.ref_update_every = ref_update_every
+        self.group_size = group_size
+        self.eps = eps
+        self.reset_every_rollout = reset_every_rollout
+        self.truncate_at_first_done = truncate_at_first_done
+        self.group_shared_reset = group_shared_reset
+        self.num_updates = 0
+        self.ref_policy = self._frozen_copy() if kl_coef > 0 else None
+        self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+
+    def _frozen_copy(self) -> Policy:
+        ref = copy.deepcopy(self.policy)
+        ref.requires_grad_(False)
+        return ref.eval()
+
+    def collect_plan(self, env: BatchedEnv) -> CollectPlan:
+        if env.num_envs % self.group_size != 0:
+            raise ConfigError("env.num_envs", env.num_envs, f"a multiple of algo.group_size={self.group_size}",
+                              f"pass env.num_envs={max(1, env.num_envs // self.group_size) * self.group_size} "
+                              "or another multiple of algo.group_size")
+        return CollectPlan(
+            num_steps=self.num_steps or env.max_episode_steps,
+            reset_every_rollout=self.reset_every_rollout,
+            group_size=self.group_size if self.group_shared_reset else 1,
+            stop_when_all_done=self.truncate_at_first_done,
+        )
+
+    def update(self, rollout: TensorDict) -> dict[str, float]:
+        lr = self.apply_lr_schedule()
+        with torch.no_grad():
+            returns, mask = F.compute_step_returns_and_mask(
+                rollout["reward"][:, :-1], rollout["done"][:, :-1], self.gamma, self.truncate_at_first_done)
+            advantage = F.compute_step_group_advantages(returns, mask, self.group_size, self.eps)
+        valid = mask.reshape(-1).nonzero().squeeze(1)  # one host sync per update
+        data = [rollout[key][:, :-1].reshape(-1, *rollout[key].shape[2:])[valid]
+                for key in ("obs", "action", "sample_log_prob")]
+        data.append(advantage.reshape(-1)[valid])
+        if self.ref_policy is not None:
+            with torch.no_grad():
+                data.append(self.ref_policy.evaluate(data[0], data[1])[0])
+
+        sums = torch.zeros(len(_METRICS), device=self.device)
+        num_minibatches = 0
+        for _ in range(self.n_epochs):
+            for idx in torch.randperm(valid.numel(), device=self.device).split(self.batch_size):
+                sums += self._minibatch_step(*(x[idx] for x in data))
+                num_minibatches += 1
+
+        self.num_updates += 1
+        if self.ref_policy is not None and self.ref_update_every and self.num_updates % self.ref_update_every == 0:
+            self.ref_policy.load_state_dict(self.policy.state_dict())
+        self.policy.update_normalizer(rollout["obs"][:, :-1])
+        simulated = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
+        self.env_steps_seen += simulated
+        metrics = self.finish_metrics(_METRICS, sums / max(num_minibatches, 1))
+        metrics.update({"diag/learning_rate": lr, "diag/valid_fraction": valid.numel() / simulated,
+                        "diag/num_valid": float(valid.numel())})
+        return metrics
+
+    def _minibatch_step(self, obs: Tensor, action: Tensor, old_log_prob: Tensor, adv: Tensor,
+                        ref_log_prob: Tensor | None = None) -> Tensor:
+        """One gradient step on valid transitions; returns detached metrics in ``_METRICS`` order."""
+        log_prob, entropy, _ = self.policy.evaluate(obs, action)
+        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, adv, self.clip_coef)
+        pg_loss = pg_loss.mean()
+        entropy = entropy.mean()
+        loss = pg_loss - self.ent_coef * entropy
+        ref_kl = torch.zeros((), device=self.device)
+        if ref_log_prob is not None:
+            ref_kl = F.k3_kl(log_prob, ref_log_prob).mean()
+            loss = loss + self.kl_coef * ref_kl
+        self.optimizer_step(loss)
+        with torch.no_grad():
+            return torch.stack([pg_loss.detach(), entropy.detach(), ref_kl.detach(),
+                                F.approx_kl(log_prob, old_log_prob), F.clip_fraction(ratio, self.clip_coef)])
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["num_updates"] = self.num_updates
+        if self.ref_policy is not None:
+            state["ref_policy"] = self.ref_policy.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.num_updates = int(state.get("num_updates", 0))
+        if self.ref_policy is not None and "ref_policy" in state:
+            self.ref_policy.load_state_dict(state["ref_policy"])

@@ -1,0 +1,145 @@
+"""GRPO: the group maths by hand and against loops, the KL term, shared starts, refusals."""
+
+import math
+
+import gymnasium as gym
+import pytest
+import torch
+
+from embodirl.algos import functional as F
+from embodirl.algos.grpo import GRPO
+from embodirl.build import build
+from embodirl.collector import Collector
+from embodirl.envs.cartpole import CartPole
+from embodirl.errors import ConfigError
+from embodirl.policies import ActorCritic, ActorOnly
+from tests.conftest import compose_config
+
+
+def test_step_returns_reset_at_done_and_mask_keeps_the_done_step():
+    rewards = torch.ones(1, 4)
+    dones = torch.tensor([[False, True, False, False]])
+    returns, mask = F.compute_step_returns_and_mask(rewards, dones, gamma=0.5, truncate_at_first_done=True)
+    # G3 = 1 ; G2 = 1 + .5*1 = 1.5 ; G1 = 1 (done: no future) ; G0 = 1 + .5*1 = 1.5
+    torch.testing.assert_close(returns, torch.tensor([[1.5, 1.0, 1.5, 1.0]]))
+    # alive before step t: m0 = 1, m1 = 1 (the done step counts), then 0
+    torch.testing.assert_close(mask, torch.tensor([[1.0, 1.0, 0.0, 0.0]]))
+    _, mask = F.compute_step_returns_and_mask(rewards, dones, 0.5, truncate_at_first_done=False)
+    torch.testing.assert_close(mask, torch.ones(1, 4))
+
+
+def test_group_advantages_by_hand_with_dead_members_lone_survivor_and_ties():
+    returns = torch.tensor([[3.0, 1.0], [1.0, 2.0], [5.0, 5.0], [2.0, 7.0], [4.0, 4.0], [4.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    adv = F.compute_step_group_advantages(returns, mask, group_size=2, eps=1e-8)
+    # group 0, t0: G = 3, 1 -> mu 2, sigma 1 -> +1, -1 ; t1: env 1 is dead -> env 0 is a lone survivor -> 0, 0
+    # group 1, t0: G = 5, 2 -> mu 3.5, sigma 1.5 -> +1, -1 ; t1: 5, 7 -> mu 6, sigma 1 -> -1, +1
+    # group 2: everyone ties -> 0
+    expected = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [1.0, -1.0], [-1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
+
+
+def _loop_reference(rewards, dones, gamma, group_size, eps):
+    n, t_len = rewards.shape
+    g_ret = torch.zeros(n, t_len)
+    mask = torch.zeros(n, t_len)
+    for i in range(n):
+        running = 0.0
+        for t in reversed(range(t_len)):
+            running = float(rewards[i, t]) + gamma * running * (0.0 if dones[i, t] else 1.0)
+            g_ret[i, t] = running
+        alive = 1.0
+        for t in range(t_len):
+            mask[i, t] = alive
+            if dones[i, t]:
+                alive = 0.0
+    adv = torch.zeros(n, t_len)
+    for start in range(0, n, group_size):
+        for t in range(t_len):
+            members = [i for i in range(start, start + group_size) if mask[i, t] > 0]
+            if not members:
+                continue
+            values = [float(g_ret[i, t]) for i in members]
+            mu = sum(values) / len(values)
+            sigma = math.sqrt(sum((v - mu) ** 2 for v in values) / len(values))
+            for i in members:
+                adv[i, t] = (float(g_ret[i, t]) - mu) / (sigma + eps)
+    return g_ret, mask, adv
+
+
+def test_vectorised_functions_match_a_plain_loop_on_random_data():
+    gen = torch.Generator().manual_seed(1)
+    rewards = torch.randn(12, 17, generator=gen)
+    dones = torch.rand(12, 17, generator=gen) < 0.15
+    returns, mask = F.compute_step_returns_and_mask(rewards, dones, 0.9, True)
+    adv = F.compute_step_group_advantages(returns, mask, group_size=4, eps=1e-6)
+    ref_returns, ref_mask, ref_adv = _loop_reference(rewards, dones, 0.9, 4, 1e-6)
+    torch.testing.assert_close(returns, ref_returns)
+    torch.testing.assert_close(mask, ref_mask)
+    torch.testing.assert_close(adv, ref_adv, atol=1e-4, rtol=1e-4)
+
+
+def test_k3_kl_has_the_closed_form_expectation():
+    p = torch.tensor([0.2, 0.3, 0.5])  # current policy
+    q = torch.tensor([0.5, 0.25, 0.25])  # reference
+    # E_{a~p}[k3] summed exactly over the actions equals KL(p || q) = sum p log(p / q)
+    expectation = (p * F.k3_kl(p.log(), q.log())).sum()
+    torch.testing.assert_close(expectation, (p * (p / q).log()).sum())
+    assert (F.k3_kl(p.log(), q.log()) >= 0).all()
+
+
+def _grpo(env, **kwargs):
+    policy = ActorOnly(env.observation_space, env.action_space, hidden_sizes=[16])
+    return GRPO(policy, device=torch.device("cpu"), total_env_steps=10_000, **kwargs)
+
+
+def test_group_members_share_their_start_and_groups_differ():
+    env = CartPole(num_envs=12, seed=0)
+    algo = _grpo(env, group_size=4, num_steps=16)
+    collector = Collector(env, algo.policy, algo.collect_plan(env))
+    for _ in range(2):
+        first = collector.collect()["obs"][:, 0].view(3, 4, -1)
+        assert torch.equal(first, first[:, :1].expand_as(first))  # identical within each group
+        assert not torch.equal(first[0, 0], first[1, 0]) and not torch.equal(first[1, 0], first[2, 0])
+    algo_independent = _grpo(env, group_size=4, num_steps=16, group_shared_reset=False)
+    first = Collector(env, algo_independent.policy, algo_independent.collect_plan(env)).collect()["obs"][:, 0]
+    assert not torch.equal(first[0], first[1])
+
+
+def test_forced_resets_do_not_merge_partial_episodes():
+    # 5-step rollouts with a reset before each: no CartPole episode can end within 5 steps, so no
+    # episode may ever be counted (merging partial episodes would report 10-, 15-, ... step episodes).
+    env = CartPole(num_envs=8, seed=0)
+    algo = _grpo(env, group_size=4, num_steps=5, truncate_at_first_done=False)
+    collector = Collector(env, algo.policy, algo.collect_plan(env))
+    for _ in range(10):
+        collector.collect()
+    assert env.episode_stats.pop() == {"episode/count": 0.0}
+
+
+def test_update_reports_valid_fraction_and_ref_kl():
+    torch.manual_seed(0)
+    env = CartPole(num_envs=16, seed=0)
+    algo = _grpo(env, group_size=4, kl_coef=0.1, n_epochs=2, batch_size=256, learning_rate=1e-2)
+    collector = Collector(env, algo.policy, algo.collect_plan(env))
+    rollout = collector.collect()
+    metrics = algo.update(rollout)
+    steps = rollout.get_non_tensor("num_steps_collected")
+    assert steps < 500  # the collector stopped once every env had finished its first episode
+    valid = rollout["done"][:, :steps].float().argmax(dim=1) + 1  # first episode lengths
+    assert metrics["diag/valid_fraction"] == pytest.approx(valid.sum().item() / (16 * steps))
+    assert metrics["diag/approx_ref_kl"] > 0  # the policy moved away from its frozen reference
+    assert {"loss/policy", "loss/entropy", "diag/approx_kl", "diag/clip_fraction"} <= set(metrics)
+
+
+def test_grpo_selects_actor_only_and_refuses_bad_settings(tmp_path):
+    assert compose_config(["algo=grpo"]).policy._target_ == "embodirl.policies.actor_only.ActorOnly"
+    with pytest.raises(ConfigError, match=r"algo.group_size=1.*>= 2"):
+        build(compose_config(["algo=grpo", "algo.group_size=1", "device=cpu"]))
+    with pytest.raises(ConfigError, match=r"env.num_envs=6.*multiple of algo.group_size=4"):
+        build(compose_config(["algo=grpo", "env.num_envs=6", "device=cpu"]))
+    with pytest.raises(ConfigError, match=r"policy='ActorCritic'.*actor_only"):
+        build(compose_config(["algo=grpo", "policy=actor_critic", "device=cpu"]))
+    with pytest.raises(ConfigError, match="actor_only"):
+        GRPO(ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), device=torch.device("cpu"),
+             total_env_steps=1)
