@@ -26,8 +26,10 @@ from embodirl.collector import Collector
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.errors import ConfigError
 from embodirl.policies.base import Policy
+from embodirl.video import VideoSettings
 
-__all__ = ["Components", "build", "build_env", "build_policy", "configure_torch", "instantiate_checked", "resolve_device"]
+__all__ = ["Components", "build", "build_env", "build_policy", "build_video_settings", "configure_torch",
+           "instantiate_checked", "resolve_device"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class Components:
     algo: BaseAlgorithm
     collector: Collector
     device: torch.device
+    video: VideoSettings
 
 
 def resolve_device(device: str) -> torch.device:
@@ -166,9 +169,22 @@ def build(cfg: DictConfig) -> Components:
                                total_env_steps=_total_env_steps(cfg))
     plan = algo.collect_plan(env)
     collector = Collector(env, policy, plan)
+    video = build_video_settings(cfg.eval, eval_env)
     dry_run(env, policy)
     dry_run(eval_env, policy)
-    return Components(env, eval_env, policy, algo, collector, device)
+    return Components(env, eval_env, policy, algo, collector, device, video)
+
+
+def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings:
+    """Video settings from the ``eval`` node; refuses ``eval.video=true`` for an env without frames."""
+    settings = instantiate_checked(eval_cfg, "eval.")
+    if settings.video:
+        try:
+            env.render([0], 16)
+        except NotImplementedError as exc:
+            raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
+                              "pass eval.video=false, or use an env that renders (e.g. env=push_cube)") from None
+    return settings
 
 
 def _total_env_steps(cfg: DictConfig) -> int:

@@ -24,7 +24,9 @@ def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: in
 
     Returns:
         ``eval/return_mean``, ``eval/return_std`` (population), ``eval/length_mean``,
-        ``eval/num_episodes``, and ``eval/success_rate`` when the env reports ``success``.
+        ``eval/num_episodes``, and when the env reports ``success``: ``eval/success_at_end`` (success
+        on the episode's last step), ``eval/success_once`` (success at any step) and
+        ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved").
     """
     n = env.num_envs
     device = env.device
@@ -32,10 +34,11 @@ def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: in
     target = torch.full((n,), num_episodes // n, device=device) + (index < num_episodes % n)
     finished = torch.zeros(n, dtype=torch.int64, device=device)
     running = torch.zeros(2, n, dtype=torch.float64, device=device)  # return, length of the current episode
-    # Per env sums over its recorded episodes: return, return^2, length, success.
-    sums = torch.zeros(4, n, dtype=torch.float64, device=device)
+    ever_success = torch.zeros(n, dtype=torch.bool, device=device)
+    # Per env sums over its recorded episodes: return, return^2, length, success at end, success once.
+    sums = torch.zeros(5, n, dtype=torch.float64, device=device)
     reports_success = False
-    no_success = torch.zeros(n, dtype=torch.float64, device=device)
+    no_success = torch.zeros(n, dtype=torch.bool, device=device)
 
     obs = env.reset(seed=seed)
     max_steps = env.max_episode_steps * math.ceil(num_episodes / n) + 1
@@ -47,16 +50,19 @@ def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: in
         record = (done & (finished < target)).double()
         success = step.info.get("success")
         reports_success = reports_success or success is not None
+        success = no_success if success is None else success
+        ever_success |= success
         ret = running[0]
-        sums += record * torch.stack((ret, ret * ret, running[1], no_success if success is None else success.double()))
+        sums += record * torch.stack((ret, ret * ret, running[1], success.double(), ever_success.double()))
         finished += record.long()
         running *= ~done
+        ever_success &= ~done
         obs = step.obs
         if t % _CHECK_EVERY == _CHECK_EVERY - 1 and bool((finished >= target).all()):
             break
     env.episode_stats.pop()  # evaluation episodes are not training statistics
 
-    total_return, total_sq, total_length, total_success = (sums.sum(dim=1) / num_episodes).tolist()
+    total_return, total_sq, total_length, at_end, once = (sums.sum(dim=1) / num_episodes).tolist()
     metrics = {
         "eval/return_mean": total_return,
         "eval/return_std": math.sqrt(max(total_sq - total_return**2, 0.0)),
@@ -64,5 +70,5 @@ def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: in
         "eval/num_episodes": float(num_episodes),
     }
     if reports_success:
-        metrics["eval/success_rate"] = total_success
+        metrics.update({"eval/success_rate": at_end, "eval/success_at_end": at_end, "eval/success_once": once})
     return metrics

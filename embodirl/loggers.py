@@ -73,6 +73,18 @@ class TensorBoardLogger:
                 self.writer.add_scalar(key, value, step)
         self.writer.add_scalar("perf/sps", record["sps"], step)
 
+    def log_video(self, tag: str, frames: Any, path: Path, step: int, fps: int) -> None:
+        """TensorBoard encodes videos with moviepy; without it, the first and last frames go in as images."""
+        import importlib.util
+
+        import torch
+
+        video = torch.from_numpy(frames).permute(0, 3, 1, 2).unsqueeze(0)  # [1, T, C, H, W]
+        if importlib.util.find_spec("moviepy") is not None:
+            self.writer.add_video(tag, video, step, fps=fps)
+        else:
+            self.writer.add_images(f"{tag}_first_last", video[0, [0, -1]], step)
+
     def close(self) -> None:
         self.writer.close()
 
@@ -94,6 +106,11 @@ class WandbLogger:
     def log(self, record: dict[str, Any]) -> None:
         clean = {k: v for k, v in record.items() if isinstance(v, int | float) and math.isfinite(v)}
         self.run.log(clean, step=record["env_steps"])
+
+    def log_video(self, tag: str, frames: Any, path: Path, step: int, fps: int) -> None:
+        import wandb
+
+        self.run.log({tag: wandb.Video(str(path), format=path.suffix.lstrip("."))}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -158,6 +175,12 @@ class MetricLoggers:
     def log(self, record: dict[str, Any]) -> None:
         for logger in self.loggers:
             logger.log(record)
+
+    def log_video(self, tag: str, frames: Any, path: Path, step: int, fps: int) -> None:
+        """Hand a saved video (frames ``[T, H, W, 3]`` uint8 and its file) to loggers that show videos."""
+        for logger in self.loggers:
+            if hasattr(logger, "log_video"):
+                logger.log_video(tag, frames, path, step, fps)
 
     def close(self) -> None:
         for logger in self.loggers:

@@ -43,7 +43,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         rows.append(("eval success rate", _fmt(summary["eval/success_rate"])))
     rows.append(("solved", "not reached" if solved is None else
                  f"at {_fmt(solved)} env steps, {summary['solved_wall_time_s']:.2f} s "
-                 f"(threshold {_fmt(summary.get('solved_threshold'))})"))
+                 f"({summary.get('solved_metric', 'eval/return_mean')} >= {_fmt(summary.get('solved_threshold'))})"))
     rows += [("run dir", summary["run_dir"]), ("checkpoint", summary["checkpoint"])]
     for key, value in rows:
         table.add_row(key, value)

@@ -23,14 +23,15 @@ from embodirl.envs.base import BatchedEnv
 from embodirl.errors import CheckpointError, NonFiniteLossError, check
 from embodirl.evaluation import evaluate_policy
 from embodirl.loggers import MetricLoggers
+from embodirl.video import VideoSettings, record_episode, save_video
 
 __all__ = ["Trainer", "TrainState"]
 
 log = logging.getLogger(__name__)
 
-SUMMARY_KEYS = ("episode/return_mean", "episode/length_mean", "eval/return_mean", "eval/return_std",
-                "eval/length_mean", "eval/success_rate")
-EVAL_KEYS = ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/success_rate")
+EVAL_KEYS = ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/success_rate",
+             "eval/success_once", "eval/success_at_end")
+SUMMARY_KEYS = ("episode/return_mean", "episode/length_mean", "episode/success_rate", *EVAL_KEYS)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Trainer:
         config: The resolved run config, stored in checkpoints.
         seed: Run seed (training env; the eval env uses a derived seed).
         make_loggers: ``f(resume_env_steps or None) -> MetricLoggers``.
+        video: Evaluation video settings (None or ``video=False``: no videos).
         total_env_steps: Stop after this many env steps.
         eval_every_env_steps: Evaluate whenever a multiple of this is crossed (and at the end).
         num_eval_episodes: Episodes per evaluation.
@@ -75,6 +77,7 @@ class Trainer:
 
     def __init__(self, collector: Collector, algo: BaseAlgorithm, eval_env: BatchedEnv, run_dir: Path,
                  config: dict, seed: int, make_loggers: Callable[[int | None], MetricLoggers], *,
+                 video: VideoSettings | None = None,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
                  stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None) -> None:
@@ -98,6 +101,8 @@ class Trainer:
         self.stop_on_solved = stop_on_solved
         self.max_wall_time_s = max_wall_time_s
         self.resume_path = resume
+        self.video = video
+        self.loggers: MetricLoggers | None = None
         self.state = TrainState(next_eval=eval_every_env_steps, next_checkpoint=checkpoint_every_env_steps)
 
     # --- the loop ------------------------------------------------------------------------------------
@@ -106,7 +111,7 @@ class Trainer:
         resumed = self._resume()
         if not resumed:
             self.collector.reset(seed=self.seed)
-        loggers = self.make_loggers(self.state.env_steps if resumed else None)
+        loggers = self.loggers = self.make_loggers(self.state.env_steps if resumed else None)
         status, reason = "running", None
         origin = time.perf_counter() - self.state.wall_time_s
         try:
@@ -158,14 +163,25 @@ class Trainer:
         return record
 
     def _evaluate(self, origin: float) -> dict[str, Any]:
-        metrics = evaluate_policy(self.eval_env, self.policy, self.num_eval_episodes, seed=self.seed + 1_000_003)
+        eval_seed = self.seed + 1_000_003
+        metrics = evaluate_policy(self.eval_env, self.policy, self.num_eval_episodes, seed=eval_seed)
         out = {key: None for key in EVAL_KEYS}
         out.update(metrics)
+        if self.video is not None and self.video.video:
+            self._record_video(eval_seed)
         st = self.state
         if st.solved_env_steps is None and self.env.is_solved(metrics):
             st.solved_env_steps = st.env_steps
             st.solved_wall_time_s = time.perf_counter() - origin
         return out
+
+    def _record_video(self, seed: int) -> None:
+        v = self.video
+        frames = record_episode(self.eval_env, self.policy, v.video_num_envs, v.video_size, seed)
+        path = save_video(frames, self.run_dir / "videos" / f"eval_{self.state.env_steps:012d}.{v.video_format}",
+                          v.video_fps)
+        if self.loggers is not None:
+            self.loggers.log_video("eval/video", frames, path, self.state.env_steps, v.video_fps)
 
     def stop_reason(self) -> str | None:
         """Why training should stop now, or None to go on."""
@@ -237,7 +253,8 @@ class Trainer:
                                "sps": st.env_steps / st.wall_time_s if st.wall_time_s > 0 else None}
         out.update({k: st.last.get(k) for k in SUMMARY_KEYS})
         out.update({k: v for k, v in st.last.items() if k.startswith(("loss/", "diag/"))})
-        out.update({"solved_threshold": self.env.solved_threshold, "solved_env_steps": st.solved_env_steps,
+        out.update({"solved_metric": self.env.solved_metric, "solved_threshold": self.env.solved_threshold,
+                    "solved_env_steps": st.solved_env_steps,
                     "solved_wall_time_s": st.solved_wall_time_s, "run_dir": str(self.run_dir.resolve()),
                     "checkpoint": str((self.ckpt_dir / "last.pt").resolve())})
         return out

@@ -19,9 +19,10 @@ from embodirl.errors import CheckpointError, ConfigError
 
 
 
-def evaluate_checkpoint(cfg: DictConfig) -> dict[str, Any]:
-    """Load ``cfg.checkpoint``, rebuild env and policy, evaluate; return the result record."""
-    from embodirl.build import build_env, build_policy, configure_torch, resolve_device
+def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Load ``cfg.checkpoint``, rebuild env and policy, evaluate (and film); return the result record."""
+    from embodirl.build import build_env, build_policy, build_video_settings, configure_torch, resolve_device
+    from embodirl.video import record_episode, save_video
     from embodirl.checkpoint import load_checkpoint
     from embodirl.evaluation import evaluate_policy
 
@@ -42,14 +43,19 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint={cfg.checkpoint!r}: its policy weights do not fit its own config "
                               f"({str(exc).splitlines()[0]})") from exc
     policy.eval()
+    video = build_video_settings(cfg.eval, env)
+    extra = {}
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
+        if video.video:
+            frames = record_episode(env, policy, video.video_num_envs, video.video_size, cfg.seed)
+            extra["video"] = str(save_video(frames, out_dir / f"video.{video.video_format}", video.video_fps))
     finally:
         env.close()
     solved = env.is_solved(metrics)
     return {"checkpoint": str(Path(cfg.checkpoint).resolve()), "env": train_cfg.env._target_,
             "num_envs": env.num_envs, "env_steps_trained": state["trainer"]["env_steps"], **metrics,
-            "solved_threshold": env.solved_threshold, "solved": solved}
+            "solved_metric": env.solved_metric, "solved_threshold": env.solved_threshold, "solved": solved, **extra}
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
@@ -57,12 +63,13 @@ def main(cfg: DictConfig) -> float:
     from embodirl.checkpoint import atomic_write_json
     from embodirl.summary import print_eval
 
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        result = evaluate_checkpoint(cfg)
+        result = evaluate_checkpoint(cfg, out_dir)
     except (ConfigError, CheckpointError) as exc:
         print(f"embodirl-eval: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    out = Path(HydraConfig.get().runtime.output_dir) / "eval.json"
+    out = out_dir / "eval.json"
     atomic_write_json(out, result)
     print_eval(result)
     print(f"wrote {out}")

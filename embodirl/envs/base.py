@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -130,8 +131,9 @@ class BatchedEnv(ABC):
             Discrete actions are int64 tensors ``[N]``; Box actions float32 ``[N, act_dim]``.
             Box actions outside the bounds are clipped by the env.
         max_episode_steps: Time limit of one episode.
-        solved_threshold: Deterministic-eval mean return at which the task counts as solved
-            (None: no threshold). Envs that report success may override :meth:`is_solved`.
+        solved_metric: The deterministic-eval metric that decides "solved" (``eval/return_mean`` by
+            default; ``eval/success_rate`` for tasks with a success criterion).
+        solved_threshold: Value of ``solved_metric`` at which the task counts as solved (None: never).
         episode_stats: The :class:`EpisodeStats` the env updates in ``step``.
     """
 
@@ -140,6 +142,7 @@ class BatchedEnv(ABC):
     observation_space: gym.spaces.Box
     action_space: gym.spaces.Space
     max_episode_steps: int
+    solved_metric: str = "eval/return_mean"
     solved_threshold: float | None = None
     episode_stats: EpisodeStats
 
@@ -160,9 +163,13 @@ class BatchedEnv(ABC):
 
     def is_solved(self, eval_metrics: dict[str, float]) -> bool:
         """Whether deterministic-eval metrics meet the task's solved criterion."""
-        if self.solved_threshold is None:
-            return False
-        return eval_metrics.get("eval/return_mean", float("-inf")) >= self.solved_threshold
+        value = eval_metrics.get(self.solved_metric)
+        return self.solved_threshold is not None and value is not None and value >= self.solved_threshold
+
+    def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
+        """RGB frames of the given envs (all when None) as uint8 ``[k, size, size, 3]``, drawn without a
+        display or GPU. Envs without pictures raise NotImplementedError."""
+        raise NotImplementedError(f"{type(self).__name__} does not render frames")
 
     def state_dict(self) -> dict[str, Tensor]:
         """Everything needed to continue the env exactly (for resume). Envs that cannot be

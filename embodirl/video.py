@@ -1,0 +1,111 @@
+"""Evaluation videos: a grid of a few envs running the deterministic policy, saved with imageio."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from embodirl.envs.base import BatchedEnv
+from embodirl.errors import ConfigError, check, check_choice
+from embodirl.policies.base import Policy
+
+__all__ = ["VideoSettings", "record_episode", "save_video", "tile"]
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """How evaluation videos are made (config node ``eval``).
+
+    Args:
+        video: Record a video at every evaluation (train) or once (embodirl-eval).
+        video_num_envs: Envs shown side by side in a grid.
+        video_size: Pixel size of each env's square frame.
+        video_fps: Frames per second of the file.
+        video_format: ``mp4`` (H.264 via imageio-ffmpeg) or ``gif``.
+    """
+
+    video: bool = False
+    video_num_envs: int = 4
+    video_size: int = 192
+    video_fps: int = 20
+    video_format: Literal["mp4", "gif"] = "mp4"
+
+    def __post_init__(self) -> None:
+        check(self.video_num_envs >= 1, "video_num_envs", self.video_num_envs, "an int >= 1")
+        check(16 <= self.video_size <= 2048, "video_size", self.video_size, "an int in [16, 2048]")
+        check(self.video_fps >= 1, "video_fps", self.video_fps, "an int >= 1")
+        check_choice("video_format", self.video_format, ["mp4", "gif"])
+
+
+def tile(frames: np.ndarray) -> np.ndarray:
+    """``[k, H, W, 3]`` -> one ``[rows*H, cols*W, 3]`` image, row-major, black where the grid is empty."""
+    k, h, w, c = frames.shape
+    cols = math.ceil(math.sqrt(k))
+    rows = math.ceil(k / cols)
+    grid = np.zeros((rows * h, cols * w, c), dtype=frames.dtype)
+    for i in range(k):
+        r, col = divmod(i, cols)
+        grid[r * h:(r + 1) * h, col * w:(col + 1) * w] = frames[i]
+    return grid
+
+
+@torch.no_grad()
+def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, seed: int) -> np.ndarray:
+    """Run one deterministic episode from a seeded reset and return the tiled frames ``[T+1, H, W, 3]``.
+
+    The first ``num_envs`` envs are drawn; each keeps showing its last frame once its episode ended.
+
+    Raises:
+        ConfigError: The env cannot render.
+    """
+    ids = list(range(min(num_envs, env.num_envs)))
+    try:
+        obs = env.reset(seed=seed)
+        first = env.render(ids, size)
+    except NotImplementedError as exc:
+        raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
+                          "pass eval.video=false for this env") from None
+    frames = [tile(first)]
+    last = first
+    alive = np.ones(len(ids), dtype=bool)
+    for _ in range(env.max_episode_steps):
+        step = env.step(policy.mode(obs))
+        done = (step.terminated | step.truncated)[: len(ids)].cpu().numpy()
+        current = env.render(ids, size)
+        last = np.where(alive[:, None, None, None], current, last)
+        alive &= ~done
+        frames.append(tile(last))
+        obs = step.obs
+        if not alive.any():
+            break
+    env.episode_stats.pop()
+    return np.stack(frames)
+
+
+def save_video(frames: np.ndarray, path: str | Path, fps: int) -> Path:
+    """Write ``[T, H, W, 3]`` uint8 frames to ``path`` (format from its suffix) atomically."""
+    import imageio.v2 as imageio
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".gif":
+            imageio.mimsave(tmp, list(frames), duration=1000 / fps, loop=0)
+        else:
+            # Even sizes keep every H.264 player happy.
+            frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
+            imageio.mimsave(tmp, list(frames), fps=fps, macro_block_size=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
