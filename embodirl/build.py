@@ -8,6 +8,7 @@ so ``trainer.total_env_steps=abc`` fails with the key, the value and an example,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -65,10 +66,30 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None):
+    """Run a block with ``num_threads`` intra-op threads (None: leave as is), then restore."""
+    previous = torch.get_num_threads()
+    if num_threads is not None and num_threads != previous:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
+
+
+def check_threads(key: str, value: Any, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(key, value, "an int >= 1" + (" or null" if allow_none else ""),
+                          f"pass {key}=1 (best for small nets on CPU)")
+
+
 def configure_torch(seed: int, num_threads: int) -> None:
     """Seed torch and cap intra-op threads (small nets on small machines run fastest on one)."""
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ConfigError("num_threads", num_threads, "an int >= 1", "pass num_threads=1 (best for small nets on CPU)")
+    check_threads("num_threads", num_threads)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError("seed", seed, "an int", "pass seed=0")
     torch.set_num_threads(num_threads)
@@ -161,6 +182,7 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
 def build(cfg: DictConfig) -> Components:
     """Build env, eval env, policy, algorithm and collector from a composed config; dry-run them."""
     configure_torch(cfg.seed, cfg.num_threads)
+    check_threads("num_update_threads", cfg.num_update_threads, allow_none=True)
     device = resolve_device(cfg.device)
     env = build_env(cfg.env, device, cfg.seed)
     eval_env = build_env(cfg.env, device, cfg.seed + 1_000_003, num_envs=cfg.trainer.num_eval_envs)

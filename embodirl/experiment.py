@@ -39,6 +39,7 @@ def run_training(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     trainer = instantiate_checked(
         cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, eval_env=parts.eval_env,
         run_dir=run_dir, config=config, seed=cfg.seed, make_loggers=make_loggers, video=parts.video,
+        num_update_threads=cfg.num_update_threads,
     )
     log.info("training %s with %s on %s (%d envs, device %s); run dir %s", type(parts.policy).__name__,
              type(parts.algo).__name__, type(parts.env).__name__, parts.env.num_envs, parts.device, run_dir)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from embodirl.algos.base import BaseAlgorithm
+from embodirl.build import torch_threads
 from embodirl.checkpoint import (
     atomic_write_bytes,
     atomic_write_json,
@@ -65,6 +66,7 @@ class Trainer:
         seed: Run seed (training env; the eval env uses a derived seed).
         make_loggers: ``f(resume_env_steps or None) -> MetricLoggers``.
         video: Evaluation video settings (None or ``video=False``: no videos).
+        num_update_threads: torch intra-op threads during ``algo.update`` (None: unchanged).
         total_env_steps: Stop after this many env steps.
         eval_every_env_steps: Evaluate whenever a multiple of this is crossed (and at the end).
         num_eval_episodes: Episodes per evaluation.
@@ -77,7 +79,7 @@ class Trainer:
 
     def __init__(self, collector: Collector, algo: BaseAlgorithm, eval_env: BatchedEnv, run_dir: Path,
                  config: dict, seed: int, make_loggers: Callable[[int | None], MetricLoggers], *,
-                 video: VideoSettings | None = None,
+                 video: VideoSettings | None = None, num_update_threads: int | None = None,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
                  stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None) -> None:
@@ -102,6 +104,7 @@ class Trainer:
         self.max_wall_time_s = max_wall_time_s
         self.resume_path = resume
         self.video = video
+        self.num_update_threads = num_update_threads
         self.loggers: MetricLoggers | None = None
         self.state = TrainState(next_eval=eval_every_env_steps, next_checkpoint=checkpoint_every_env_steps)
 
@@ -140,7 +143,8 @@ class Trainer:
         t0 = time.perf_counter()
         rollout = self.collector.collect()
         t1 = time.perf_counter()
-        metrics = self.algo.update(rollout)
+        with torch_threads(self.num_update_threads):
+            metrics = self.algo.update(rollout)
         t2 = time.perf_counter()
         steps = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         st = self.state

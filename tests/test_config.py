@@ -48,3 +48,25 @@ def test_gym_env_by_id_with_continuous_actions(tmp_path, tiny):
     cfg = compose_config([*tiny, "env=gym", "env.id=Pendulum-v1", "env.num_envs=2", "trainer.total_env_steps=64"])
     summary = run_training(cfg, tmp_path)
     assert summary["status"] == "completed"
+
+
+def _options(group: str) -> list[str]:
+    from importlib.resources import files
+
+    return sorted(p.name.removesuffix(".yaml") for p in files("embodirl.conf").joinpath(group).iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+@pytest.mark.parametrize("experiment", _options("experiment"))
+def test_every_experiment_composes_and_builds(experiment):
+    from embodirl.build import build
+
+    parts = build(compose_config([f"+experiment={experiment}", "device=cpu"]))
+    assert parts.env.num_envs >= 1 and parts.collector.plan.num_steps >= 1
+
+
+def test_update_threads_are_configurable_and_checked(tmp_path, tiny):
+    summary = run_training(compose_config([*tiny, "num_update_threads=2", "trainer.total_env_steps=128"]), tmp_path)
+    assert summary["status"] == "completed"
+    with pytest.raises(ConfigError, match="num_update_threads=0"):
+        run_training(compose_config([*tiny, "num_update_threads=0"]), tmp_path / "bad")
