@@ -9,11 +9,22 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from embodirl.build import build, instantiate_checked
+from embodirl.errors import ConfigError
 from embodirl.loggers import build_loggers
+from embodirl.trainer import SUMMARY_KEYS
 
-__all__ = ["run_training"]
+__all__ = ["OBJECTIVES", "check_objective", "run_training"]
 
 log = logging.getLogger(__name__)
+
+
+OBJECTIVES = (*SUMMARY_KEYS, "solved_env_steps", "solved_wall_time_s", "env_steps", "wall_time_s", "sps")
+
+
+def check_objective(key: str) -> None:
+    """The value a sweep optimises must be a summary key (``loss/*`` and ``diag/*`` are also accepted)."""
+    if key not in OBJECTIVES and not str(key).startswith(("loss/", "diag/")):
+        raise ConfigError("objective", key, "a summary key: " + ", ".join(OBJECTIVES), "pass objective=eval/return_mean")
 
 
 def run_training(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 Examples::
 
     embodirl-train                                  # PPO on the batched CartPole until solved
+    embodirl-train algo=grpo env=cartpole           # GRPO (selects policy=actor_only)
     embodirl-train algo.clip_coef=0.1 env.num_envs=512 seed=3 device=cpu
     embodirl-train env=gym env.id=Pendulum-v1 trainer.total_env_steps=200000
     embodirl-train -m algo.learning_rate=1e-3,2e-3 seed='range(0,3)'
@@ -10,30 +11,60 @@ Examples::
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from embodirl.errors import CheckpointError, ConfigError, NonFiniteLossError
-from embodirl.summary import print_summary
 
+log = logging.getLogger("embodirl.train")
+
+USER_ERRORS = (ConfigError, CheckpointError, NonFiniteLossError)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    """Train one configuration; returns the final ``eval/return_mean`` for Hydra sweepers."""
-    from embodirl.experiment import run_training  # after Hydra parsed the command line: fast --help
+def main(cfg: DictConfig) -> float:
+    """Train one configuration; return ``summary[cfg.objective]`` for Hydra sweepers (NaN if it failed).
 
-    run_dir = HydraConfig.get().runtime.output_dir
+    In a multirun a failing job records ``failed`` in its ``status.json`` and returns NaN so the other
+    jobs go on; the sweep's end callback then fails the command naming it. A single run exits non-zero.
+    """
+    from embodirl.experiment import check_objective, run_training  # after parsing: fast --help
+    from embodirl.fate import write_status
+    from embodirl.summary import print_summary
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    write_status(run_dir, "running")
     try:
+        check_objective(cfg.objective)
         summary = run_training(cfg, run_dir)
-    except (ConfigError, CheckpointError, NonFiniteLossError) as exc:
-        print(f"embodirl-train: error: {exc}", file=sys.stderr)
-        sys.exit(2 if not isinstance(exc, NonFiniteLossError) else 3)
+    except Exception as exc:
+        write_status(run_dir, "failed", exc=exc)
+        if isinstance(exc, USER_ERRORS):
+            print(f"embodirl-train: error: {exc}", file=sys.stderr)
+        elif multirun:
+            log.exception("job failed (recorded in %s)", run_dir / "status.json")
+        if multirun:
+            return math.nan
+        if isinstance(exc, USER_ERRORS):
+            sys.exit(3 if isinstance(exc, NonFiniteLossError) else 2)
+        raise
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit: recorded, then passed on
+        write_status(run_dir, "failed", exc=exc)
+        raise
+    objective = summary.get(cfg.objective)
+    objective = math.nan if objective is None else float(objective)
+    write_status(run_dir, "completed", objective_key=cfg.objective, objective=objective,
+                 stop_reason=summary["stop_reason"])
     print_summary(summary)
-    return summary.get("eval/return_mean")
+    return objective
 
 
 if __name__ == "__main__":
