@@ -24,12 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from embodirl.algos.base import BaseAlgorithm
 from embodirl.collector import Collector
+from embodirl.distributed import broadcast_module
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.errors import ConfigError
 from embodirl.policies.base import Policy
 from embodirl.video import VideoSettings
 
-__all__ = ["Components", "build", "build_env", "build_policy", "build_video_settings", "configure_torch",
+__all__ = ["Components", "build", "rank_seed", "wants_cuda", "build_env", "build_policy", "build_video_settings", "configure_torch",
            "instantiate_checked", "resolve_device"]
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,16 @@ class Components:
     video: VideoSettings
 
 
-def resolve_device(device: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; anything else must exist on this machine."""
+def wants_cuda(device: str) -> bool:
+    """Whether ``device`` resolves to CUDA on this machine (decides NCCL vs gloo before building)."""
+    return str(device).startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; anything else must exist on this machine.
+
+    In a multi-process run ``auto``/``cuda`` mean this process's GPU, ``cuda:<local_rank>``.
+    """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -62,7 +71,7 @@ def resolve_device(device: str) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError("device", device, "auto, cpu, cuda or cuda:N", "pass device=auto")
     if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+        dev = torch.device("cuda", local_rank if local_rank else torch.cuda.current_device())
     return dev
 
 
@@ -179,14 +188,28 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
     return policy.to(device)
 
 
-def build(cfg: DictConfig) -> Components:
-    """Build env, eval env, policy, algorithm and collector from a composed config; dry-run them."""
+RANK_SEED_STRIDE = 1_000_003  # rank r's envs and sampling use seed + r * stride
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    return seed + RANK_SEED_STRIDE * rank
+
+
+def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0) -> Components:
+    """Build env, eval env, policy, algorithm and collector from a composed config; dry-run them.
+
+    Every rank builds the same policy (same seed, then rank 0's weights broadcast); envs and action
+    sampling get per-rank seeds.
+    """
     configure_torch(cfg.seed, cfg.num_threads)
     check_threads("num_update_threads", cfg.num_update_threads, allow_none=True)
-    device = resolve_device(cfg.device)
-    env = build_env(cfg.env, device, cfg.seed)
+    device = resolve_device(cfg.device, local_rank)
+    env = build_env(cfg.env, device, rank_seed(cfg.seed, rank))
     eval_env = build_env(cfg.env, device, cfg.seed + 1_000_003, num_envs=cfg.trainer.num_eval_envs)
     policy = build_policy(cfg.policy, env, device)
+    broadcast_module(policy)
+    if rank:
+        torch.manual_seed(rank_seed(cfg.seed, rank))
     algo = instantiate_checked(cfg.algo, "algo.", policy=policy, device=device,
                                total_env_steps=_total_env_steps(cfg))
     plan = algo.collect_plan(env)

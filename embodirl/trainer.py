@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from embodirl.algos.base import BaseAlgorithm
 from embodirl.build import torch_threads
 from embodirl.checkpoint import (
@@ -20,10 +22,12 @@ from embodirl.checkpoint import (
     set_rng_state,
 )
 from embodirl.collector import Collector
+from embodirl.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import CheckpointError, NonFiniteLossError, check
 from embodirl.evaluation import evaluate_policy
 from embodirl.loggers import MetricLoggers
+from embodirl.preemption import PreemptionGuard
 from embodirl.video import VideoSettings, record_episode, save_video
 
 __all__ = ["Trainer", "TrainState"]
@@ -106,6 +110,8 @@ class Trainer:
         self.video = video
         self.num_update_threads = num_update_threads
         self.loggers: MetricLoggers | None = None
+        self.dist = get_info()
+        self.sync: dict[str, Any] | None = None
         self.state = TrainState(next_eval=eval_every_env_steps, next_checkpoint=checkpoint_every_env_steps)
 
     # --- the loop ------------------------------------------------------------------------------------
@@ -117,27 +123,42 @@ class Trainer:
         loggers = self.loggers = self.make_loggers(self.state.env_steps if resumed else None)
         status, reason = "running", None
         origin = time.perf_counter() - self.state.wall_time_s
-        try:
-            while (reason := self.stop_reason()) is None:
-                record = self._iteration(origin)
-                loggers.log(record)
-                if self.state.env_steps >= self.state.next_checkpoint:
-                    self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
-                    self.save(periodic=True)
-            self.save()
-            status = "completed"
-        except NonFiniteLossError:
-            status, reason = "failed", "non_finite_loss"
-            raise
-        except KeyboardInterrupt:
-            status, reason = "interrupted", "keyboard_interrupt"
-            self.save(name="interrupted.pt")  # last.pt stays at the last consistent iteration
-            raise
-        finally:
-            loggers.close()
-            summary = self.summary(status, reason)
-            atomic_write_json(self.run_dir / "summary.json", summary)
+        with PreemptionGuard() as guard:
+            try:
+                while (reason := self._agreed_stop(guard)) is None:
+                    loggers.log(self._iteration(origin))
+                    if self.state.env_steps >= self.state.next_checkpoint:
+                        self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
+                        self.save(periodic=True)
+                self.save()
+                status = "preempted" if reason == "preempted" else "completed"
+                self.sync = sync_report(self.policy, self.collector.rollout["obs"])
+                if not self.sync["params_identical"]:
+                    log.error("ranks hold different parameters after training: %s", self.sync)
+            except NonFiniteLossError:
+                status, reason = "failed", "non_finite_loss"
+                raise
+            except KeyboardInterrupt:
+                status, reason = "interrupted", "keyboard_interrupt"
+                self.save(name="interrupted.pt")  # last.pt stays at the last consistent iteration
+                raise
+            finally:
+                loggers.close()
+                summary = self.summary(status, reason)
+                if self.dist.is_main:
+                    atomic_write_json(self.run_dir / "summary.json", summary)
+            if status == "preempted":
+                guard.hand_over()  # submitit: requeue and exit; otherwise PreemptedError
         return summary
+
+    def _agreed_stop(self, guard: PreemptionGuard) -> str | None:
+        """The stop decision every rank takes: rank 0's stop reason, or ``preempted`` if any rank was signalled."""
+        reason = self.stop_reason() if self.dist.is_main else None
+        preempted = guard.requested
+        if self.dist.world_size > 1:
+            preempted = bool(allreduce_max(torch.tensor([float(preempted)])).item())
+            reason = broadcast_object(reason)
+        return "preempted" if preempted else reason
 
     def _iteration(self, origin: float) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -147,17 +168,20 @@ class Trainer:
             metrics = self.algo.update(rollout)
         t2 = time.perf_counter()
         steps = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
+        if self.dist.world_size > 1:
+            steps = int(allreduce_sum(torch.tensor([steps])).item())
         st = self.state
         st.env_steps += steps
         st.iteration += 1
         record: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
                                   "episode/return_mean": None, "episode/length_mean": None}
-        record.update(self.env.episode_stats.pop())
+        record.update(self.env.episode_stats.pop(reduce=allreduce_sum))
         record.update(metrics)
         out_of_time = self.max_wall_time_s is not None and time.perf_counter() - origin >= self.max_wall_time_s
         if st.env_steps >= st.next_eval or st.env_steps >= self.total_env_steps or out_of_time:
             st.next_eval = next_threshold(st.env_steps, self.eval_every)
-            record.update(self._evaluate(origin))
+            if self.dist.is_main:  # one evaluation per iteration; its stop decision is broadcast
+                record.update(self._evaluate(origin))
         now = time.perf_counter()
         iteration_s = now - (origin + st.wall_time_s)
         st.wall_time_s = now - origin
@@ -214,9 +238,11 @@ class Trainer:
         }
 
     def save(self, periodic: bool = False, name: str = "last.pt") -> Path:
-        """Atomically write ``checkpoints/<name>`` (and a periodic copy); prune old periodic ones."""
-        data = serialize_checkpoint(self.checkpoint_state())
+        """Atomically write ``checkpoints/<name>`` (and a periodic copy); prune old periodic ones. Rank 0 only."""
         path = self.ckpt_dir / name
+        if not self.dist.is_main:
+            return path
+        data = serialize_checkpoint(self.checkpoint_state())
         atomic_write_bytes(path, data)
         if periodic and self.keep_checkpoints > 0:
             atomic_write_bytes(self.ckpt_dir / f"step_{self.state.env_steps:012d}.pt", data)
@@ -238,13 +264,16 @@ class Trainer:
                 "Fix: resume with the same policy, env and algo settings the checkpoint was trained with "
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
-        if state["env"] is not None:
+        if state["env"] is not None and self.dist.is_main:  # the checkpoint holds rank 0's env
             self.env.load_state_dict(state["env"])
             self.collector.load_state_dict(state["collector"])
         else:
-            log.warning("%s cannot restore env state: resumed training starts fresh episodes", type(self.env).__name__)
+            if self.dist.is_main:
+                log.warning("%s cannot restore its env state: resumed training starts fresh episodes",
+                            type(self.env).__name__)
             self.collector.reset(seed=self.seed + state["trainer"]["iteration"])
-        set_rng_state(state["rng"])
+        if self.dist.is_main:
+            set_rng_state(state["rng"])
         self.state = TrainState(**state["trainer"])
         log.info("resumed from %s at env_steps=%d (iteration %d)", path, self.state.env_steps, self.state.iteration)
         return True
@@ -260,5 +289,6 @@ class Trainer:
         out.update({"solved_metric": self.env.solved_metric, "solved_threshold": self.env.solved_threshold,
                     "solved_env_steps": st.solved_env_steps,
                     "solved_wall_time_s": st.solved_wall_time_s, "run_dir": str(self.run_dir.resolve()),
-                    "checkpoint": str((self.ckpt_dir / "last.pt").resolve())})
+                    "checkpoint": str((self.ckpt_dir / "last.pt").resolve()),
+                    "distributed": self.sync or {"world_size": self.dist.world_size}})
         return out

@@ -29,7 +29,7 @@ def compose_config(overrides: list[str], config_name: str = "train") -> DictConf
 def run_cli(script: str, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run an installed console script (falls back to ``python -m``) and capture its output."""
     module = {"embodirl-train": "embodirl.cli.train", "embodirl-eval": "embodirl.cli.evaluate",
-              "embodirl-bench": "embodirl.cli.bench"}[script]
+              "embodirl-bench": "embodirl.cli.bench", "embodirl-report": "embodirl.cli.report"}[script]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)

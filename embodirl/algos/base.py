@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from embodirl.algos.functional import scheduled_value
+from embodirl.distributed import allreduce_grads, allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy
@@ -79,6 +80,7 @@ class BaseAlgorithm(ABC):
         """Backward, global grad-norm clip, Adam step (no host sync)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        allreduce_grads(self.params)  # identical parameters on every rank after every step
         torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.optimizer.step()
 
@@ -97,8 +99,8 @@ class BaseAlgorithm(ABC):
 
     @staticmethod
     def finish_metrics(names: list[str], values: torch.Tensor) -> dict[str, float]:
-        """Fetch device-side metrics with one host sync; raise on a non-finite loss."""
-        metrics = dict(zip(names, values.tolist(), strict=True))
+        """Average device-side metrics over ranks, fetch them with one host sync; raise on a non-finite loss."""
+        metrics = dict(zip(names, allreduce_mean(values.float()).tolist(), strict=True))
         bad = {k: v for k, v in metrics.items() if k.startswith("loss/") and not math.isfinite(v)}
         if bad:
             raise NonFiniteLossError(

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.distributed import allreduce_max
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import ConfigError, check, check_choice
 from embodirl.policies.base import Policy
@@ -149,10 +150,15 @@ class GRPO(BaseAlgorithm):
             with torch.no_grad():
                 data.append(self.ref_policy.evaluate(data[0], data[1])[0])
 
+        # Every rank takes the same number of optimizer steps (gradients are all-reduced per step):
+        # chunks per epoch follow the largest valid count over ranks; a rank with fewer valid
+        # transitions gets smaller (possibly empty) chunks.
+        most_valid = int(allreduce_max(torch.tensor([valid.numel()], device=self.device)).item())
+        chunks = max(1, -(-most_valid // self.batch_size))
         sums = torch.zeros(len(_METRICS), device=self.device)
         num_minibatches = 0
         for _ in range(self.n_epochs):
-            for idx in torch.randperm(valid.numel(), device=self.device).split(self.batch_size):
+            for idx in torch.randperm(valid.numel(), device=self.device).tensor_split(chunks):
                 sums += self._minibatch_step(*(x[idx] for x in data))
                 num_minibatches += 1
 
@@ -169,20 +175,27 @@ class GRPO(BaseAlgorithm):
 
     def _minibatch_step(self, obs: Tensor, action: Tensor, old_log_prob: Tensor, adv: Tensor,
                         ref_log_prob: Tensor | None = None) -> Tensor:
-        """One gradient step on valid transitions; returns detached metrics in ``_METRICS`` order."""
+        """One gradient step on valid transitions; returns detached metrics in ``_METRICS`` order.
+
+        Means are ``sum / max(count, 1)`` so an empty chunk (possible on a rank with few valid
+        transitions) contributes a zero gradient instead of NaN.
+        """
+        count = max(obs.shape[0], 1)
         log_prob, entropy, _ = self.policy.evaluate(obs, action)
         pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, adv, self.clip_coef)
-        pg_loss = pg_loss.mean()
-        entropy = entropy.mean()
+        pg_loss = pg_loss.sum() / count
+        entropy = entropy.sum() / count
         loss = pg_loss - self.ent_coef * entropy
         ref_kl = torch.zeros((), device=self.device)
         if ref_log_prob is not None:
-            ref_kl = F.k3_kl(log_prob, ref_log_prob).mean()
+            ref_kl = F.k3_kl(log_prob, ref_log_prob).sum() / count
             loss = loss + self.kl_coef * ref_kl
         self.optimizer_step(loss)
         with torch.no_grad():
-            return torch.stack([pg_loss.detach(), entropy.detach(), ref_kl.detach(),
-                                F.approx_kl(log_prob, old_log_prob), F.clip_fraction(ratio, self.clip_coef)])
+            log_ratio = log_prob - old_log_prob
+            kl = (torch.expm1(log_ratio) - log_ratio).sum() / count
+            frac = ((ratio - 1.0).abs() > self.clip_coef).float().sum() / count
+            return torch.stack([pg_loss.detach(), entropy.detach(), ref_kl.detach(), kl, frac])
 
     def state_dict(self) -> dict:
         state = super().state_dict()

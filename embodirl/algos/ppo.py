@@ -12,6 +12,7 @@ from torch import Tensor
 
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.distributed import allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import check, check_choice
 from embodirl.policies.base import Policy
@@ -125,7 +126,7 @@ class PPO(BaseAlgorithm):
             sums += epoch_sums
             num_minibatches += len(minibatches)
             # Early stop costs one host sync per epoch, only when target_kl is set.
-            if self.target_kl is not None and epoch_sums[3].item() / len(minibatches) > self.target_kl:
+            if self.target_kl is not None and allreduce_mean(epoch_sums[3:4].clone()).item() / len(minibatches) > self.target_kl:
                 break
 
         self.policy.update_normalizer(rollout["obs"][:, :-1])

@@ -19,11 +19,22 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from embodirl.errors import CheckpointError, ConfigError, NonFiniteLossError
 
 log = logging.getLogger("embodirl.train")
+
+
+def _rank_suffix() -> str:
+    """``""`` on rank 0, ``".rank<r>"`` elsewhere: per-rank log files (resolver used in train.yaml)."""
+    from embodirl.distributed import env_rank
+
+    rank = env_rank()
+    return f".rank{rank}" if rank else ""
+
+
+OmegaConf.register_new_resolver("embodirl_rank_suffix", _rank_suffix, replace=True)
 
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteLossError)
 
@@ -35,18 +46,26 @@ def main(cfg: DictConfig) -> float:
     In a multirun a failing job records ``failed`` in its ``status.json`` and returns NaN so the other
     jobs go on; the sweep's end callback then fails the command naming it. A single run exits non-zero.
     """
+    from embodirl.distributed import env_rank
     from embodirl.experiment import check_objective, run_training  # after parsing: fast --help
     from embodirl.fate import write_status
+    from embodirl.preemption import PreemptedError, was_preempted
     from embodirl.summary import print_summary
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    write_status(run_dir, "running")
+    main_rank = env_rank() == 0  # only rank 0 records the run's fate
+    record = write_status if main_rank else (lambda *a, **k: None)
+    record(run_dir, "running")
     try:
         check_objective(cfg.objective)
         summary = run_training(cfg, run_dir)
+    except PreemptedError as exc:  # saved; no launcher handler took over (plain process)
+        record(run_dir, "preempted", exc=exc)
+        print(f"embodirl-train: {exc}", file=sys.stderr)
+        sys.exit(124)
     except Exception as exc:
-        write_status(run_dir, "failed", exc=exc)
+        record(run_dir, "failed", exc=exc)
         if isinstance(exc, USER_ERRORS):
             print(f"embodirl-train: error: {exc}", file=sys.stderr)
         elif multirun:
@@ -56,14 +75,15 @@ def main(cfg: DictConfig) -> float:
         if isinstance(exc, USER_ERRORS):
             sys.exit(3 if isinstance(exc, NonFiniteLossError) else 2)
         raise
-    except BaseException as exc:  # KeyboardInterrupt, SystemExit: recorded, then passed on
-        write_status(run_dir, "failed", exc=exc)
+    except BaseException as exc:  # KeyboardInterrupt, or SystemExit from submitit's requeue: record, pass on
+        record(run_dir, "preempted" if was_preempted() else "failed", exc=exc)
         raise
     objective = summary.get(cfg.objective)
     objective = math.nan if objective is None else float(objective)
-    write_status(run_dir, "completed", objective_key=cfg.objective, objective=objective,
-                 stop_reason=summary["stop_reason"])
-    print_summary(summary)
+    record(run_dir, "completed", objective_key=cfg.objective, objective=objective,
+           stop_reason=summary["stop_reason"])
+    if main_rank:
+        print_summary(summary)
     return objective
 
 

@@ -14,6 +14,7 @@ and fetched once per training iteration with :meth:`EpisodeStats.pop`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import NamedTuple
 
 import gymnasium as gym
@@ -85,14 +86,19 @@ class EpisodeStats:
             self.running_return *= ~mask
             self.running_length *= ~mask
 
-    def pop(self) -> dict[str, float]:
+    def pop(self, reduce: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
         """Means over the episodes finished since the last call (one host sync), then clear.
+
+        Args:
+            reduce: Applied to the ``[4]`` sums (count, return, length, successes) before the means,
+                e.g. a sum over ranks.
 
         Returns:
             ``episode/count``, and when at least one episode finished ``episode/return_mean``,
             ``episode/length_mean``, plus ``episode/success_rate`` if the env reports success.
         """
-        count, ret, length, success = self._sums.sum(dim=1).tolist()
+        sums = self._sums.sum(dim=1)
+        count, ret, length, success = (sums if reduce is None else reduce(sums)).tolist()
         reports_success = bool(self._reports_success)
         self._sums.zero_()
         out = {"episode/count": count}

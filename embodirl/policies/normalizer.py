@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from embodirl.distributed import allreduce_sum
+
 __all__ = ["RunningNormalizer"]
 
 
@@ -33,15 +35,21 @@ class RunningNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
-        """Merge a batch ``[B, *shape]`` into the running statistics."""
-        x = x.reshape(-1, *self.mean.shape).to(self.mean.dtype)
-        batch_count = x.shape[0]
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
+        """Merge a batch ``[B, *shape]``, pooled over all ranks, into the running statistics.
+
+        Ranks exchange the batch's count, sum and sum of squares (float64) in one all-reduce, so
+        every rank merges the same pooled batch and the statistics stay identical across ranks.
+        """
+        x = x.reshape(-1, *self.mean.shape).to(torch.float64)
+        count = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+        stats = allreduce_sum(torch.cat([count, x.sum(0).reshape(-1), (x * x).sum(0).reshape(-1)]))
+        size = self.mean.numel()
+        batch_count = stats[0]
+        batch_mean = (stats[1:1 + size] / batch_count).view_as(self.mean)
+        batch_var = ((stats[1 + size:] / batch_count).view_as(self.mean) - batch_mean.pow(2)).clamp_min(0.0)
         total = self.count + batch_count
-        delta = batch_mean - self.mean
         w = (batch_count / total).to(self.mean.dtype)
+        delta = batch_mean.to(self.mean.dtype) - self.mean
         self.mean += delta * w
-        m2 = self.var * (1 - w) + batch_var * w + delta.pow(2) * w * (1 - w)
-        self.var.copy_(m2)
+        self.var.copy_(self.var * (1 - w) + batch_var.to(self.mean.dtype) * w + delta.pow(2) * w * (1 - w))
         self.count.copy_(total)
