@@ -70,3 +70,16 @@ def test_update_threads_are_configurable_and_checked(tmp_path, tiny):
     assert summary["status"] == "completed"
     with pytest.raises(ConfigError, match="num_update_threads=0"):
         run_training(compose_config([*tiny, "num_update_threads=0"]), tmp_path / "bad")
+
+
+@pytest.mark.parametrize("sweep", _options("sweep"))
+def test_every_sweep_file_composes(sweep):
+    import importlib.util
+
+    from hydra import compose, initialize_config_module
+
+    if sweep.startswith("optuna") and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        pytest.skip("needs the optional extra: pip install -e '.[optuna]'")
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[f"+sweep={sweep}"], return_hydra_config=True)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN" and cfg.hydra.sweeper.params
