@@ -25,6 +25,13 @@ from typing import Any
 PRESETS: dict[str, list[str]] = {
     "ppo_cartpole": ["algo=ppo", "policy=actor_critic", "env=cartpole"],
     "grpo_cartpole": ["algo=grpo", "env=cartpole"],
+    "ppo_push_cube": ["+experiment=ppo_push_cube"],
+    "grpo_push_cube": ["+experiment=grpo_push_cube"],
+}
+ENV_PRESETS: dict[str, list[str]] = {
+    "cartpole": ["env=cartpole"],
+    "push_cube": ["env=push_cube"],
+    "push_cube_joint": ["env=push_cube", "env.control_mode=joint_delta_pos"],
 }
 QUIET = ["logger.console=none", "logger.tensorboard=false"]
 
@@ -62,6 +69,33 @@ def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> d
             "collect_update_sps": steps / (collect_s + update_s)}
 
 
+def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int = 10) -> float:
+    """Raw env steps/s: random actions, no policy, no learning."""
+    import torch
+
+    from embodirl.build import build_env, configure_torch, resolve_device
+
+    cfg = _compose(overrides)
+    configure_torch(0, cfg.num_threads)
+    env = build_env(cfg.env, resolve_device(cfg.device), seed=0, num_envs=num_envs)
+    space = env.action_space
+    if env.is_discrete:
+        action = torch.randint(0, int(space.n), (num_envs,), device=env.device)
+    else:
+        action = torch.rand(num_envs, *space.shape, device=env.device) * 2 - 1
+    for _ in range(warmup):
+        env.step(action)
+    if env.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step(action)
+    if env.device.type == "cuda":
+        torch.cuda.synchronize()
+    env.close()
+    return steps * num_envs / (time.perf_counter() - start)
+
+
 def time_to_solve(overrides: list[str], seed: int) -> dict[str, Any]:
     """One full training run; returns its summary's timing fields."""
     from embodirl.experiment import run_training
@@ -84,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--envs", nargs="*", default=list(ENV_PRESETS), choices=list(ENV_PRESETS),
+                        help="raw env speed tables for these envs (pass none to skip)")
+    parser.add_argument("--env-sizes", nargs="+", type=int, default=[1, 256, 4096, 16384])
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every preset")
     args = parser.parse_args(argv)
 
@@ -91,6 +128,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
+    env_rows = []
+    for name in args.envs:
+        env_rows.append({"env": name, **{str(n): env_speed([*ENV_PRESETS[name], *args.overrides], n)
+                                          for n in args.env_sizes}})
     results = []
     for name in args.presets:
         overrides = [*PRESETS[name], *args.overrides]
@@ -103,6 +144,12 @@ def main(argv: list[str] | None = None) -> None:
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
                platform.machine(), "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"machine: {machine}")
+    if env_rows:
+        print("| env (raw steps/s, random actions) | " + " | ".join(f"{n:,} envs" for n in args.env_sizes) + " |")
+        print("|---|" + "---:|" * len(args.env_sizes))
+        for row in env_rows:
+            print(f"| {row['env']} | " + " | ".join(f"{row[str(n)]:,.0f}" for n in args.env_sizes) + " |")
+        print()
     print("| preset | collect sps | update sps | e2e sps (median) | solved in s (median) | solved at steps "
           "(median) | per seed: s / steps |")
     print("|---|---:|---:|---:|---:|---:|---|")
@@ -116,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{'-' if solved is None else f'{solved:.2f}'} | {'-' if steps is None else f'{steps:,.0f}'} | "
               f"{per_seed} |")
     if args.out:
-        args.out.write_text(json.dumps({"machine": machine, "results": results}, indent=2) + "\n")
+        args.out.write_text(json.dumps({"machine": machine, "env_speed": env_rows, "results": results}, indent=2)
+                            + "\n")
 
 
 if __name__ == "__main__":
