@@ -27,3 +27,20 @@ def test_grpo_headline_command_solves_cartpole(tmp_path):
     assert summary["stop_reason"] == "solved" and summary["eval/return_mean"] >= 475
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(0 < r["diag/valid_fraction"] <= 1 for r in lines)
+
+
+def test_ppo_push_cube_reaches_90_percent_success(tmp_path):
+    # The pinned recipe; about 10-20 s on 2 CPU cores (0.8-1.3M env steps over the seeds tried).
+    cfg = compose_config(["+experiment=ppo_push_cube", "seed=0", "device=cpu", "logger.console=none",
+                          "logger.tensorboard=false", "trainer.total_env_steps=3000000"])
+    summary = run_training(cfg, tmp_path)
+    assert summary["stop_reason"] == "solved", summary
+    assert summary["eval/success_rate"] >= 0.9 and summary["eval/success_once"] >= 0.9
+
+
+def test_grpo_push_cube_reaches_90_percent_success(tmp_path):
+    cfg = compose_config(["+experiment=grpo_push_cube", "seed=0", "device=cpu", "logger.console=none",
+                          "logger.tensorboard=false", "trainer.total_env_steps=2000000"])
+    summary = run_training(cfg, tmp_path)
+    assert summary["stop_reason"] == "solved", summary
+    assert summary["eval/success_rate"] >= 0.9
