@@ -72,7 +72,7 @@ def init_distributed(use_cuda: bool) -> DistInfo:
     elif _submitit_env() is not None:
         from submitit.helpers import TorchDistributedEnvironment
 
-        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         source = "submitit"
     else:
         _INFO = DistInfo()

@@ -68,14 +68,18 @@ class PreemptionGuard:
     def requested(self) -> bool:
         return self.signum is not None
 
-    def hand_over(self) -> None:
-        """Call the handler that was installed before (submitit: requeue + exit), then stop."""
+    def hand_over(self, call_previous: bool = True) -> None:
+        """Call the handler that was installed before (submitit: requeue + exit), then stop.
+
+        Args:
+            call_previous: False on ranks other than 0, which only stop (rank 0 requeues the job).
+        """
         global _HANDED_OVER
         _HANDED_OVER = True
         signum = self.signum if self.signum is not None else signal.SIGUSR2
         previous = self._previous.get(signum)
         self._restore()
-        if callable(previous):
+        if call_previous and callable(previous):
             previous(signum, self._frame)  # submitit's requeue handler exits the process on rank 0
         raise PreemptedError(f"stopped on {signal.Signals(signum).name} after saving checkpoints/last.pt; "
                              "start the same command in the same run directory to resume")

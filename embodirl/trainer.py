@@ -148,7 +148,7 @@ class Trainer:
                 if self.dist.is_main:
                     atomic_write_json(self.run_dir / "summary.json", summary)
             if status == "preempted":
-                guard.hand_over()  # submitit: requeue and exit; otherwise PreemptedError
+                guard.hand_over(call_previous=self.dist.is_main)  # submitit: requeue + exit; else PreemptedError
         return summary
 
     def _agreed_stop(self, guard: PreemptionGuard) -> str | None:
@@ -156,7 +156,7 @@ class Trainer:
         reason = self.stop_reason() if self.dist.is_main else None
         preempted = guard.requested
         if self.dist.world_size > 1:
-            preempted = bool(allreduce_max(torch.tensor([float(preempted)])).item())
+            preempted = bool(allreduce_max(torch.tensor([float(preempted)], device=self.env.device)).item())
             reason = broadcast_object(reason)
         return "preempted" if preempted else reason
 
@@ -169,7 +169,7 @@ class Trainer:
         t2 = time.perf_counter()
         steps = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         if self.dist.world_size > 1:
-            steps = int(allreduce_sum(torch.tensor([steps])).item())
+            steps = int(allreduce_sum(torch.tensor([steps], device=self.env.device)).item())
         st = self.state
         st.env_steps += steps
         st.iteration += 1
