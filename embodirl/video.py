@@ -78,9 +78,11 @@ def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, se
     for _ in range(env.max_episode_steps):
         step = env.step(policy.mode(obs))
         done = (step.terminated | step.truncated)[: len(ids)].cpu().numpy()
+        # A finished env has auto-reset, so its current frame is the next episode's start: keep its
+        # last frame of the episode instead.
+        alive &= ~done
         current = env.render(ids, size)
         last = np.where(alive[:, None, None, None], current, last)
-        alive &= ~done
         frames.append(tile(last))
         obs = step.obs
         if not alive.any():

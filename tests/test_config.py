@@ -9,7 +9,7 @@ from embodirl.errors import ConfigError
 
 ALGOS = {"ppo": [], "grpo": ["algo.group_size=2", "algo.num_steps=16"]}
 POLICIES = ["actor_critic", "actor_only"]
-ENVS = {"cartpole": [], "gym": ["env.id=CartPole-v1", "env.num_envs=2"]}
+ENVS = {"cartpole": [], "push_cube": ["env.num_envs=8"], "gym": ["env.id=CartPole-v1", "env.num_envs=2"]}
 
 
 @pytest.mark.parametrize("env", sorted(ENVS))

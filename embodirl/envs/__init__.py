@@ -1,7 +1,10 @@
-"""Batched environments: the contract, a pure-torch CartPole, and a gymnasium adapter."""
+"""Batched environments: the contract, a pure-torch CartPole, the planar push_cube task, and adapters
+between gymnasium and the batched contract (both directions)."""
 
 from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.envs.gym import GymEnv
+from embodirl.envs.gymnasium_api import SingleEnvAdapter
+from embodirl.envs.push_cube import PushCube
 
-__all__ = ["BatchedEnv", "CartPole", "EpisodeStats", "GymEnv", "StepResult"]
+__all__ = ["BatchedEnv", "CartPole", "EpisodeStats", "GymEnv", "PushCube", "SingleEnvAdapter", "StepResult"]

@@ -1,0 +1,433 @@
+"""Batched planar PushCube: a tool tip pushes a 4 cm cube into a goal region (ManiSkill PushCube-v1 style).
+
+A kinematic disk (the tool tip) pushes a square cube sliding on a table with Coulomb friction; the contact
+is solved with normal + friction impulses, then projected out of penetration (the maths, the reward and the
+drawing are pure functions in :mod:`embodirl.envs.push_cube_physics`; the design is ``push-cube.md``).
+Limitations: planar (no lifting or tipping), a kinematic tip instead of a 7-DoF arm (or a 2-link SCARA arm
+whose links pass above the cube), no gripper, and decoupled ("box" limit-surface) table friction.
+
+State is component-major, ``[16, N]`` float32: tip ``p`` (rows 0-1), tip velocity ``v_p`` (2-3), cube centre
+``c`` (4-5), yaw (6), cube velocity ``v`` (7-8), ``omega`` (9), goal ``g`` (10-11), joint angles ``q``
+(12-13) and the last step's mean joint velocity (14-15; both zero in ee mode).
+
+Reset states come from :func:`~embodirl.envs.rng.hash_uniform` as in :mod:`embodirl.envs.cartpole`: auto-reset
+of env ``i`` uses key ``i`` and counter = its episode number; ``reset(group_size=g)`` uses key ``i // g`` and
+counter ``2**31 + r`` (``r`` = explicit resets since seeding). Components: cube xy (0-1), tip xy (2-3), yaw
+(4), goal direction (5). An env's trajectory does not depend on ``num_envs``; group members share starts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from embodirl.envs import push_cube_physics as phys
+from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
+from embodirl.envs.rng import hash_uniform
+from embodirl.errors import CheckpointError, check, check_choice
+
+__all__ = ["PushCube"]
+
+STATE_ROWS = 16
+_EXPLICIT_RESET_COUNTER = 1 << 31
+_STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed"}
+_CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
+            "goal_direction": ("fixed", "random", "random_aligned")}
+_FLAGS = ("terminate_on_success", "fail_on_leaving_workspace", "randomize_yaw", "time_obs")
+_COUNTS = ("num_envs", "max_episode_steps", "substeps", "solver_iterations")
+_POSITIVE = ("cube_half_size", "cube_mass", "pusher_radius", "gravity", "control_dt", "max_speed", "max_joint_delta",
+             "goal_radius", "goal_offset")
+_NON_NEGATIVE = ("table_friction", "push_friction", "speculative_slack")
+_PAIRS = ("arm_base", "link_lengths", "workspace_low", "workspace_high", "table_half_size")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_pair(value: object) -> bool:
+    return isinstance(value, list | tuple) and len(value) == 2 and all(_is_num(x) for x in value)
+
+
+def _max_tip_speed(args: dict) -> float:
+    """Largest tip speed an action can command: ``sqrt(2) max_speed`` (ee mode) or the bound
+    ``max_joint_delta / control_dt (l1 + 2 l2)`` of ``|J(q) q_dot|`` (joint mode)."""
+    if args["control_mode"] == "joint_delta_pos":
+        return args["max_joint_delta"] / args["control_dt"] * (args["link_lengths"][0] + 2 * args["link_lengths"][1])
+    return math.sqrt(2.0) * args["max_speed"]
+
+
+def _check_arguments(args: dict) -> None:
+    """Raise :class:`~embodirl.errors.ConfigError` naming the first bad constructor argument in ``args``."""
+    for key, choices in _CHOICES.items():
+        check_choice(key, args[key], choices)
+    for key in _FLAGS:
+        check(isinstance(args[key], bool), key, args[key], "true or false")
+    for key in _COUNTS:
+        check(_is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
+    for key in _POSITIVE:
+        check(_is_num(args[key]) and args[key] > 0, key, args[key], "a finite number > 0")
+    for key in _NON_NEGATIVE:
+        check(_is_num(args[key]) and args[key] >= 0, key, args[key], "a finite number >= 0")
+    for key in _PAIRS:
+        check(_is_pair(args[key]), key, args[key], "a pair of finite numbers [x, y]")
+    beta = args["baumgarte"]
+    check(_is_num(beta) and 0 < beta <= 1, "baumgarte", beta, "a number in (0, 1]")
+    for key in ("link_lengths", "table_half_size"):
+        check(min(args[key]) > 0, key, args[key], "two numbers > 0")
+    low, high, spawn = args["workspace_low"], args["workspace_high"], "(the tip's spawn box must lie in the workspace)"
+    check(all(np.less_equal(low, phys.TIP_SPAWN_LOW)), "workspace_low", low,
+          f"at most {list(phys.TIP_SPAWN_LOW)} {spawn}")
+    check(all(np.greater_equal(high, phys.TIP_SPAWN_HIGH)), "workspace_high", high,
+          f"at least {list(phys.TIP_SPAWN_HIGH)} {spawn}")
+    delta, radius, half = args["control_dt"] / args["substeps"], args["pusher_radius"], args["cube_half_size"]
+    check(args["max_speed"] * delta < radius, "max_speed", args["max_speed"],
+          f"max_speed * control_dt / substeps < pusher_radius={radius} (no tunnelling)",
+          fix="lower max_speed or raise substeps")
+    if args["control_mode"] == "joint_delta_pos":  # the speculative margin covers the travel; keep it < h
+        check(_max_tip_speed(args) * delta < half, "max_joint_delta", args["max_joint_delta"],
+              f"a tip travel per substep, max_joint_delta (l1 + 2 l2) / substeps, below cube_half_size={half}",
+              fix="lower max_joint_delta or raise substeps")
+    clearance = -phys.CUBE_SPAWN - phys.TIP_SPAWN_HIGH[0]  # 0.1 m between the spawn boxes of cube centre and tip
+    check(half * math.sqrt(2.0) + radius < clearance, "cube_half_size", half,
+          f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube and tip never overlap at the start)")
+
+
+class PushCube(BatchedEnv):
+    """``num_envs`` planar PushCube tasks stepped as tensors on one device.
+
+    Observation (float32): ``[p(2), v_p(2), c(2), cos theta, sin theta, v(2), omega, g(2), g - c(2), c - p(2)]``
+    (17 dims); joint mode appends ``[q(2), q_dot dt / max_joint_delta (2)]``; ``time_obs`` appends ``t / T``.
+    Action: ``[-1, 1]^2`` (clipped), a tip velocity ``max_speed a`` (``ee_delta_pos``) or joint steps
+    ``max_joint_delta a`` per control step (``joint_delta_pos``; a substep that would take the tip out of the
+    workspace is rejected, there are no other joint limits).
+
+    Reward: :func:`~embodirl.envs.push_cube_physics.staged_reward` ``r`` (reach the push point, then place;
+    3 on success, ``|c - g| < goal_radius``); ``normalized_dense`` returns ``r / 3`` (1 iff success),
+    ``dense`` returns ``r``, ``sparse`` the success flag.
+
+    **Hover trap.** With ``terminate_on_success=True`` and a short horizon (gamma 0.8), hovering at the push
+    point (about 0.41 per step, worth 2.06) beats pushing to success and ending the episode (about 1.8):
+    PPO first learns to push, then unlearns it (96 % -> 0 % success in the reference runs). The default
+    therefore does not terminate on success: the goal is absorbing and pays the maximum every step. For
+    ManiSkill parity with termination, give success a terminal value of at least ``1/(1 - gamma)`` times
+    the per-step maximum.
+
+    Args:
+        num_envs: Number of parallel envs ``N``.
+        control_mode: ``ee_delta_pos`` (tip velocity) or ``joint_delta_pos`` (2-link arm joint deltas).
+        reward_mode: ``normalized_dense``, ``dense`` or ``sparse``.
+        terminate_on_success: End the episode (terminated) on success; see the hover trap above.
+        fail_on_leaving_workspace: Terminate with reward 0 when the cube leaves ``table_half_size``.
+        goal_direction: ``fixed`` (``g = c + (goal_offset, 0)``), ``random`` (any direction; the tip may
+            have to go around the cube) or ``random_aligned`` (the scene rotated about the cube's centre).
+        randomize_yaw: Initial yaw ~ U(-pi/4, pi/4) instead of 0.
+        time_obs: Append ``elapsed_steps / max_episode_steps`` to the observation.
+        max_episode_steps: Time limit (truncation).
+        cube_half_size: Cube half-size ``h`` (m).
+        cube_mass: Cube mass (kg); the inertia is ``m (2h)^2 / 6``.
+        pusher_radius: Tool-tip disk radius ``r`` (m).
+        table_friction: Cube-table Coulomb coefficient.
+        push_friction: Tip-cube Coulomb coefficient.
+        gravity: Gravity (m/s^2).
+        control_dt: Control period (s).
+        substeps: Physics substeps per control step.
+        max_speed: Tip speed per action component at ``|a| = 1`` (m/s, ee mode).
+        max_joint_delta: Joint step per control step at ``|a| = 1`` (rad, joint mode).
+        arm_base: Shoulder position of the 2-link arm (m).
+        link_lengths: Upper-arm and forearm lengths (m).
+        workspace_low: Lower corner of the tip's workspace (m).
+        workspace_high: Upper corner of the tip's workspace (m).
+        solver_iterations: Contact solver sweeps per substep.
+        baumgarte: Fraction of a penetration corrected per substep by the solver.
+        speculative_slack: Added to the tip's largest per-substep travel to get the speculative margin (m).
+        goal_radius: Success radius (m).
+        goal_offset: Distance of the goal from the cube's start (m).
+        table_half_size: Half extents of the table (m), for ``fail_on_leaving_workspace`` and rendering.
+        device: Device of every tensor.
+        seed: Seed of the reset-state stream.
+    """
+
+    solved_metric = "eval/success_rate"
+    solved_threshold = 0.9
+
+    def __init__(
+        self,
+        num_envs: int = 2048,
+        control_mode: Literal["ee_delta_pos", "joint_delta_pos"] = "ee_delta_pos",
+        reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense",
+        terminate_on_success: bool = False,
+        fail_on_leaving_workspace: bool = False,
+        goal_direction: Literal["fixed", "random", "random_aligned"] = "fixed",
+        randomize_yaw: bool = False,
+        time_obs: bool = False,
+        max_episode_steps: int = 50,
+        cube_half_size: float = 0.02,
+        cube_mass: float = 0.064,
+        pusher_radius: float = 0.01,
+        table_friction: float = 0.3,
+        push_friction: float = 0.3,
+        gravity: float = 9.81,
+        control_dt: float = 0.05,
+        substeps: int = 5,
+        max_speed: float = 0.5,
+        max_joint_delta: float = 0.05,
+        arm_base: tuple[float, float] = (-0.615, 0.0),
+        link_lengths: tuple[float, float] = (0.45, 0.45),
+        workspace_low: tuple[float, float] = (-0.35, -0.3),
+        workspace_high: tuple[float, float] = (0.45, 0.3),
+        solver_iterations: int = 4,
+        baumgarte: float = 0.2,
+        speculative_slack: float = 0.001,
+        goal_radius: float = 0.1,
+        goal_offset: float = 0.2,
+        table_half_size: tuple[float, float] = (0.6, 0.5),
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        args = {key: value for key, value in locals().items() if key != "self"}
+        _check_arguments(args)
+        delta = control_dt / substeps
+        l1, l2 = float(link_lengths[0]), float(link_lengths[1])
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self.device = torch.device(device)
+        self.control_mode, self.reward_mode, self.goal_direction = control_mode, reward_mode, goal_direction
+        self.terminate_on_success, self.fail_on_leaving_workspace = terminate_on_success, fail_on_leaving_workspace
+        self.randomize_yaw, self.time_obs = randomize_yaw, time_obs
+        self.joint_mode = control_mode == "joint_delta_pos"
+        self.half_size, self.radius = float(cube_half_size), float(pusher_radius)
+        self.mass, self.inertia = float(cube_mass), cube_mass * (2 * cube_half_size) ** 2 / 6
+        self.push_friction, self.control_dt, self.substeps = float(push_friction), float(control_dt), substeps
+        self.max_speed, self.max_joint_delta = float(max_speed), float(max_joint_delta)
+        self.arm_base, self.link_lengths = (float(arm_base[0]), float(arm_base[1])), (l1, l2)
+        self.workspace = (tuple(map(float, workspace_low)), tuple(map(float, workspace_high)))
+        self.table_half_size = tuple(map(float, table_half_size))
+        self.goal_radius, self.goal_offset = float(goal_radius), float(goal_offset)
+        self._solver = {"mass": self.mass, "inertia": self.inertia, "friction": self.push_friction, "dt": delta,
+                        "baumgarte": float(baumgarte), "margin": _max_tip_speed(args) * delta + speculative_slack,
+                        "iterations": solver_iterations}
+        self._delta = delta
+        self._friction_dv = table_friction * gravity * delta  # speed lost per substep, then the angular one:
+        self._friction_dw = self._friction_dv * phys.MEAN_LEVER_ARM * cube_half_size * self.mass / self.inertia
+        obs_dim = 17 + 4 * self.joint_mode + int(time_obs)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.episode_stats = EpisodeStats(num_envs, self.device)
+
+        n, dev = num_envs, self.device
+        self._ws_low = torch.tensor(self.workspace[0], device=dev).view(2, 1)
+        self._ws_high = torch.tensor(self.workspace[1], device=dev).view(2, 1)
+        self._table = torch.tensor(self.table_half_size, device=dev).view(2, 1)
+        self._env_ids = torch.arange(n, device=dev)
+        self._state = torch.zeros(STATE_ROWS, n, device=dev)
+        self._obs = torch.zeros(n, obs_dim, device=dev)
+        self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
+        self._episode = torch.zeros(n, dtype=torch.int64, device=dev)  # auto-reset counter
+        self._num_resets = 0
+        # Reset cache: column env * depth + k holds the start state (and row the first observation) of episode
+        # base[env] + 1 + k, k < depth. Episodes last at least `min_length` steps, so an env starts at most
+        # `depth` episodes in `depth * min_length` steps: refill that often.
+        self._cache_depth = max(1, min(16, 4096 // n))
+        min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
+        self._cache_period = self._cache_depth * min_length
+        self._cache_slots = torch.arange(1, self._cache_depth + 1, device=dev)
+        self._cache_keys = self._env_ids.repeat_interleave(self._cache_depth)
+        self._cache = torch.zeros(STATE_ROWS, n * self._cache_depth, device=dev)
+        self._cache_obs = torch.zeros(n * self._cache_depth, obs_dim, device=dev)
+        self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._cache_age = 0
+        self.seed = seed
+        self.reset(seed=seed)
+
+    # --- resets --------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
+        """Start a fresh episode in every env (see :meth:`BatchedEnv.reset` and the module docstring).
+
+        Returns:
+            ``[N, obs_dim]`` float32 first observations.
+        """
+        check(seed is None or (_is_int(seed) and -(2**63) <= seed < 2**63), "seed", seed, "an int64 or None")
+        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+              f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
+        if seed is not None:
+            self.seed = seed
+            self._episode.zero_()
+            self._num_resets = 0
+        else:
+            self._episode += 1
+        counter = torch.full_like(self._env_ids, _EXPLICIT_RESET_COUNTER + self._num_resets)
+        self._num_resets += 1
+        self._state.copy_(self._initial_states(self._env_ids // group_size, counter))
+        self._obs = self._observe(self._state, self._steps.zero_())
+        self._fill_cache(self._episode)
+        self.episode_stats.discard()
+        return self._obs
+
+    def _initial_states(self, key: Tensor, counter: Tensor) -> Tensor:
+        """``[16, M]`` start states for rows ``(key, counter)`` (drawn in float64, stored in float32)."""
+        num = 6 if self.randomize_yaw or self.goal_direction != "fixed" else 4
+        u = hash_uniform(self.seed, key, counter, num).T  # [num, M] in [0, 1)
+        tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
+        tip = tip.clamp(self._ws_low.double(), self._ws_high.double()).float()
+        state = torch.zeros(STATE_ROWS, key.shape[0], device=self.device)
+        if self.joint_mode:
+            state[12:14] = phys.arm_inverse(tip.double(), self.arm_base, *self.link_lengths).float()
+            tip = phys.arm_forward(state[12:14], self.arm_base, *self.link_lengths)
+        state[0:2], state[4:6], state[6], state[10:12] = tip, cube, yaw, goal
+        return state
+
+    def _fill_cache(self, base: Tensor) -> None:
+        """Draw the start states (and observations) of episodes ``base + 1 .. base + depth`` of every env."""
+        self._cache_base.copy_(base)
+        counters = (base.unsqueeze(1) + self._cache_slots).view(-1)
+        self._cache.copy_(self._initial_states(self._cache_keys, counters))
+        self._cache_obs.copy_(self._observe(self._cache, torch.zeros_like(counters)))
+        self._cache_shift.copy_(self._env_ids * self._cache_depth - base)
+        self._cache_age = 0
+
+    # --- stepping ------------------------------------------------------------------------------------
+    def step(self, action: Tensor) -> StepResult:
+        """Advance every env one control step (``substeps`` physics substeps) and auto-reset finished ones.
+
+        Args:
+            action: ``[N, 2]`` in ``[-1, 1]`` (clipped).
+
+        Returns:
+            :class:`StepResult`; ``info`` holds ``success`` (bool, cube within ``goal_radius`` now),
+            ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of the push point) and
+            ``elapsed_steps`` (int64, steps into the episode that this step belongs to), all ``[N]``.
+        """
+        if action.shape != (self.num_envs, 2):
+            raise ValueError(f"PushCube.step: action has shape {tuple(action.shape)}, expected ({self.num_envs}, 2)")
+        state = self._physics(action.to(self._state.dtype).clamp(-1.0, 1.0).T)
+        cos_t, sin_t = state[6].cos(), state[6].sin()
+        steps = self._steps + 1
+        final_obs = self._observe(state, steps, cos_t, sin_t)
+        reward, success, reached, dist_to_goal = phys.staged_reward(
+            state[0:2], state[4:6], state[10:12], cos_t, sin_t, self.half_size, self.radius, self.goal_radius)
+        terminated = success if self.terminate_on_success else torch.zeros_like(success)
+        if self.fail_on_leaving_workspace:
+            left = (state[4:6].abs() > self._table).any(0)
+            terminated = terminated | left
+            reward = reward.masked_fill(left, 0.0)
+        if self.reward_mode == "normalized_dense":
+            reward = reward * (1.0 / phys.SUCCESS_REWARD)
+        elif self.reward_mode == "sparse":
+            reward = success.to(reward.dtype)
+        time_up = steps >= self.max_episode_steps
+        truncated = time_up & ~terminated
+        done = terminated | time_up
+
+        if self._cache_age == self._cache_period:
+            self._fill_cache(self._episode)
+        self._cache_age += 1
+        slot = self._episode + self._cache_shift
+        self._episode += done
+        torch.where(done, torch.index_select(self._cache, 1, slot), state, out=self._state)
+        self._obs = torch.where(done.unsqueeze(1), torch.index_select(self._cache_obs, 0, slot), final_obs)
+        self._steps = steps.masked_fill(done, 0)
+        self.episode_stats.step(reward, done, success=success)
+        info = {"success": success, "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps}
+        return StepResult(self._obs, reward, terminated, truncated, final_obs, info)
+
+    def _physics(self, action: Tensor) -> Tensor:
+        """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions; return the new ``[16, N]``."""
+        s = self._state
+        p, c, theta, v, omega, q = s[0:2], s[4:6], s[6], s[7:9], s[9], s[12:14]
+        h, r, delta = self.half_size, self.radius, self._delta
+        phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
+        if self.joint_mode:
+            q_start, dq = q, action * (self.max_joint_delta / self.substeps)
+        else:
+            dp = action * (self.max_speed * delta)
+        for _ in range(self.substeps):
+            if self.joint_mode:  # integrate the joints, tip = FK(q); reject steps leaving the workspace
+                q_new = q + dq
+                p_new = phys.arm_forward(q_new, self.arm_base, *self.link_lengths)
+                inside = ((p_new >= self._ws_low) & (p_new <= self._ws_high)).all(0)
+                q, p_new = torch.where(inside, q_new, q), torch.where(inside, p_new, p)
+            else:
+                p_new = torch.clamp(p + dp, self._ws_low, self._ws_high)
+            v_p = (p_new - p) * (1.0 / delta)
+            v, omega = phys.table_friction(v, omega, self._friction_dv, self._friction_dw)
+            v, omega = phys.solve_contact(v_p, v, omega, phi, n, r_c, **self._solver)
+            c = c + v * delta
+            theta = theta + omega * delta
+            p = p_new
+            phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
+            c = c - n * (-phi).clamp(min=0.0)  # position projection: no penetration left
+            phi = phi.clamp(min=0.0)  # the projected geometry: same n and r_c, zero gap (exactly, in reals)
+        q_dot = (q - q_start) * (1.0 / self.control_dt) if self.joint_mode else s[14:16]
+        return torch.cat((p, v_p, c, theta[None], v, omega[None], s[10:12], q, q_dot))
+
+    def _observe(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
+                 sin_t: Tensor | None = None) -> Tensor:
+        """``[M, obs_dim]`` observations of ``[16, M]`` states with ``steps`` ``[M]`` into the episode."""
+        if cos_t is None or sin_t is None:
+            cos_t, sin_t = state[6].cos(), state[6].sin()
+        p, c, goal = state[0:2], state[4:6], state[10:12]
+        parts = [state[0:6], cos_t[None], sin_t[None], state[7:12], goal - c, c - p]
+        if self.joint_mode:
+            parts += [state[12:14], state[14:16] * (self.control_dt / self.max_joint_delta)]
+        if self.time_obs:
+            parts.append((steps * (1.0 / self.max_episode_steps)).to(state.dtype)[None])
+        return torch.cat(parts).T.contiguous()
+
+    # --- pictures and snapshots ----------------------------------------------------------------------
+    def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
+        """Top views of the current states of the given envs (all when None) as uint8 ``[k, size, size, 3]``;
+        after an auto-reset, the next episode's start (picture: :func:`.push_cube_physics.draw_scene`)."""
+        check(_is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
+        ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
+        index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
+        state = self._state[:, index].cpu().numpy().astype(np.float64)
+        arm = (self.arm_base, self.link_lengths) if self.joint_mode else None
+        return phys.draw_scene(state, size, half_size=self.half_size, radius=self.radius,
+                               goal_radius=self.goal_radius, workspace=self.workspace, arm=arm)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Physics, counters, seed, current observation and episode statistics (all cloned)."""
+        state = {
+            "state": self._state.clone(),
+            "obs": self._obs.clone(),
+            "steps": self._steps.clone(),
+            "episode": self._episode.clone(),
+            "cache_base": self._cache_base.clone(),
+            "cache_age": torch.tensor(self._cache_age),
+            "num_resets": torch.tensor(self._num_resets),
+            "seed": torch.tensor(self.seed, dtype=torch.int64),
+        }
+        state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Restore :meth:`state_dict` output; the env then continues bit-identically."""
+        missing = sorted(_STATE_KEYS - state.keys())
+        if missing:
+            raise CheckpointError(f"PushCube.load_state_dict: missing keys {missing}; pass a PushCube.state_dict()")
+        shapes, own = (tuple(state["state"].shape), tuple(state["obs"].shape)), (self._state.shape, self._obs.shape)
+        if shapes != tuple(tuple(x) for x in own):
+            raise CheckpointError(f"PushCube.load_state_dict: state/obs shapes {shapes} differ from this env's "
+                                  f"{own}; build the env with the checkpoint's num_envs, control_mode and time_obs")
+        self.seed = int(state["seed"])
+        self._num_resets = int(state["num_resets"])
+        self._state.copy_(state["state"])
+        self._obs = state["obs"].to(self.device, torch.float32, copy=True)
+        self._steps = state["steps"].to(self.device, torch.int64, copy=True)
+        self._episode.copy_(state["episode"])
+        self._fill_cache(state["cache_base"].to(self.device))
+        self._cache_age = int(state["cache_age"])
+        prefix = "episode_stats."
+        self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

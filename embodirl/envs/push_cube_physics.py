@@ -1,0 +1,408 @@
+"""The maths of :mod:`embodirl.envs.push_cube` as pure functions: physics, reset scenes, reward, drawing.
+
+A kinematic disk (the tool tip, radius ``r``) pushes a square cube (half-size ``h``) that slides on a table
+with Coulomb friction. Conventions shared by every function:
+
+* 2-vectors are stored component-major, ``[2, N]`` (row 0 = x, row 1 = y), so a component is a contiguous
+  ``[N]`` row; scalars per env are ``[N]``. Everything broadcasts over ``N`` without Python branches.
+* ``R(theta)`` rotates the cube frame into the world; ``n`` points from the cube to the pusher and the
+  tangent is ``t = (-n_y, n_x)``; ``a x b = a_x b_y - a_y b_x`` is the planar cross product.
+
+The functions follow the task specification (``push-cube.md``): table friction as an exact velocity-level
+stop, the disk-vs-oriented-box signed distance, a sequential-impulse contact solve with speculative contact,
+the 2-link (SCARA) arm's kinematics, ManiSkill's reset distribution and staged reward, and a numpy top view.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "CUBE_SPAWN",
+    "MEAN_LEVER_ARM",
+    "REACH_TOLERANCE",
+    "SUCCESS_REWARD",
+    "TANH_SCALE",
+    "TIP_SPAWN_HIGH",
+    "TIP_SPAWN_LOW",
+    "YAW_SPAWN",
+    "arm_forward",
+    "arm_inverse",
+    "box_contact",
+    "draw_scene",
+    "push_point",
+    "rotate",
+    "solve_contact",
+    "spawn_scenes",
+    "staged_reward",
+    "table_friction",
+    "view_box",
+    "world_to_pixel",
+]
+
+#: Mean distance of a uniformly loaded unit half-size square's points from its centre:
+#: ``(sqrt(2) + ln(1 + sqrt(2))) / 3`` (times ``h``), the lever arm of the table's friction torque.
+MEAN_LEVER_ARM = (math.sqrt(2.0) + math.log(1.0 + math.sqrt(2.0))) / 3.0
+_TINY = 1e-30  # guards divisions by a speed that may be exactly zero
+CUBE_SPAWN = 0.1  #: cube centre ~ U([-0.1, 0.1]^2)
+TIP_SPAWN_LOW, TIP_SPAWN_HIGH = (-0.30, -0.10), (-0.20, 0.10)  #: tip ~ U(box), >= 5 cm behind the cube
+YAW_SPAWN = math.pi / 4  #: randomize_yaw: yaw ~ U(-pi/4, pi/4)
+REACH_TOLERANCE = 0.015  #: |p - p*| below this counts as "reached" (gates the place term)
+TANH_SCALE = 5.0  #: distance scale of the reach and place terms (1/m)
+SUCCESS_REWARD = 3.0  #: dense reward while successful; "normalized_dense" divides by it
+
+
+def rotate(cos_t: Tensor, sin_t: Tensor, vec: Tensor) -> Tensor:
+    """``R(theta) vec``.
+
+    Args:
+        cos_t: ``[N]`` cosine of the angle.
+        sin_t: ``[N]`` sine of the angle.
+        vec: ``[2, N]`` or ``[2, K, N]`` vectors (component first).
+
+    Returns:
+        Rotated vectors, same shape as ``vec``.
+    """
+    x, y = vec[0], vec[1]
+    return torch.stack((x * cos_t - y * sin_t, x * sin_t + y * cos_t))
+
+
+def box_contact(p: Tensor, c: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: float,
+                radius: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Signed distance, normal and contact lever arm of a disk against an oriented square.
+
+    In the cube frame the pusher is at ``q = R^T (p - c)``; with per-axis excess ``a = |q| - h``:
+
+    * outside (some ``a_i > 0``): ``phi = |max(a, 0)| - r``, ``n_l = (q - clamp(q)) / |q - clamp(q)|`` and
+      the contact point is ``clamp(q, -h, h)``;
+    * inside: ``phi = max(a) - r``, ``n_l = sign(q_k) e_k`` with ``k = argmax a`` (the nearest face) and the
+      contact point is ``q`` with component ``k`` set to ``sign(q_k) h``.
+
+    Both cases are computed branch-free: the folded normal ``w`` is ``max(a, 0) / |max(a, 0)|`` outside and
+    the one-hot of ``k`` inside, and the folded contact point is ``h + (1 - w) min(a, 0)``.
+
+    Args:
+        p: ``[2, N]`` pusher centre.
+        c: ``[2, N]`` cube centre.
+        cos_t: ``[N]`` cosine of the cube's yaw.
+        sin_t: ``[N]`` sine of the cube's yaw.
+        half_size: Cube half-size ``h``.
+        radius: Pusher radius ``r``.
+
+    Returns:
+        ``phi`` ``[N]`` signed gap (negative = penetration), ``n`` ``[2, N]`` unit world normal (cube ->
+        pusher) and ``r_c`` ``[2, N]`` world lever arm from the cube centre to the contact point.
+    """
+    d = p - c
+    q = torch.stack((d[0] * cos_t + d[1] * sin_t, d[1] * cos_t - d[0] * sin_t))
+    sign = torch.copysign(torch.ones_like(q), q)
+    excess = q.abs() - half_size
+    outside_part = excess.clamp(min=0.0)
+    dist = (outside_part[0] * outside_part[0]).addcmul_(outside_part[1], outside_part[1]).sqrt_()
+    inside_part = excess.clamp(max=0.0)
+    nearest = torch.amax(excess, 0)
+    x_nearer = excess[0] >= excess[1]
+    one_hot = torch.stack((x_nearer, ~x_nearer)).to(q.dtype)
+    w = torch.where(dist > 0.0, outside_part / dist, one_hot)
+    x_fold = torch.addcmul(inside_part, w, inside_part, value=-1.0).add_(half_size)  # h + (1 - w) min(a, 0)
+    local = torch.stack((sign * w, sign * x_fold), dim=1)  # [2, 2, N]: n_l, x_l
+    n, r_c = rotate(cos_t, sin_t, local).unbind(1)
+    phi = dist + nearest.clamp(max=0.0) - radius
+    return phi, n, r_c
+
+
+def table_friction(v: Tensor, omega: Tensor, dv: float, domega: float) -> tuple[Tensor, Tensor]:
+    """Coulomb table friction over one substep, at velocity level, stopping exactly (no reversal).
+
+    ``v <- v max(0, 1 - dv / |v|)`` and ``omega <- omega max(0, 1 - domega / |omega|)`` (the decoupled
+    "box" limit surface), computed as ``max(0, |v| - dv) / |v|`` so that zero velocities and zero friction
+    stay finite.
+
+    Args:
+        v: ``[2, N]`` cube velocity.
+        omega: ``[N]`` cube angular velocity.
+        dv: Speed lost per substep, ``mu_table g delta``.
+        domega: Angular speed lost per substep, ``mu_table g rho m / I delta``.
+
+    Returns:
+        The new ``v`` ``[2, N]`` and ``omega`` ``[N]``.
+    """
+    speed = (v[0] * v[0]).addcmul_(v[1], v[1]).sqrt_()
+    v = v * (speed - dv).clamp_(min=0.0).div_(speed.clamp_(min=_TINY))
+    spin = omega.abs()
+    omega = omega * (spin - domega).clamp_(min=0.0).div_(spin.clamp_(min=_TINY))
+    return v, omega
+
+
+def solve_contact(v_p: Tensor, v: Tensor, omega: Tensor, phi: Tensor, n: Tensor, r_c: Tensor, *, mass: float,
+                  inertia: float, friction: float, dt: float, baumgarte: float, margin: float,
+                  iterations: int) -> tuple[Tensor, Tensor]:
+    """Sequential normal + friction impulses between the (infinitely heavy) pusher and the cube.
+
+    The contact is active when ``phi < margin`` (speculative). The target separating velocity is
+    ``-phi / dt`` for a gap (never close it faster than it exists) and ``-baumgarte phi / dt`` for a
+    penetration. Each iteration projects the accumulated normal impulse onto ``>= 0`` and the friction
+    impulse onto ``[-mu lambda_n, mu lambda_n]``. The relative velocity ``(v_n, v_t)`` of the pusher with
+    respect to the cube's contact point is updated through the 2x2 effective-mass matrix instead of being
+    recomputed from the cube's velocity (identical in exact arithmetic, fewer kernels).
+
+    Args:
+        v_p: ``[2, N]`` pusher velocity over the substep.
+        v: ``[2, N]`` cube velocity (after table friction).
+        omega: ``[N]`` cube angular velocity.
+        phi: ``[N]`` signed gap at the start of the substep.
+        n: ``[2, N]`` unit normal, cube -> pusher.
+        r_c: ``[2, N]`` lever arm of the contact point.
+        mass: Cube mass ``m``.
+        inertia: Cube moment of inertia ``I``.
+        friction: Pusher-cube friction coefficient ``mu_push``.
+        dt: Substep ``delta``.
+        baumgarte: Fraction of a penetration removed per substep.
+        margin: Speculative margin: gaps below it are solved.
+        iterations: Number of solver sweeps.
+
+    Returns:
+        The cube's new ``v`` ``[2, N]`` and ``omega`` ``[N]``.
+    """
+    inv_mass, inv_inertia = 1.0 / mass, 1.0 / inertia
+    nx, ny = n[0], n[1]
+    rn = r_c[0] * ny - r_c[1] * nx  # r_c x n
+    rt = r_c[0] * nx + r_c[1] * ny  # r_c x t
+    k_n = rn.square().mul_(inv_inertia).add_(inv_mass)  # effective inverse masses
+    k_t = rt.square().mul_(inv_inertia).add_(inv_mass)
+    k_nt = rn * rt * inv_inertia
+    inv_k_n = (phi < margin) / k_n  # inactive contacts: 0, so lambda_n (and with it lambda_t) stays 0
+    inv_k_t = k_t.reciprocal()
+    u = v_p - v
+    v_n = (u[0] * nx + u[1] * ny).sub_(omega * rn)  # relative velocity along n
+    v_t = (u[1] * nx - u[0] * ny).sub_(omega * rt)  # ... and along t
+    target = phi.clamp(max=0.0).mul_(1.0 - baumgarte).sub_(phi).mul_(1.0 / dt)  # -phi/dt, or -beta phi/dt if < 0
+    lam_n = torch.zeros_like(phi)
+    lam_t = torch.zeros_like(phi)
+    for _ in range(iterations):
+        new_n = torch.addcmul(lam_n, target - v_n, inv_k_n).clamp_(min=0.0)
+        d = new_n - lam_n
+        lam_n = new_n
+        v_n.addcmul_(d, k_n)
+        v_t.addcmul_(d, k_nt)
+        bound = lam_n * friction
+        new_t = torch.addcmul(lam_t, v_t, inv_k_t).clamp_(min=-bound, max=bound)
+        d = new_t - lam_t
+        lam_t = new_t
+        v_t.addcmul_(d, k_t, value=-1.0)
+        v_n.addcmul_(d, k_nt, value=-1.0)
+    # Cube impulse J = -lambda_n n + lambda_t t; its torque is r_c x J = -lambda_n rn + lambda_t rt.
+    impulse = torch.stack((-lam_n * nx - lam_t * ny, lam_t * nx - lam_n * ny))
+    v = v + impulse * inv_mass
+    omega = omega + (lam_t * rt - lam_n * rn) * inv_inertia
+    return v, omega
+
+
+def push_point(p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: float,
+               radius: float) -> tuple[Tensor, Tensor]:
+    """Where the pusher touches the cube when approaching it along the push direction ``u``.
+
+    ``u = (g - c) / |g - c|``, support distance ``s = h (|cos(angle(u) - theta)| + |sin(angle(u) - theta)|)
+    + r`` and push point ``p* = c - s u``.
+
+    Args:
+        p_cube: ``[2, N]`` cube centre ``c``.
+        goal: ``[2, N]`` goal ``g``.
+        cos_t: ``[N]`` cosine of the cube's yaw.
+        sin_t: ``[N]`` sine of the cube's yaw.
+        half_size: Cube half-size ``h``.
+        radius: Pusher radius ``r``.
+
+    Returns:
+        ``p*`` ``[2, N]`` and ``|g - c|`` ``[N]``.
+    """
+    to_goal = goal - p_cube
+    dist = (to_goal[0] * to_goal[0]).addcmul_(to_goal[1], to_goal[1]).sqrt_()
+    u = to_goal / dist.clamp(min=1e-12)
+    along = (u[0] * cos_t + u[1] * sin_t).abs()
+    across = (u[1] * cos_t - u[0] * sin_t).abs()
+    support = (along + across) * half_size + radius
+    return p_cube - u * support, dist
+
+
+def staged_reward(p: Tensor, p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: float,
+                  radius: float, goal_radius: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """ManiSkill's staged PushCube reward in the plane (maximum :data:`SUCCESS_REWARD`).
+
+    ``reach = 1 - tanh(5 |p - p*|)`` (see :func:`push_point`), ``place = 1 - tanh(5 |c - g|)``,
+    ``r = reach + place [|p - p*| < REACH_TOLERANCE]``, and ``r = 3`` on success (``|c - g| < goal_radius``).
+
+    Args:
+        p: ``[2, N]`` tip position.
+        p_cube: ``[2, N]`` cube centre.
+        goal: ``[2, N]`` goal.
+        cos_t: ``[N]`` cosine of the cube's yaw.
+        sin_t: ``[N]`` sine of the cube's yaw.
+        half_size: Cube half-size.
+        radius: Tip radius.
+        goal_radius: Success radius.
+
+    Returns:
+        Reward ``[N]`` in ``[0, 3]``, success ``[N]`` bool, reached ``[N]`` bool and ``|c - g|`` ``[N]``.
+    """
+    p_star, dist_to_goal = push_point(p_cube, goal, cos_t, sin_t, half_size, radius)
+    offset = p - p_star
+    d_reach = (offset[0] * offset[0]).addcmul_(offset[1], offset[1]).sqrt_()
+    reached = d_reach < REACH_TOLERANCE
+    success = dist_to_goal < goal_radius
+    reach = 1.0 - torch.tanh(TANH_SCALE * d_reach)
+    place = 1.0 - torch.tanh(TANH_SCALE * dist_to_goal)
+    return torch.where(success, SUCCESS_REWARD, reach + place * reached), success, reached, dist_to_goal
+
+
+def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
+                 randomize_yaw: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Start scenes from uniforms (ManiSkill's PushCube distribution in the plane).
+
+    Cube ``c ~ U([-0.1, 0.1]^2)`` (``u[0:2]``), tip ``~ U([-0.3, -0.2] x [-0.1, 0.1])`` (``u[2:4]``), yaw 0 or
+    ``~ U(-pi/4, pi/4)`` (``u[4]``), goal ``c + goal_offset (cos h, sin h)`` with heading ``h = 0`` (``fixed``)
+    or ``~ U(-pi, pi)`` (``u[5]``); ``random_aligned`` also rotates the tip about the cube and the yaw by ``h``.
+
+    Args:
+        u: ``[4, M]`` (or ``[6, M]`` with ``randomize_yaw`` or a random direction) uniforms in ``[0, 1)``.
+        goal_offset: Goal distance from the cube.
+        goal_direction: ``fixed``, ``random`` or ``random_aligned``.
+        randomize_yaw: Draw the yaw.
+
+    Returns:
+        Tip ``[2, M]``, cube ``[2, M]``, yaw ``[M]`` and goal ``[2, M]`` (``u``'s dtype and device).
+    """
+    cube = (2.0 * u[0:2] - 1.0) * CUBE_SPAWN
+    tip = torch.stack([lo + (hi - lo) * u[2 + i] for i, (lo, hi) in enumerate(zip(TIP_SPAWN_LOW, TIP_SPAWN_HIGH))])
+    yaw = (2.0 * u[4] - 1.0) * YAW_SPAWN if randomize_yaw else torch.zeros_like(u[0])
+    heading = (2.0 * u[5] - 1.0) * math.pi if goal_direction != "fixed" else torch.zeros_like(u[0])
+    cos_h, sin_h = heading.cos(), heading.sin()
+    goal = cube + goal_offset * torch.stack((cos_h, sin_h))
+    if goal_direction == "random_aligned":
+        tip = cube + rotate(cos_h, sin_h, tip - cube)
+        yaw = yaw + heading
+    return tip, cube, yaw, goal
+
+
+def arm_forward(q: Tensor, base: tuple[float, float], l1: float, l2: float) -> Tensor:
+    """Tool-tip position of the planar 2-link arm.
+
+    Args:
+        q: ``[2, N]`` joint angles (shoulder, elbow relative to the upper link).
+        base: Shoulder position ``(x, y)``.
+        l1: Upper link length.
+        l2: Forearm length.
+
+    Returns:
+        ``[2, N]`` tip position ``base + l1 (cos q1, sin q1) + l2 (cos q12, sin q12)``.
+    """
+    angles = torch.stack((q[0], q[0] + q[1]))
+    cos_a, sin_a = angles.cos(), angles.sin()
+    return torch.stack((cos_a[0] * l1 + cos_a[1] * l2 + base[0], sin_a[0] * l1 + sin_a[1] * l2 + base[1]))
+
+
+def arm_inverse(p: Tensor, base: tuple[float, float], l1: float, l2: float) -> Tensor:
+    """Analytic elbow-left inverse kinematics (``q2 <= 0``); unreachable points give the stretched arm.
+
+    Args:
+        p: ``[2, N]`` tip position.
+        base: Shoulder position ``(x, y)``.
+        l1: Upper link length.
+        l2: Forearm length.
+
+    Returns:
+        ``[2, N]`` joint angles with ``arm_forward(q) == p`` for reachable ``p``.
+    """
+    x, y = p[0] - base[0], p[1] - base[1]
+    cos_q2 = ((x * x + y * y - l1 * l1 - l2 * l2) / (2.0 * l1 * l2)).clamp(-1.0, 1.0)
+    q2 = -torch.acos(cos_q2)
+    q1 = torch.atan2(y, x) - torch.atan2(l2 * torch.sin(q2), l1 + l2 * cos_q2)
+    return torch.stack((q1, q2))
+
+
+# --- drawing (numpy, host side) -------------------------------------------------------------------------
+#: RGB colours of :func:`draw_scene`.
+COLORS = {"floor": (150, 140, 125), "table": (214, 205, 186), "border": (90, 85, 80), "goal": (140, 210, 140),
+          "goal_edge": (40, 140, 60), "arm": (105, 110, 125), "cube": (205, 60, 50), "tip": (40, 80, 210)}
+VIEW_MARGIN = 0.05  # m of floor shown around the workspace (and the arm base)
+
+
+def view_box(workspace: tuple[tuple[float, float], tuple[float, float]],
+             arm_base: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """The square region drawn by :func:`draw_scene`: ``(centre_x, centre_y, half_width)`` in metres."""
+    (x0, y0), (x1, y1) = workspace
+    if arm_base is not None:
+        x0, x1, y0, y1 = min(x0, arm_base[0]), max(x1, arm_base[0]), min(y0, arm_base[1]), max(y1, arm_base[1])
+    return (x0 + x1) / 2, (y0 + y1) / 2, max(x1 - x0, y1 - y0) / 2 + VIEW_MARGIN
+
+
+def world_to_pixel(x: float, y: float, size: int, view: tuple[float, float, float]) -> tuple[int, int]:
+    """``(row, col)`` of the pixel containing world point ``(x, y)`` in a ``size`` x ``size`` frame."""
+    cx, cy, half = view
+    scale = size / (2 * half)
+    return int(np.floor((cy - y) * scale + size / 2)), int(np.floor((x - cx) * scale + size / 2))
+
+
+def _segment_mask(x: np.ndarray, y: np.ndarray, a: np.ndarray, b: np.ndarray, width: float) -> np.ndarray:
+    """Pixels within ``width`` of the segments ``a -> b`` (``a``, ``b``: ``[2, k, 1, 1]``)."""
+    ab = b - a
+    t = np.clip(((x - a[0]) * ab[0] + (y - a[1]) * ab[1]) / np.maximum((ab * ab).sum(0), 1e-12), 0.0, 1.0)
+    return (x - a[0] - t * ab[0]) ** 2 + (y - a[1] - t * ab[1]) ** 2 <= width * width
+
+
+def draw_scene(state: np.ndarray, size: int, *, half_size: float, radius: float, goal_radius: float,
+               workspace: tuple[tuple[float, float], tuple[float, float]],
+               arm: tuple[tuple[float, float], tuple[float, float]] | None = None) -> np.ndarray:
+    """Top views of push scenes with plain array masks (no display, no OpenGL).
+
+    The frame shows :func:`view_box` with +x to the right and +y up: the floor, the tip's workspace (table
+    colour, dark outline), the goal disk, the arm links (joint mode), the cube (a rotated square) and the tip.
+    Shapes smaller than a pixel are drawn at least about a pixel wide.
+
+    Args:
+        state: ``[16, k]`` PushCube states (rows as in :mod:`embodirl.envs.push_cube`).
+        size: Frame width and height in pixels.
+        half_size: Cube half-size.
+        radius: Tip radius.
+        goal_radius: Goal radius.
+        workspace: ``((x_low, y_low), (x_high, y_high))``.
+        arm: ``(base, link_lengths)`` to draw the 2-link arm from the joint rows, or None.
+
+    Returns:
+        ``[k, size, size, 3]`` uint8 RGB frames.
+    """
+    cx, cy, half = view_box(workspace, arm[0] if arm is not None else None)
+    pixel = 2 * half / size
+    centres = (np.arange(size) + 0.5 - size / 2) * pixel
+    x, y = (cx + centres)[None, None, :], (cy - centres)[None, :, None]  # [1, 1, size], [1, size, 1]
+
+    def col(row: int) -> np.ndarray:  # [k, 1, 1]: one state row, broadcast over the pixels
+        return state[row][:, None, None]
+
+    k = state.shape[1]
+    frames = np.empty((k, size, size, 3), dtype=np.uint8)
+    (x0, y0), (x1, y1) = workspace
+    inside = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+    edge = inside & ((x < x0 + pixel) | (x > x1 - pixel) | (y < y0 + pixel) | (y > y1 - pixel))
+    frames[:] = np.where(inside[0, :, :, None], COLORS["table"], COLORS["floor"]).astype(np.uint8)
+    frames[:, edge[0]] = COLORS["border"]
+    goal_d2 = (x - col(10)) ** 2 + (y - col(11)) ** 2
+    frames[goal_d2 <= goal_radius**2] = COLORS["goal"]
+    frames[(goal_d2 <= goal_radius**2) & (goal_d2 >= (goal_radius - 1.5 * pixel) ** 2)] = COLORS["goal_edge"]
+    dx, dy, cos_t, sin_t = x - col(4), y - col(5), np.cos(col(6)), np.sin(col(6))
+    cube_half = max(half_size, pixel)
+    cube = (np.abs(dx * cos_t + dy * sin_t) <= cube_half) & (np.abs(dy * cos_t - dx * sin_t) <= cube_half)
+    frames[cube] = COLORS["cube"]
+    if arm is not None:
+        (bx, by), (l1, _) = arm
+        base = np.array([bx, by])[:, None, None, None] + np.zeros((2, k, 1, 1))
+        elbow = base + l1 * np.stack((np.cos(col(12)), np.sin(col(12))))
+        tip = np.stack((col(0), col(1)))
+        links = _segment_mask(x, y, base, elbow, 1.5 * pixel) | _segment_mask(x, y, elbow, tip, 1.5 * pixel)
+        frames[links] = COLORS["arm"]
+    frames[(x - col(0)) ** 2 + (y - col(1)) ** 2 <= max(radius, 2.0 * pixel) ** 2] = COLORS["tip"]
+    return frames
