@@ -35,7 +35,7 @@ __all__ = ["PushCube"]
 
 STATE_ROWS = 16
 _EXPLICIT_RESET_COUNTER = 1 << 31
-_STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed"}
+_STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed", "ever_success"}
 _CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
             "goal_direction": ("fixed", "random", "random_aligned")}
 _FLAGS = ("terminate_on_success", "fail_on_leaving_workspace", "randomize_yaw", "time_obs")
@@ -271,6 +271,7 @@ class PushCube(BatchedEnv):
         self._num_resets += 1
         self._state.copy_(self._initial_states(self._env_ids // group_size, counter))
         self._obs = self._observe(self._state, self._steps.zero_())
+        self._ever_success = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._fill_cache(self._episode)
         self.episode_stats.discard()
         return self._obs
@@ -306,7 +307,8 @@ class PushCube(BatchedEnv):
 
         Returns:
             :class:`StepResult`; ``info`` holds ``success`` (bool, cube within ``goal_radius`` now),
-            ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of the push point) and
+            ``success_once`` (bool, at any step of this episode so far), ``success_at_end`` (bool, success
+            on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of the push point) and
             ``elapsed_steps`` (int64, steps into the episode that this step belongs to), all ``[N]``.
         """
         if action.shape != (self.num_envs, 2):
@@ -339,7 +341,10 @@ class PushCube(BatchedEnv):
         self._obs = torch.where(done.unsqueeze(1), torch.index_select(self._cache_obs, 0, slot), final_obs)
         self._steps = steps.masked_fill(done, 0)
         self.episode_stats.step(reward, done, success=success)
-        info = {"success": success, "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps}
+        once = self._ever_success | success
+        self._ever_success = once & ~done
+        info = {"success": success, "success_once": once, "success_at_end": success & done,
+                "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps}
         return StepResult(self._obs, reward, terminated, truncated, final_obs, info)
 
     def _physics(self, action: Tensor) -> Tensor:
@@ -408,6 +413,7 @@ class PushCube(BatchedEnv):
             "cache_age": torch.tensor(self._cache_age),
             "num_resets": torch.tensor(self._num_resets),
             "seed": torch.tensor(self.seed, dtype=torch.int64),
+            "ever_success": self._ever_success.clone(),
         }
         state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
@@ -429,5 +435,6 @@ class PushCube(BatchedEnv):
         self._episode.copy_(state["episode"])
         self._fill_cache(state["cache_base"].to(self.device))
         self._cache_age = int(state["cache_age"])
+        self._ever_success = state["ever_success"].to(self.device, torch.bool, copy=True)
         prefix = "episode_stats."
         self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

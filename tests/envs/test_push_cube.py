@@ -618,3 +618,21 @@ def test_cuda_matches_cpu_without_host_syncs(kwargs):
         s_cpu = cpu.step(a)
         torch.testing.assert_close(s_gpu.final_obs.cpu(), s_cpu.final_obs, rtol=0, atol=1e-4)
         assert torch.equal(s_gpu.truncated.cpu(), s_cpu.truncated)
+
+
+def test_info_reports_success_once_and_at_end():
+    # Scripted pushes succeed; success_once must latch within an episode and success_at_end must only
+    # be set on the step that ends it (the 50-step truncation), where it equals success.
+    env = PushCube(num_envs=64, seed=5)
+    obs = env.reset(seed=5)
+    once_seen = torch.zeros(64, dtype=torch.bool)
+    for _ in range(env.max_episode_steps):
+        step = env.step(scripted_action(obs))
+        obs = step.obs
+        info = step.info
+        done = step.terminated | step.truncated
+        assert torch.equal(info["success_at_end"], info["success"] & done)
+        assert (info["success_once"] >= info["success"]).all()
+        assert (info["success_once"] >= once_seen).all()  # latched
+        once_seen = info["success_once"].clone()
+    assert done.all() and info["success_once"].float().mean() >= 0.95
