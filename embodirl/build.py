@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from embodirl.algos.base import BaseAlgorithm
 from embodirl.collector import Collector

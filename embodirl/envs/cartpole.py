@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
-from embodirl.envs.rng import hash_uniform
+from embodirl.envs.rng import ResetStream, hash_uniform
 from embodirl.errors import CheckpointError, check, check_choice
 
 __all__ = ["CartPole"]
@@ -48,7 +48,6 @@ TAU = 0.02
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 RESET_LOW, RESET_HIGH = -0.05, 0.05
-_EXPLICIT_RESET_COUNTER = 1 << 31  # counter offset of explicit resets (auto-resets stay below it)
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed"}
 
@@ -105,8 +104,7 @@ class CartPole(BatchedEnv):
         self._scratch = torch.zeros(n, 4, dtype=dtype, device=dev)  # per-step temporaries, no allocation
         self._beyond = torch.zeros(n, 4, dtype=torch.bool, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
-        self._episode = torch.zeros(n, dtype=torch.int64, device=dev)  # auto-reset counter
-        self._num_resets = 0  # explicit resets since seeding
+        self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
         # Reset-state cache: slot k of env i holds the draw for counter base[i] + k, k = 0..depth.
         # At most one episode starts per step, so a refill every `depth` steps never runs dry.
         # The depth keeps the refill's int64 working set small (cache-resident) for large N.
@@ -117,8 +115,12 @@ class CartPole(BatchedEnv):
         self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
         self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)  # flat index = episode + shift
         self._cache_age = 0
-        self.seed = seed
         self.reset(seed=seed)
+
+    @property
+    def seed(self) -> int:
+        """Seed of the reset stream (set by ``reset(seed=...)``)."""
+        return self._resets.seed
 
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
         """Start a fresh episode in every env (see :meth:`BatchedEnv.reset`).
@@ -130,22 +132,12 @@ class CartPole(BatchedEnv):
         Returns:
             ``[N, 4]`` float32 first observations.
         """
-        check(seed is None or (_is_int(seed) and -(2**63) <= seed < 2**63), "seed", seed, "an int64 or None")
-        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
-              f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
-        if seed is not None:
-            self.seed = seed
-            self._episode.zero_()
-            self._num_resets = 0
-        else:
-            self._episode += 1
-        counter = torch.full_like(self._env_ids, _EXPLICIT_RESET_COUNTER + self._num_resets)
-        self._num_resets += 1
-        init = hash_uniform(self.seed, self._env_ids // group_size, counter, 4, RESET_LOW, RESET_HIGH)
+        key, counter = self._resets.explicit(seed, group_size)
+        init = hash_uniform(self._resets.seed, key, counter, 4, RESET_LOW, RESET_HIGH)
         self._state.copy_(init)
         self._obs = self._state.to(torch.float32)
         self._steps.zero_()
-        self._fill_cache(self._episode)
+        self._fill_cache(self._resets.episode)
         self.episode_stats.discard()
         return self._obs
 
@@ -186,10 +178,10 @@ class CartPole(BatchedEnv):
         final_obs = self._state.to(torch.float32)
 
         if self._cache_age == self._cache_depth:
-            self._fill_cache(self._episode)
+            self._fill_cache(self._resets.episode)
         self._cache_age += 1
-        self._episode += done
-        init = torch.index_select(self._cache, 0, self._episode + self._cache_shift, out=self._scratch)
+        self._resets.episode += done
+        init = torch.index_select(self._cache, 0, self._resets.episode + self._cache_shift, out=self._scratch)
         torch.where(done.unsqueeze(1), init, self._state, out=self._state)
         self._steps.masked_fill_(done, 0)
         self._obs = self._state.to(torch.float32)
@@ -202,7 +194,7 @@ class CartPole(BatchedEnv):
         """Draw the reset states for counters ``base .. base + depth`` of every env."""
         self._cache_base.copy_(base)
         counters = (base.unsqueeze(1) + self._cache_slots).view(-1)
-        self._cache.copy_(hash_uniform(self.seed, self._cache_keys, counters, 4, RESET_LOW, RESET_HIGH))
+        self._cache.copy_(hash_uniform(self._resets.seed, self._cache_keys, counters, 4, RESET_LOW, RESET_HIGH))
         self._cache_shift.copy_(self._env_ids * (self._cache_depth + 1) - base)
         self._cache_age = 0
 
@@ -212,12 +204,10 @@ class CartPole(BatchedEnv):
             "state": self._state.clone(),
             "obs": self._obs.clone(),
             "steps": self._steps.clone(),
-            "episode": self._episode.clone(),
             "cache_base": self._cache_base.clone(),
             "cache_age": torch.tensor(self._cache_age),
-            "num_resets": torch.tensor(self._num_resets),
-            "seed": torch.tensor(self.seed, dtype=torch.int64),
         }
+        state.update(self._resets.state_dict())
         state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
 
@@ -229,12 +219,10 @@ class CartPole(BatchedEnv):
         if tuple(state["state"].shape) != tuple(self._state.shape):
             raise CheckpointError(f"CartPole.load_state_dict: state has shape {tuple(state['state'].shape)}, this env "
                                   f"has {tuple(self._state.shape)}; build the env with the checkpoint's num_envs")
-        self.seed = int(state["seed"])
-        self._num_resets = int(state["num_resets"])
+        self._resets.load_state_dict(state)
         self._state.copy_(state["state"])
         self._obs = state["obs"].to(self.device, torch.float32, copy=True)
         self._steps.copy_(state["steps"])
-        self._episode.copy_(state["episode"])
         self._fill_cache(state["cache_base"].to(self.device))
         self._cache_age = int(state["cache_age"])
         prefix = "episode_stats."

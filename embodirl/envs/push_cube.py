@@ -28,13 +28,12 @@ from torch import Tensor
 
 from embodirl.envs import push_cube_physics as phys
 from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
-from embodirl.envs.rng import hash_uniform
+from embodirl.envs.rng import ResetStream, hash_uniform
 from embodirl.errors import CheckpointError, check, check_choice
 
 __all__ = ["PushCube"]
 
 STATE_ROWS = 16
-_EXPLICIT_RESET_COUNTER = 1 << 31
 _STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed", "ever_success"}
 _CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
             "goal_direction": ("fixed", "random", "random_aligned")}
@@ -233,8 +232,7 @@ class PushCube(BatchedEnv):
         self._state = torch.zeros(STATE_ROWS, n, device=dev)
         self._obs = torch.zeros(n, obs_dim, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
-        self._episode = torch.zeros(n, dtype=torch.int64, device=dev)  # auto-reset counter
-        self._num_resets = 0
+        self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
         # Reset cache: column env * depth + k holds the start state (and row the first observation) of episode
         # base[env] + 1 + k, k < depth. Episodes last at least `min_length` steps, so an env starts at most
         # `depth` episodes in `depth * min_length` steps: refill that often.
@@ -248,38 +246,32 @@ class PushCube(BatchedEnv):
         self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
         self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)
         self._cache_age = 0
-        self.seed = seed
         self.reset(seed=seed)
 
     # --- resets --------------------------------------------------------------------------------------
+    @property
+    def seed(self) -> int:
+        """Seed of the reset stream (set by ``reset(seed=...)``)."""
+        return self._resets.seed
+
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
         """Start a fresh episode in every env (see :meth:`BatchedEnv.reset` and the module docstring).
 
         Returns:
             ``[N, obs_dim]`` float32 first observations.
         """
-        check(seed is None or (_is_int(seed) and -(2**63) <= seed < 2**63), "seed", seed, "an int64 or None")
-        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
-              f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
-        if seed is not None:
-            self.seed = seed
-            self._episode.zero_()
-            self._num_resets = 0
-        else:
-            self._episode += 1
-        counter = torch.full_like(self._env_ids, _EXPLICIT_RESET_COUNTER + self._num_resets)
-        self._num_resets += 1
-        self._state.copy_(self._initial_states(self._env_ids // group_size, counter))
+        key, counter = self._resets.explicit(seed, group_size)
+        self._state.copy_(self._initial_states(key, counter))
         self._obs = self._observe(self._state, self._steps.zero_())
         self._ever_success = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        self._fill_cache(self._episode)
+        self._fill_cache(self._resets.episode)
         self.episode_stats.discard()
         return self._obs
 
     def _initial_states(self, key: Tensor, counter: Tensor) -> Tensor:
         """``[16, M]`` start states for rows ``(key, counter)`` (drawn in float64, stored in float32)."""
         num = 6 if self.randomize_yaw or self.goal_direction != "fixed" else 4
-        u = hash_uniform(self.seed, key, counter, num).T  # [num, M] in [0, 1)
+        u = hash_uniform(self._resets.seed, key, counter, num).T  # [num, M] in [0, 1)
         tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
         tip = tip.clamp(self._ws_low.double(), self._ws_high.double()).float()
         state = torch.zeros(STATE_ROWS, key.shape[0], device=self.device)
@@ -333,10 +325,10 @@ class PushCube(BatchedEnv):
         done = terminated | time_up
 
         if self._cache_age == self._cache_period:
-            self._fill_cache(self._episode)
+            self._fill_cache(self._resets.episode)
         self._cache_age += 1
-        slot = self._episode + self._cache_shift
-        self._episode += done
+        slot = self._resets.episode + self._cache_shift
+        self._resets.episode += done
         torch.where(done, torch.index_select(self._cache, 1, slot), state, out=self._state)
         self._obs = torch.where(done.unsqueeze(1), torch.index_select(self._cache_obs, 0, slot), final_obs)
         self._steps = steps.masked_fill(done, 0)
@@ -408,13 +400,11 @@ class PushCube(BatchedEnv):
             "state": self._state.clone(),
             "obs": self._obs.clone(),
             "steps": self._steps.clone(),
-            "episode": self._episode.clone(),
             "cache_base": self._cache_base.clone(),
             "cache_age": torch.tensor(self._cache_age),
-            "num_resets": torch.tensor(self._num_resets),
-            "seed": torch.tensor(self.seed, dtype=torch.int64),
             "ever_success": self._ever_success.clone(),
         }
+        state.update(self._resets.state_dict())
         state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
 
@@ -427,12 +417,10 @@ class PushCube(BatchedEnv):
         if shapes != tuple(tuple(x) for x in own):
             raise CheckpointError(f"PushCube.load_state_dict: state/obs shapes {shapes} differ from this env's "
                                   f"{own}; build the env with the checkpoint's num_envs, control_mode and time_obs")
-        self.seed = int(state["seed"])
-        self._num_resets = int(state["num_resets"])
+        self._resets.load_state_dict(state)
         self._state.copy_(state["state"])
         self._obs = state["obs"].to(self.device, torch.float32, copy=True)
         self._steps = state["steps"].to(self.device, torch.int64, copy=True)
-        self._episode.copy_(state["episode"])
         self._fill_cache(state["cache_base"].to(self.device))
         self._cache_age = int(state["cache_age"])
         self._ever_success = state["ever_success"].to(self.device, torch.bool, copy=True)
