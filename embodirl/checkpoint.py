@@ -19,7 +19,7 @@ import torch
 
 from embodirl.errors import CheckpointError
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "load_checkpoint", "rng_state", "save_checkpoint",
+__all__ = ["atomic_write_bytes", "atomic_write_json", "load_checkpoint", "rng_state", 
            "serialize_checkpoint", "set_rng_state"]
 
 FORMAT = "embodirl-checkpoint"
@@ -66,11 +66,6 @@ def serialize_checkpoint(state: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, "version": VERSION, **state}, buffer)
     return buffer.getvalue()
-
-
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Atomically save a checkpoint dict (adds the format marker and version)."""
-    atomic_write_bytes(path, serialize_checkpoint(state))
 
 
 def load_checkpoint(path: str | Path, key: str = "checkpoint") -> dict[str, Any]:

@@ -71,7 +71,8 @@ class Collector:
             b["terminated"][:, t] = step.terminated
             b["truncated"][:, t] = step.truncated
             b["done"][:, t] = step.terminated | step.truncated
-            self._final_obs[:, t] = step.final_obs
+            if self.policy.has_critic:  # only a critic bootstraps from the true final observation
+                self._final_obs[:, t] = step.final_obs
             if self.plan.stop_when_all_done:
                 finished |= step.terminated | step.truncated
             obs = step.obs

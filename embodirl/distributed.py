@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["DistInfo", "allreduce_grads", "allreduce_max", "allreduce_mean", "allreduce_sum", "broadcast_module", "broadcast_object", "env_rank",
-           "get_info", "init_distributed", "is_main", "shutdown", "sync_report"]
+           "get_info", "init_distributed", "shutdown", "sync_report"]
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,6 @@ def init_distributed(use_cuda: bool) -> DistInfo:
 
 def get_info() -> DistInfo:
     return _INFO
-
-
-def is_main() -> bool:
-    return _INFO.is_main
 
 
 def shutdown() -> None:

@@ -43,7 +43,7 @@ def write_status(run_dir: str | Path, status: str, *, exc: BaseException | None 
     record: dict[str, Any] = {
         "status": status,
         "attempt": max(attempt, 1),
-        "started_at": previous.get("started_at", now) if status != "running" or previous else now,
+        "started_at": previous.get("started_at", now),  # the first attempt's start, across requeues
         "updated_at": now,
         "host": socket.gethostname(),
         "pid": os.getpid(),

@@ -15,6 +15,7 @@ from embodirl.distributed import allreduce_grads, allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy
+from embodirl.rollout import validate_rollout
 
 __all__ = ["BaseAlgorithm", "CollectPlan"]
 
@@ -83,6 +84,10 @@ class BaseAlgorithm(ABC):
         allreduce_grads(self.params)  # identical parameters on every rank after every step
         torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.optimizer.step()
+
+    def check_rollout(self, rollout: TensorDict) -> None:
+        """Validate the rollout against the schema and the policy's spaces (metadata only, no sync)."""
+        validate_rollout(rollout, (self.policy.obs_dim,), self.policy.dist.action_shape)
 
     @property
     def progress(self) -> float:

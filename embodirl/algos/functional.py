@@ -86,15 +86,9 @@ def compute_gae(rollout: TensorDict, gamma: float, gae_lambda: float) -> tuple[T
     )
 
 
-def normalize(x: Tensor, eps: float = 1e-8, mask: Tensor | None = None) -> Tensor:
-    """``(x - mean) / (std + eps)`` over all elements (or over ``mask`` ones; others become 0)."""
-    if mask is None:
-        return (x - x.mean()) / (x.std() + eps)
-    m = mask.to(x.dtype)
-    n = m.sum().clamp_min(1.0)
-    mean = (x * m).sum() / n
-    var = (((x - mean) * m) ** 2).sum() / (n - 1).clamp_min(1.0)
-    return (x - mean) / (var.sqrt() + eps) * m
+def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
+    """``(x - mean) / (std + eps)`` over all elements."""
+    return (x - x.mean()) / (x.std() + eps)
 
 
 def clipped_surrogate_loss(
@@ -127,8 +121,7 @@ def value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: flo
 
 def approx_kl(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
     """k3 estimator of KL(old || new): ``mean((rho - 1) - log rho)``, always >= 0."""
-    log_ratio = log_prob - old_log_prob
-    return (torch.expm1(log_ratio) - log_ratio).mean()
+    return k3_kl(old_log_prob, log_prob).mean()
 
 
 def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:

@@ -137,6 +137,7 @@ class GRPO(BaseAlgorithm):
         )
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
+        self.check_rollout(rollout)
         lr = self.apply_lr_schedule()
         with torch.no_grad():
             returns, mask = F.compute_step_returns_and_mask(
@@ -192,8 +193,7 @@ class GRPO(BaseAlgorithm):
             loss = loss + self.kl_coef * ref_kl
         self.optimizer_step(loss)
         with torch.no_grad():
-            log_ratio = log_prob - old_log_prob
-            kl = (torch.expm1(log_ratio) - log_ratio).sum() / count
+            kl = F.k3_kl(old_log_prob, log_prob).sum() / count  # approx_kl, safe for an empty chunk
             frac = ((ratio - 1.0).abs() > self.clip_coef).float().sum() / count
             return torch.stack([pg_loss.detach(), entropy.detach(), ref_kl.detach(), kl, frac])
 

@@ -106,6 +106,7 @@ class PPO(BaseAlgorithm):
         return CollectPlan(num_steps=self.num_steps)
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
+        self.check_rollout(rollout)
         lr = self.apply_lr_schedule()
         with torch.no_grad():
             advantage, returns = F.compute_gae(rollout, self.gamma, self.gae_lambda)

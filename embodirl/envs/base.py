@@ -61,7 +61,7 @@ class EpisodeStats:
         self.running_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         # Per-env sums over finished episodes: count, return, length, successes. Reduced only in pop().
         self._sums = torch.zeros(4, num_envs, dtype=torch.float64, device=self.device)
-        self._reports_success = torch.zeros((), dtype=torch.bool, device=self.device)
+        self._reports_success = False
 
     def step(self, reward: Tensor, done: Tensor, success: Tensor | None = None) -> None:
         """Account one env step; ``done`` envs close their episode and start a fresh one."""
@@ -72,8 +72,7 @@ class EpisodeStats:
         self._sums += torch.stack(
             [done_f, self.running_return * done_f, self.running_length * done_f, succ_f]
         )
-        if success is not None:
-            self._reports_success.fill_(True)
+        self._reports_success = self._reports_success or success is not None
         self.running_return *= ~done
         self.running_length *= ~done
 
@@ -99,7 +98,7 @@ class EpisodeStats:
         """
         sums = self._sums.sum(dim=1)
         count, ret, length, success = (sums if reduce is None else reduce(sums)).tolist()
-        reports_success = bool(self._reports_success)
+        reports_success = self._reports_success
         self._sums.zero_()
         out = {"episode/count": count}
         if count > 0:
@@ -114,14 +113,14 @@ class EpisodeStats:
             "running_return": self.running_return.clone(),
             "running_length": self.running_length.clone(),
             "sums": self._sums.clone(),
-            "reports_success": self._reports_success.clone(),
+            "reports_success": torch.tensor(self._reports_success),
         }
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.running_return.copy_(state["running_return"])
         self.running_length.copy_(state["running_length"])
         self._sums.copy_(state["sums"])
-        self._reports_success.copy_(state["reports_success"])
+        self._reports_success = bool(state["reports_success"])
 
 
 class BatchedEnv(ABC):

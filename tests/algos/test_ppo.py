@@ -62,3 +62,11 @@ def test_non_finite_loss_raises():
     rollout["reward"][0, 0] = float("nan")
     with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
         algo.update(rollout)
+
+
+def test_update_refuses_a_rollout_that_breaks_the_schema():
+    algo, collector = _setup()
+    rollout = collector.collect().clone()
+    del rollout["final_value"]
+    with pytest.raises(ValueError, match=r"missing key 'final_value' \(written by collector"):
+        algo.update(rollout)
