@@ -1,0 +1,4 @@
+"""embodirl's config groups (shipped as the package ``embodirl.conf``); importing it registers the
+resolvers the YAML files use (:mod:`embodirl.resolvers`)."""
+
+import embodirl.resolvers  # noqa: F401

@@ -1,37 +1,31 @@
 """Config -> objects, in order, each option checked against its class's signature, then a dry run.
 
 Every config group option names its class with ``_target_`` and ``_partial_: true``; objects that only
-exist at run time (device, seed, spaces, the policy) are passed here in code. Before a class is
-called, every YAML/command-line value is checked against the type annotations of its ``__init__``,
-so ``trainer.total_env_steps=abc`` fails with the key, the value and an example, not a traceback.
+exist at run time (device, seed, spaces, the policy) are passed here in code. Values are checked
+against the classes' annotations (:mod:`embodirl.checked`) before anything is built.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import logging
-import types
-import typing
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from embodirl.algos.base import BaseAlgorithm
+from embodirl.checked import NO_MATCH, conform, conform_int, instantiate_checked
 from embodirl.collector import Collector
 from embodirl.distributed import broadcast_module
 from embodirl.envs.base import BatchedEnv, StepResult
-from embodirl.errors import ConfigError
+from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
 from embodirl.video import VideoSettings
 
-__all__ = ["Components", "build", "rank_seed", "wants_cuda", "build_env", "build_policy", "build_video_settings", "configure_torch",
-           "instantiate_checked", "resolve_device"]
+__all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_policy", "build_video_settings",
+           "check_top_level", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +41,7 @@ class Components:
     collector: Collector
     device: torch.device
     video: VideoSettings
+    settings: RunSettings
 
 
 def wants_cuda(device: str) -> bool:
@@ -75,102 +70,13 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     return dev
 
 
-@contextlib.contextmanager
-def torch_threads(num_threads: int | None):
-    """Run a block with ``num_threads`` intra-op threads (None: leave as is), then restore."""
-    previous = torch.get_num_threads()
-    if num_threads is not None and num_threads != previous:
-        torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != previous:
-            torch.set_num_threads(previous)
-
-
-def check_threads(key: str, value: Any, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(key, value, "an int >= 1" + (" or null" if allow_none else ""),
-                          f"pass {key}=1 (best for small nets on CPU)")
-
-
 def configure_torch(seed: int, num_threads: int) -> None:
     """Seed torch and cap intra-op threads (small nets on small machines run fastest on one)."""
-    check_threads("num_threads", num_threads)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError("seed", seed, "an int", "pass seed=0")
+    num_threads = conform_int("num_threads", num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
+    seed = conform(seed, int)
+    check(seed is not NO_MATCH, "seed", seed, "an int", "pass seed=0")
     torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
-
-
-# --- checked instantiation ----------------------------------------------------------------------------
-def _matches(value: Any, annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if annotation is Any or annotation is inspect.Parameter.empty:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(annotation))
-    if origin is typing.Literal:
-        return value in typing.get_args(annotation)
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if origin in (list, tuple, Sequence, typing.Sequence) or annotation in (list, tuple):
-        args = typing.get_args(annotation)
-        return isinstance(value, list | tuple) and (not args or all(_matches(v, args[0]) for v in value))
-    if origin is dict or annotation is dict:
-        return isinstance(value, dict)
-    return True
-
-
-def _describe(annotation: Any) -> str:
-    if typing.get_origin(annotation) is typing.Literal:
-        return "one of: " + ", ".join(str(a) for a in typing.get_args(annotation))
-    text = str(annotation).replace("typing.", "").replace("collections.abc.", "")
-    return getattr(annotation, "__name__", text) if not typing.get_args(annotation) else text
-
-
-def instantiate_checked(node: DictConfig, prefix: str, **runtime: Any) -> Any:
-    """Instantiate a ``_partial_`` config node with runtime arguments, after checking every value.
-
-    Args:
-        node: A config group node with ``_target_``.
-        prefix: The node's key path for messages, e.g. ``"algo."``.
-        **runtime: Arguments that exist only at run time (device, spaces, policy, ...).
-
-    Raises:
-        ConfigError: Unknown key, wrong type, or a value the class rejects; keys carry ``prefix``.
-    """
-    partial = instantiate(node, _partial_=True, _convert_="all")
-    func = partial.func if isinstance(partial, functools.partial) else partial
-    kwargs = dict(partial.keywords) if isinstance(partial, functools.partial) else {}
-    target = func.__init__ if inspect.isclass(func) else func
-    params = inspect.signature(target).parameters
-    hints = typing.get_type_hints(target)
-    for key, value in kwargs.items():
-        if key not in params:
-            valid = ", ".join(k for k in params if k not in ("self", *runtime))
-            raise ConfigError(prefix + key, value, f"a known key of {node._target_} (one of: {valid})",
-                              f"remove {prefix}{key} or correct its spelling")
-        annotation = hints.get(key, inspect.Parameter.empty)
-        if not _matches(value, annotation):
-            default = params[key].default
-            example = f", e.g. {prefix}{key}={default}" if default is not inspect.Parameter.empty else ""
-            raise ConfigError(prefix + key, value, f"{_describe(annotation)}",
-                              f"pass a value of that type{example}")
-    try:
-        return partial(**runtime)
-    except ConfigError as exc:
-        raise exc.with_prefix(prefix) from None
 
 
 # --- components ---------------------------------------------------------------------------------------
@@ -188,11 +94,62 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
     return policy.to(device)
 
 
-RANK_SEED_STRIDE = 1_000_003  # rank r's envs and sampling use seed + r * stride
+# Seeds: rank r trains with ``seed + r * RANK_SEED_STRIDE``; evaluation uses ``seed + EVAL_SEED_OFFSET``.
+# The offset is no multiple of the stride (and far from any small one), so evaluation episodes never start
+# from the states of some rank's training episodes.
+RANK_SEED_STRIDE = 1_000_003
+EVAL_SEED_OFFSET = 7_919_000_017
+
+TOP_LEVEL_KEYS = ("policy", "algo", "env", "trainer", "logger", "eval", "seed", "device", "num_threads",
+                  "num_update_threads", "objective")
 
 
 def rank_seed(seed: int, rank: int) -> int:
+    """Seed of rank ``rank``'s training envs and action sampling."""
     return seed + RANK_SEED_STRIDE * rank
+
+
+def eval_seed(seed: int) -> int:
+    """Seed of the evaluation envs of a run seeded with ``seed``."""
+    return seed + EVAL_SEED_OFFSET
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The checked top-level keys of a training config."""
+
+    seed: int
+    device: str
+    num_threads: int
+    num_update_threads: int | None
+
+
+def check_top_level(cfg: DictConfig) -> RunSettings:
+    """Refuse unknown top-level keys (``+foo=1``) and check the top-level scalars; integral floats accepted."""
+    for key in cfg:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(str(key), cfg[key], "a known top-level key (one of: " + ", ".join(TOP_LEVEL_KEYS) + ")",
+                              f"remove +{key}=... or correct its spelling")
+    seed = conform(cfg.seed, int)
+    check(seed is not NO_MATCH and -(2**63) <= seed < 2**63, "seed", cfg.seed, "an int", "pass seed=0")
+    check(isinstance(cfg.device, str), "device", cfg.device, "auto, cpu, cuda or cuda:N", "pass device=auto")
+    threads = conform_int("num_threads", cfg.num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
+    update_threads = None if cfg.num_update_threads is None else conform_int(
+        "num_update_threads", cfg.num_update_threads, 1, "pass num_update_threads=null (same as num_threads)")
+    return RunSettings(seed, cfg.device, threads, update_threads)
+
+
+@contextlib.contextmanager
+def allocation_guard(key: str, value: Any, fix: str):
+    """Turn an allocation that cannot succeed (out of memory) into a one-line :class:`ConfigError` on ``key``."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if isinstance(exc, MemoryError) or isinstance(exc, torch.OutOfMemoryError) or "allocate" in str(exc):
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(key, value, f"a size whose tensors fit in memory (allocation failed: {first[:160]})",
+                              fix, absolute=True) from None
+        raise
 
 
 def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0) -> Components:
@@ -201,23 +158,30 @@ def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0) -> Components:
     Every rank builds the same policy (same seed, then rank 0's weights broadcast); envs and action
     sampling get per-rank seeds.
     """
-    configure_torch(cfg.seed, cfg.num_threads)
-    check_threads("num_update_threads", cfg.num_update_threads, allow_none=True)
-    device = resolve_device(cfg.device, local_rank)
-    env = build_env(cfg.env, device, rank_seed(cfg.seed, rank))
-    eval_env = build_env(cfg.env, device, cfg.seed + 1_000_003, num_envs=cfg.trainer.num_eval_envs)
+    top = check_top_level(cfg)
+    configure_torch(top.seed, top.num_threads)
+    device = resolve_device(top.device, local_rank)
+    num_envs = cfg.env.get("num_envs")
+    with allocation_guard("env.num_envs", num_envs, "lower env.num_envs"):
+        env = build_env(cfg.env, device, rank_seed(top.seed, rank))
+    num_eval_envs = conform_int("trainer.num_eval_envs", cfg.trainer.get("num_eval_envs"), 1,
+                                "pass trainer.num_eval_envs=20")
+    with allocation_guard("trainer.num_eval_envs", num_eval_envs, "lower trainer.num_eval_envs"):
+        eval_env = build_env(cfg.env, device, eval_seed(top.seed), num_envs=num_eval_envs)
     policy = build_policy(cfg.policy, env, device)
     broadcast_module(policy)
     if rank:
-        torch.manual_seed(rank_seed(cfg.seed, rank))
+        torch.manual_seed(rank_seed(top.seed, rank))
     algo = instantiate_checked(cfg.algo, "algo.", policy=policy, device=device,
                                total_env_steps=_total_env_steps(cfg))
     plan = algo.collect_plan(env)
-    collector = Collector(env, policy, plan)
+    with allocation_guard("env.num_envs", num_envs, "lower env.num_envs or algo.num_steps (the rollout holds "
+                          "num_envs x (num_steps + 1) transitions)"):
+        collector = Collector(env, policy, plan)
     video = build_video_settings(cfg.eval, eval_env)
     dry_run(env, policy)
     dry_run(eval_env, policy)
-    return Components(env, eval_env, policy, algo, collector, device, video)
+    return Components(env, eval_env, policy, algo, collector, device, video, top)
 
 
 def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings:
@@ -233,10 +197,8 @@ def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings
 
 
 def _total_env_steps(cfg: DictConfig) -> int:
-    value = cfg.trainer.total_env_steps
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError("trainer.total_env_steps", value, "an int >= 1", "pass e.g. trainer.total_env_steps=1000000")
-    return value
+    return conform_int("trainer.total_env_steps", cfg.trainer.total_env_steps, 1,
+                       "pass e.g. trainer.total_env_steps=1000000")
 
 
 def dry_run(env: BatchedEnv, policy: Policy) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import torch
 
 from embodirl.errors import CheckpointError
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "load_checkpoint", "rng_state", 
+__all__ = ["atomic_write_bytes", "atomic_write_json", "check_finite", "load_checkpoint", "rng_state",
            "serialize_checkpoint", "set_rng_state"]
 
 FORMAT = "embodirl-checkpoint"
@@ -27,17 +28,41 @@ VERSION = 1
 REQUIRED = ("config", "policy", "algo", "trainer", "rng")
 
 
-def _atomic_replace(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _umask() -> int:
+    """The process's umask, read without changing it where /proc allows (os.umask is set-and-return)."""
     try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _atomic_replace(path: Path, write) -> None:
+    """Write through a hidden temp file (``.<name>.<random>.tmp``) renamed over ``path``.
+
+    The file gets the mode an ordinary write would (0666 minus the umask), not mkstemp's 0600, so
+    colleagues sharing a cluster file system can read results. OS errors name ``path``.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise exc if exc.filename else type(exc)(exc.errno, exc.strerror, str(path)) from None
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename != str(path):
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
         raise
 
 
@@ -84,12 +109,23 @@ def load_checkpoint(path: str | Path, key: str = "checkpoint") -> dict[str, Any]
         raise CheckpointError(f"{key}={str(path)!r} does not exist (or is not a file). Fix: {hint}.")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for corrupt files
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    except pickle.UnpicklingError as exc:
+        if "GLOBAL" not in str(exc) and "global" not in str(exc):
+            raise CheckpointError(
+                f"{key}={str(path)!r} cannot be read: the file is corrupt, truncated or not a torch checkpoint. "
+                f"Fix: use another checkpoint from the same checkpoints/ folder (periodic ones are kept), or {hint}."
+            ) from None
+        # A safe load met a Python object; torch's advice to retry unsafely is deliberately not repeated.
         raise CheckpointError(
-            f"{key}={str(path)!r} cannot be read: the file is corrupt or not a torch checkpoint ({reason}). "
-            f"Fix: use another checkpoint from the same checkpoints/ folder (periodic ones are kept), or {hint}."
-        ) from exc
+            f"{key}={str(path)!r} holds Python objects beyond tensors and plain values, which embodirl never "
+            f"loads (they can run code): it was not written by embodirl-train or was tampered with. Fix: {hint}."
+        ) from None
+    except Exception as exc:  # torch raises many types for corrupt files
+        raise CheckpointError(
+            f"{key}={str(path)!r} cannot be read: the file is corrupt, truncated or not a torch checkpoint "
+            f"({type(exc).__name__}). Fix: use another checkpoint from the same checkpoints/ folder (periodic "
+            f"ones are kept), or {hint}."
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{key}={str(path)!r} is a torch file but not an embodirl checkpoint. Fix: {hint}.")
     if state.get("version") != VERSION:
@@ -100,7 +136,20 @@ def load_checkpoint(path: str | Path, key: str = "checkpoint") -> dict[str, Any]
     missing = [k for k in REQUIRED if k not in state]
     if missing:
         raise CheckpointError(f"{key}={str(path)!r} lacks {missing}: it is incomplete. Fix: {hint}.")
+    if not isinstance(state["policy"], dict):
+        raise CheckpointError(f"{key}={str(path)!r} has no policy state_dict. Fix: {hint}.")
+    check_finite(state["policy"], f"{key}={str(path)!r}")
     return state
+
+
+def check_finite(state_dict: dict[str, Any], what: str) -> None:
+    """Raise :class:`CheckpointError` naming the first floating tensor with NaN or infinite values."""
+    for name, value in state_dict.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(
+                f"{what}: policy parameter {name!r} contains NaN or infinite values (the run had diverged "
+                "when it was saved). Fix: use an earlier checkpoint from the same checkpoints/ folder (step_*.pt)."
+            )
 
 
 def rng_state() -> dict[str, Any]:

@@ -60,8 +60,13 @@ def _submitit_env() -> Any | None:
         return None
 
 
-def init_distributed(use_cuda: bool) -> DistInfo:
-    """Join (or create) the process group if this process is one of several; return the layout."""
+def init_distributed(use_cuda: bool | None) -> DistInfo:
+    """Join (or create) the process group if this process is one of several; return the layout.
+
+    Args:
+        use_cuda: NCCL (True), gloo (False), or None before the device is known: gloo for CPU tensors
+            and, where CUDA is available, NCCL for CUDA tensors (``"cpu:gloo,cuda:nccl"``).
+    """
     global _INFO
     if dist.is_available() and dist.is_initialized():
         _INFO = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
@@ -81,9 +86,10 @@ def init_distributed(use_cuda: bool) -> DistInfo:
     if world_size == 1:
         _INFO = DistInfo()
         return _INFO
-    backend = "nccl" if use_cuda else "gloo"
+    cuda = torch.cuda.is_available() and dist.is_nccl_available()
+    backend = {True: "nccl", False: "gloo", None: "cpu:gloo,cuda:nccl" if cuda else "gloo"}[use_cuda]
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if use_cuda:
+    if use_cuda or (use_cuda is None and cuda):
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend, init_method="env://")
     _INFO = DistInfo(dist.get_rank(), world_size, local_rank, backend)

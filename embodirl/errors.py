@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,13 +17,16 @@ class ConfigError(ValueError):
         value: The offending value.
         expected: What would be valid, e.g. ``"a float in (0, 1]"`` or ``"one of: ppo, grpo"``.
         fix: How to fix it; defaults to ``"pass a valid value, e.g. KEY=..."``-style advice.
+        absolute: ``key`` is already a full config path (e.g. ``policy`` raised from inside the
+            algorithm): :meth:`with_prefix` leaves it alone.
     """
 
-    def __init__(self, key: str, value: Any, expected: str, fix: str | None = None) -> None:
+    def __init__(self, key: str, value: Any, expected: str, fix: str | None = None, *, absolute: bool = False) -> None:
         self.key = key
         self.value = value
         self.expected = expected
         self.fix = fix
+        self.absolute = absolute
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -31,9 +35,12 @@ class ConfigError(ValueError):
 
     def with_prefix(self, prefix: str) -> ConfigError:
         """Return the same error with ``prefix`` (e.g. ``"algo."``) in front of the key."""
-        if not prefix or self.key.startswith(prefix):
+        if not prefix or self.absolute or self.key.startswith(prefix):
             return self
-        fix = self.fix.replace(self.key, prefix + self.key) if self.fix else None
+        # Prefix the key where the fix names it as a whole word that is not already part of a dotted path
+        # ("pass group_size=4" -> "pass algo.group_size=4"; never "did" -> "denv.id", "algo.algo.x").
+        pattern = re.compile(rf"(?<![\w.]){re.escape(self.key)}(?![\w])")
+        fix = pattern.sub(lambda _: prefix + self.key, self.fix) if self.fix else None
         return ConfigError(prefix + self.key, self.value, self.expected, fix)
 
 
@@ -45,10 +52,11 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; the last good checkpoint is kept."""
 
 
-def check(condition: bool, key: str, value: Any, expected: str, fix: str | None = None) -> None:
+def check(condition: bool, key: str, value: Any, expected: str, fix: str | None = None, *,
+          absolute: bool = False) -> None:
     """Raise :class:`ConfigError` unless ``condition`` holds."""
     if not condition:
-        raise ConfigError(key, value, expected, fix)
+        raise ConfigError(key, value, expected, fix, absolute=absolute)
 
 
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:

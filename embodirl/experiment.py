@@ -1,20 +1,27 @@
-"""One training run from a composed config: build, dry-run, train, summarise."""
+"""One training run from a composed config: take the run directory, build, dry-run, train, record the fate."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from embodirl.build import build, instantiate_checked, rank_seed, wants_cuda
-from embodirl.distributed import init_distributed, shutdown
-from embodirl.errors import ConfigError
-from embodirl.loggers import MetricLoggers, build_loggers
+from embodirl.build import build, eval_seed, rank_seed, wants_cuda
+from embodirl.checked import instantiate_checked
+from embodirl.checkpoint import load_checkpoint
+from embodirl.distributed import env_rank, init_distributed, shutdown
+from embodirl.errors import ConfigError, check
+from embodirl.fate import fate_of, write_status
+from embodirl.loggers import LoggerSettings, MetricLoggers, build_loggers
+from embodirl.preemption import StopSignals
+from embodirl.rundir import RunDirLock, check_resume_config, remove_temp_files, write_hydra_files
 from embodirl.trainer import SUMMARY_KEYS
 
-__all__ = ["OBJECTIVES", "check_objective", "run_training"]
+__all__ = ["OBJECTIVES", "check_objective", "run_training", "wandb_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -28,34 +35,109 @@ def check_objective(key: str) -> None:
         raise ConfigError("objective", key, "a summary key: " + ", ".join(OBJECTIVES), "pass objective=eval/return_mean")
 
 
-def run_training(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train with ``cfg`` in ``run_dir`` (resuming from its ``checkpoints/last.pt`` if present).
+def wandb_identity(choices: Mapping[str, Any], seed: int, sweep: tuple[str, list[str]] | None) -> tuple[str, str]:
+    """Default wandb ``(name, group)``: ``<algo>-<env>-seed<seed>``, grouped by ``<algo>-<env>``; in a sweep
+    the name adds the job's overrides and the group is the sweep directory, so sweep runs never collide.
+
+    Args:
+        choices: Config group choices, e.g. ``{"algo": "ppo", "env": "cartpole"}``.
+        seed: The run seed.
+        sweep: ``(sweep_dir, job_overrides)`` for a multirun job, else None.
+    """
+    base = f"{choices.get('algo', 'algo')}-{choices.get('env', 'env')}"
+    name = f"{base}-seed{seed}"
+    if sweep is None:
+        return name, base
+    sweep_dir, overrides = sweep
+    extra = " ".join(o for o in overrides if not o.startswith("seed="))
+    return (f"{name} {extra}" if extra else name), sweep_dir
+
+
+def _last_checkpoint_config(run_dir: Path) -> Any | None:
+    path = run_dir / "checkpoints" / "last.pt"
+    return load_checkpoint(path, key="checkpoint")["config"] if path.exists() else None
+
+
+def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str, str] | None = None,
+                 run_name: tuple[str, str] = ("", "")) -> dict[str, Any]:
+    """Train with ``cfg`` in ``run_dir``, continuing from its ``checkpoints/last.pt`` if present.
+
+    Rank 0 holds the run directory's lock for the whole run, removes debris of interrupted writes,
+    refuses a changed config for an existing run (before writing anything), writes ``hydra_files`` into
+    ``.hydra/`` and records the run's fate in ``status.json`` (``running``, then ``completed``,
+    ``failed``, ``preempted`` or ``interrupted``, the same status ``summary.json`` carries).
+
+    Args:
+        cfg: The composed config.
+        run_dir: The run directory.
+        hydra_files: ``.hydra/`` file name -> YAML text (the CLI passes Hydra's three files).
+        run_name: Default wandb ``(name, group)`` (:func:`wandb_identity`).
 
     Returns:
         The summary also written to ``run_dir/summary.json``.
 
     Raises:
+        RunDirBusyError: Another process holds the run directory (nothing was written).
         ConfigError: A bad value; raised before any training.
-        CheckpointError: A missing, corrupt or incompatible checkpoint to resume from.
+        CheckpointError: A missing, corrupt or incompatible checkpoint, or a changed config for an existing run.
         NonFiniteLossError: Training diverged; the last good checkpoint is kept.
+        PreemptedError, Interrupted, KeyboardInterrupt: Stopped by a signal (see :mod:`embodirl.preemption`).
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    main_rank = env_rank() == 0
+    with (RunDirLock(run_dir) if main_rank else contextlib.nullcontext()), StopSignals(defer=False):
+        config = OmegaConf.to_container(cfg, resolve=True)
+        if main_rank:
+            remove_temp_files(run_dir)
+            previous = _last_checkpoint_config(run_dir)
+            if previous is not None:
+                allow = cfg.trainer.get("allow_config_change", False)
+                check(isinstance(allow, bool), "trainer.allow_config_change", allow, "true or false")
+                changes = check_resume_config(run_dir, previous, config, allow)
+                if changes:
+                    log.info("continuing %s with config changes: %s", run_dir, "; ".join(changes))
+            if hydra_files:
+                write_hydra_files(run_dir, hydra_files)
+            write_status(run_dir, "running")
+        try:
+            check_objective(cfg.objective)
+            summary = _train(cfg, run_dir, config, run_name)
+        except BaseException as exc:
+            if main_rank:
+                _record(run_dir, fate_of(exc), exc=exc)
+            raise
+        if main_rank:
+            objective = summary.get(cfg.objective)
+            _record(run_dir, "completed", objective_key=cfg.objective,
+                    objective=None if objective is None else float(objective), stop_reason=summary["stop_reason"])
+        return summary
+
+
+def _record(run_dir: Path, status: str, **fields: Any) -> None:
+    """Write ``status.json``; when the disk itself fails, log instead of hiding the original error."""
+    try:
+        write_status(run_dir, status, **fields)
+    except OSError:
+        log.error("could not record status %r in %s", status, run_dir / "status.json", exc_info=True)
+
+
+def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:
     dist = init_distributed(use_cuda=wants_cuda(cfg.device))
     try:
         parts = build(cfg, dist.rank, dist.local_rank)
-        total = cfg.trainer.total_env_steps
+        settings: LoggerSettings = instantiate_checked(cfg.logger, "logger.")
+        total = int(cfg.trainer.total_env_steps)  # checked by build
 
-        def make_loggers(resume_env_steps: int | None) -> MetricLoggers:
+        def make_loggers(start_env_steps: int) -> MetricLoggers:
             if not dist.is_main:  # only rank 0 writes metrics, TensorBoard and wandb
                 return MetricLoggers([])
-            return build_loggers(run_dir, cfg.logger, config, total, resume_env_steps)
+            return build_loggers(run_dir, settings, config, total, start_env_steps, *run_name)
 
+        seed = parts.settings.seed
         trainer = instantiate_checked(
             cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, eval_env=parts.eval_env,
-            run_dir=run_dir, config=config, seed=rank_seed(cfg.seed, dist.rank), make_loggers=make_loggers,
-            video=parts.video, num_update_threads=cfg.num_update_threads,
+            run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank), eval_seed=eval_seed(seed),
+            make_loggers=make_loggers, video=parts.video, num_update_threads=parts.settings.num_update_threads,
         )
         log.info("training %s with %s on %s (%d envs x %d ranks, device %s); run dir %s",
                  type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,

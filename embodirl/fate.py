@@ -2,8 +2,8 @@
 
 States: ``running`` (written at start, with host, pid, SLURM ids and the attempt number),
 ``completed`` (with the objective), ``failed`` (exception, message and traceback), ``preempted``
-(the job was signalled; a requeued attempt resumes from ``checkpoints/last.pt``).
-Every write is atomic.
+(the job was signalled; a requeued attempt resumes from ``checkpoints/last.pt``) and ``interrupted``
+(Ctrl-C; the same command resumes). Every write is atomic. ``summary.json`` carries the same status.
 """
 
 from __future__ import annotations
@@ -18,19 +18,42 @@ from typing import Any
 
 from embodirl.checkpoint import atomic_write_json
 
-__all__ = ["read_status", "write_status"]
+__all__ = ["STATES", "fate_of", "read_status", "write_status"]
+
+STATES = ("running", "completed", "failed", "preempted", "interrupted")
 
 STATUS_FILE = "status.json"
 _JOB_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_RESTART_COUNT",
             "SUBMITIT_LOCAL_JOB_ID")
 
 
+def fate_of(exc: BaseException | None) -> str:
+    """The state a run ends in when ``exc`` (None: nothing) ended it."""
+    from embodirl.preemption import PreemptedError, was_preempted
+
+    if exc is None:
+        return "completed"
+    if isinstance(exc, PreemptedError) or (isinstance(exc, SystemExit) and was_preempted()):
+        return "preempted"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return "failed"
+
+
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's status record, or None when it has none (or it is unreadable)."""
+    """The run's status record, or None when it has none or it is unreadable or malformed (not JSON,
+    not UTF-8, no string ``status``); a malformed ``attempt`` or ``started_at`` is dropped."""
     try:
-        return json.loads((Path(run_dir) / STATUS_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        record = json.loads((Path(run_dir) / STATUS_FILE).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    if not isinstance(record, dict) or not isinstance(record.get("status"), str):
+        return None
+    for key, kind in (("attempt", int), ("started_at", float)):
+        value = record.get(key)
+        if key in record and (isinstance(value, bool) or not isinstance(value, int | kind)):
+            del record[key]
+    return record
 
 
 def write_status(run_dir: str | Path, status: str, *, exc: BaseException | None = None,

@@ -7,18 +7,78 @@ in the iteration, ``loss/*`` and ``diag/*`` from the algorithm, ``eval/*`` deter
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["ConsoleLogger", "JsonlLogger", "MetricLoggers", "TensorBoardLogger", "WandbLogger", "build_loggers"]
+from embodirl.checked import check_fields
+from embodirl.errors import ConfigError, check
+
+__all__ = ["ConsoleLogger", "JsonlLogger", "LoggerError", "LoggerSettings", "MetricLoggers", "TensorBoardLogger",
+           "WandbLogger", "WandbSettings", "build_loggers"]
 
 log = logging.getLogger(__name__)
+
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+class LoggerError(RuntimeError):
+    """A metric logger (TensorBoard, wandb, console) failed; the message names it and how to turn it off."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbSettings:
+    """The ``logger.wandb`` node (see conf/logger/default.yaml for each key)."""
+
+    enabled: bool = False
+    project: str = "embodirl"
+    entity: str | None = None
+    mode: Literal["online", "offline", "disabled"] | None = None
+    group: str | None = None
+    name: str | None = None
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+    def resolved_mode(self) -> str:
+        """``mode`` when set, else the ``WANDB_MODE`` environment variable, else ``online``."""
+        if self.mode is not None:
+            return self.mode
+        env_mode = os.environ.get("WANDB_MODE")
+        if env_mode is None:
+            return "online"
+        env_mode = {"dryrun": "offline", "run": "online"}.get(env_mode, env_mode)  # wandb's old aliases
+        check(env_mode in WANDB_MODES, "WANDB_MODE", os.environ.get("WANDB_MODE"),
+              "online, offline or disabled (environment variable)", "export WANDB_MODE=offline, or pass "
+              "logger.wandb.mode=offline", absolute=True)
+        return env_mode
+
+
+class LoggerSettings:
+    """Where metrics go besides ``metrics.jsonl``: the ``logger`` config group, checked like the others.
+
+    Args:
+        console: ``auto`` (a bar on a terminal, plain lines otherwise), ``bar``, ``lines`` or ``none``.
+        console_every_s: Seconds between plain lines (> 0).
+        tensorboard: Write TensorBoard event files under ``<run_dir>/tb``.
+        wandb: The ``logger.wandb`` mapping (:class:`WandbSettings`).
+    """
+
+    def __init__(self, console: Literal["auto", "bar", "lines", "none"] = "auto", console_every_s: float = 5.0,
+                 tensorboard: bool = True, wandb: dict | None = None) -> None:
+        check(math.isfinite(console_every_s) and console_every_s > 0, "console_every_s", console_every_s,
+              "a number of seconds > 0", "pass logger.console_every_s=5")
+        self.console = console
+        self.console_every_s = float(console_every_s)
+        self.tensorboard = tensorboard
+        self.wandb = check_fields("wandb.", wandb or {}, WandbSettings)
+        if self.wandb.enabled:
+            self.wandb.resolved_mode()
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -27,32 +87,61 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
+def _with_path(exc: OSError, path: Path) -> OSError:
+    """The same OS error naming ``path`` (a failed ``write`` on an open file does not say which file)."""
+    return exc if exc.filename else type(exc)(exc.errno, exc.strerror, str(path))
+
+
+def _line_env_steps(line: bytes) -> int | None:
+    """The ``env_steps`` of one ``metrics.jsonl`` line, or None for a torn, non-UTF-8 or foreign line."""
+    try:
+        steps = json.loads(line.decode("utf-8"))["env_steps"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
 class JsonlLogger:
     """One JSON object per iteration in ``metrics.jsonl``, each appended with a single write.
 
-    On resume, lines past the checkpoint's ``env_steps`` (written after the last checkpoint, so
-    about to be redone) are dropped first, atomically.
+    A run that starts at ``start_env_steps`` (0 for a fresh start, the checkpoint's count on resume)
+    first drops the lines past it (written by an earlier attempt after its last checkpoint, so about
+    to be redone) and unreadable ones (torn by a crash, not UTF-8). Nothing is lost: dropped lines are
+    appended, as they were, to ``metrics.superseded.jsonl`` beside it.
     """
 
-    def __init__(self, path: Path, resume_env_steps: int | None = None) -> None:
+    def __init__(self, path: Path, start_env_steps: int = 0) -> None:
         self.path = path
-        if resume_env_steps is not None and path.exists():
-            from embodirl.checkpoint import atomic_write_bytes
+        if path.is_file():  # a regular file (never read a device or pipe to its end)
+            self._drop_lines_after(start_env_steps)
+        try:
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            raise _with_path(exc, path) from None
 
-            kept = []
-            for line in path.read_text().splitlines():
-                try:
-                    if json.loads(line)["env_steps"] <= resume_env_steps:
-                        kept.append(line)
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a torn last line from a crash
-            atomic_write_bytes(path, "".join(line + "\n" for line in kept).encode())
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+    def _drop_lines_after(self, env_steps: int) -> None:
+        from embodirl.checkpoint import atomic_write_bytes
+
+        lines = self.path.read_bytes().splitlines(keepends=True)
+        kept, dropped = [], []
+        for line in lines:
+            steps = _line_env_steps(line)
+            (kept if steps is not None and steps <= env_steps else dropped).append(line)
+        if not dropped:
+            return
+        log.info("%s: %d line(s) past env_steps=%d or unreadable moved to %s", self.path, len(dropped), env_steps,
+                 self.path.with_suffix(".superseded.jsonl").name)
+        with open(self.path.with_suffix(".superseded.jsonl"), "ab") as aside:
+            aside.writelines(line if line.endswith(b"\n") else line + b"\n" for line in dropped)
+        atomic_write_bytes(self.path, b"".join(line if line.endswith(b"\n") else line + b"\n" for line in kept))
 
     def log(self, record: dict[str, Any]) -> None:
         clean = {k: _finite_or_none(v) for k, v in record.items()}
-        self._file.write(json.dumps(clean) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(clean) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            raise _with_path(exc, self.path) from None
 
     def close(self) -> None:
         self._file.close()
@@ -90,16 +179,25 @@ class TensorBoardLogger:
 
 
 class WandbLogger:
-    """Weights & Biases run whose id derives from the run directory, so a requeued job continues it."""
+    """Weights & Biases run whose id derives from the run directory, so a requeued job continues it.
 
-    def __init__(self, run_dir: Path, config: dict, project: str, entity: str | None, mode: str,
-                 group: str | None, tags: list[str]) -> None:
+    Args:
+        run_dir: The run directory (wandb writes under ``<run_dir>/wandb``).
+        config: The resolved run config.
+        settings: The ``logger.wandb`` settings; ``name``/``group`` None take ``default_name``/``default_group``.
+        default_name: E.g. ``ppo-cartpole-seed0`` (plus the sweep overrides in a multirun).
+        default_group: E.g. the sweep directory of a multirun, else ``<algo>-<env>``.
+    """
+
+    def __init__(self, run_dir: Path, config: dict, settings: WandbSettings, default_name: str,
+                 default_group: str) -> None:
         import wandb
 
         run_id = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
         self.run = wandb.init(
-            project=project, entity=entity, mode=mode, group=group, tags=tags, config=config,
-            dir=str(run_dir), id=run_id, resume="allow", name=run_dir.name,
+            project=settings.project, entity=settings.entity, mode=settings.resolved_mode(),
+            group=settings.group or default_group, tags=list(settings.tags), config=config,
+            dir=str(run_dir), id=run_id, resume="allow", name=settings.name or default_name,
             settings=wandb.Settings(silent=True, init_timeout=60),
         )
 
@@ -166,37 +264,80 @@ class ConsoleLogger:
             self._progress.stop()
 
 
+_DISABLE = {"TensorBoardLogger": "logger.tensorboard=false", "WandbLogger": "logger.wandb.enabled=false",
+            "ConsoleLogger": "logger.console=none"}
+
+
 class MetricLoggers:
-    """Fans one record out to every logger."""
+    """Fans one record out to every logger.
+
+    A logger's OS error (disk full, unwritable file) passes through naming its path; any other error
+    becomes a :class:`LoggerError` naming the logger and the override that turns it off.
+    """
 
     def __init__(self, loggers: list[Any]) -> None:
         self.loggers = loggers
 
+    def _call(self, logger: Any, method: str, *args: Any) -> None:
+        try:
+            getattr(logger, method)(*args)
+        except OSError:
+            raise
+        except Exception as exc:
+            name = type(logger).__name__
+            fix = _DISABLE.get(name, "check its settings")
+            raise LoggerError(f"{name}.{method} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                              f". Fix: correct its settings, or turn it off with {fix}") from exc
+
     def log(self, record: dict[str, Any]) -> None:
         for logger in self.loggers:
-            logger.log(record)
+            self._call(logger, "log", record)
 
     def log_video(self, tag: str, frames: Any, path: Path, step: int, fps: int) -> None:
         """Hand a saved video (frames ``[T, H, W, 3]`` uint8 and its file) to loggers that show videos."""
         for logger in self.loggers:
             if hasattr(logger, "log_video"):
-                logger.log_video(tag, frames, path, step, fps)
+                self._call(logger, "log_video", tag, frames, path, step, fps)
 
     def close(self) -> None:
         for logger in self.loggers:
-            logger.close()
+            self._call(logger, "close")
 
 
-def build_loggers(run_dir: Path, cfg: Any, config_dict: dict, total_env_steps: int,
-                  resume_env_steps: int | None) -> MetricLoggers:
-    """Loggers from the ``logger`` config group (console, TensorBoard, wandb) plus metrics.jsonl."""
+def build_loggers(run_dir: Path, settings: LoggerSettings, config_dict: dict, total_env_steps: int,
+                  start_env_steps: int, wandb_name: str = "", wandb_group: str = "") -> MetricLoggers:
+    """Loggers from the ``logger`` config group (console, TensorBoard, wandb) plus metrics.jsonl.
+
+    Args:
+        run_dir: The run directory.
+        settings: The checked ``logger`` group.
+        config_dict: The resolved run config (for wandb).
+        total_env_steps: The budget (progress bar).
+        start_env_steps: 0 for a fresh start, the checkpoint's env steps on resume: metric lines and
+            TensorBoard events past it, left by an earlier attempt, are superseded.
+        wandb_name: Default wandb run name.
+        wandb_group: Default wandb group.
+    """
     loggers: list[Any] = [
-        JsonlLogger(run_dir / "metrics.jsonl", resume_env_steps),
-        ConsoleLogger(total_env_steps, cfg.console, cfg.console_every_s, resume_env_steps or 0),
+        JsonlLogger(run_dir / "metrics.jsonl", start_env_steps),
+        ConsoleLogger(total_env_steps, settings.console, settings.console_every_s, start_env_steps),
     ]
-    if cfg.tensorboard:
-        loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=resume_env_steps))
-    if cfg.wandb.enabled:
-        w = cfg.wandb
-        loggers.append(WandbLogger(run_dir, config_dict, w.project, w.entity, w.mode, w.group, list(w.tags)))
+    if settings.tensorboard:
+        tb_dir = run_dir / "tb"
+        earlier = tb_dir.is_dir() and any(tb_dir.glob("events.out.tfevents.*"))
+        loggers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps if earlier else None))
+    if settings.wandb.enabled:
+        loggers.append(_checked(WandbLogger, run_dir, config_dict, settings.wandb, wandb_name, wandb_group))
     return MetricLoggers(loggers)
+
+
+def _checked(cls: type, *args: Any) -> Any:
+    """Construct a logger; a failure other than an OS error becomes a one-line :class:`LoggerError`."""
+    try:
+        return cls(*args)
+    except (OSError, ConfigError):
+        raise
+    except Exception as exc:
+        raise LoggerError(f"{cls.__name__} could not start: {type(exc).__name__}: "
+                          f"{(str(exc).strip().splitlines() or [''])[0]}. Fix: correct its settings, or turn it "
+                          f"off with {_DISABLE.get(cls.__name__, 'its option')}") from exc

@@ -1,13 +1,19 @@
-"""Graceful preemption: finish the iteration, save, then let the launcher requeue.
+"""Stop signals: Ctrl-C, preemption and timeouts end a run cleanly, at a consistent point.
 
 SLURM (through submitit) signals a job with SIGUSR2 before its time limit or on preemption, and
-SIGTERM when it is cancelled or preempted. Submitit's own handler requeues the job at once, in the
-middle of whatever the process was doing, and Hydra offers no hook to save first. The
-:class:`PreemptionGuard` therefore only records the signal; the trainer checks it after every
-iteration (a consistent state), writes ``checkpoints/last.pt`` and ``status: preempted``, and then
-calls the handler that was installed before it (submitit's ``checkpoint_and_try_requeue``: requeue and
-exit). The requeued job runs the same Hydra job in the same directory and resumes from ``last.pt``.
-Without a previous handler, :class:`PreemptedError` ends the run with a non-zero exit.
+SIGTERM when it is cancelled or preempted; a user presses Ctrl-C (SIGINT). :class:`StopSignals` has two
+modes:
+
+* **immediate** (building, setting up): SIGINT raises ``KeyboardInterrupt`` at once; SIGTERM/SIGUSR2 call
+  the handler installed before (submitit's ``checkpoint_and_try_requeue``: requeue and exit) and raise
+  :class:`PreemptedError`. There is nothing to save yet, and the run records its fate.
+* **deferred** (the training loop): the signal is only recorded; the trainer checks after every
+  iteration (a consistent state), saves ``checkpoints/last.pt`` and then stops: for SIGTERM/SIGUSR2 by
+  :meth:`StopSignals.hand_over` (requeue, then :class:`PreemptedError`), for the first Ctrl-C by
+  raising :class:`Interrupted`. A second Ctrl-C raises ``KeyboardInterrupt`` at once (abort).
+
+Nested instances chain: a deferred guard inside an immediate one hands over to the handler that was
+installed before both (submitit's), never to its immediate parent. Outside the main thread both are no-ops.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-__all__ = ["PreemptedError", "PreemptionGuard", "was_preempted"]
+__all__ = ["Interrupted", "PreemptedError", "StopSignals", "was_preempted"]
 
 log = logging.getLogger(__name__)
 
@@ -26,38 +32,55 @@ _HANDED_OVER = False
 
 
 class PreemptedError(RuntimeError):
-    """The run stopped on a preemption/timeout signal after saving its checkpoint."""
+    """The run stopped on a preemption/timeout signal (after saving its checkpoint, when training)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run stopped on Ctrl-C after finishing its iteration and saving ``checkpoints/last.pt``."""
 
 
 def was_preempted() -> bool:
-    """Whether this process stopped training because of a preemption signal."""
+    """Whether this process stopped because of a preemption signal."""
     return _HANDED_OVER
 
 
-class PreemptionGuard:
-    """Defers SIGUSR2/SIGTERM to :meth:`hand_over` (a no-op outside the main thread)."""
+class StopSignals:
+    """Handles SIGINT, SIGTERM and SIGUSR2 while active (a context manager).
 
-    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+    Args:
+        defer: Record signals for the trainer to act on after the iteration (True), or act at once (False).
+    """
 
-    def __init__(self) -> None:
-        self.signum: int | None = None
+    PREEMPT = (signal.SIGUSR2, signal.SIGTERM)
+
+    def __init__(self, defer: bool) -> None:
+        self.defer = defer
+        self.signum: int | None = None  # the preemption signal received, if any
+        self.interrupted = False  # a first Ctrl-C was received (deferred mode)
         self._frame: FrameType | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> PreemptionGuard:
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
+            for sig in (signal.SIGINT, *self.PREEMPT):
                 self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._record)
+                signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._restore()
 
-    def _record(self, signum: int, frame: FrameType | None) -> None:
-        log.warning("received %s: stopping after this iteration to save a checkpoint",
-                    signal.Signals(signum).name)
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            if not self.defer or self.interrupted:
+                raise KeyboardInterrupt
+            self.interrupted = True
+            log.warning("Ctrl-C: finishing this iteration and saving checkpoints/last.pt (Ctrl-C again aborts)")
+            return
         self.signum, self._frame = signum, frame
+        if not self.defer:
+            self.hand_over()
+        log.warning("received %s: stopping after this iteration to save a checkpoint", signal.Signals(signum).name)
 
     def _restore(self) -> None:
         for sig, handler in self._previous.items():
@@ -66,10 +89,18 @@ class PreemptionGuard:
 
     @property
     def requested(self) -> bool:
+        """A preemption signal (SIGTERM/SIGUSR2) was received."""
         return self.signum is not None
 
+    def _outer_handler(self, signum: int) -> Any:
+        """The handler installed before every :class:`StopSignals` in the chain (e.g. submitit's)."""
+        handler = self._previous.get(signum)
+        while isinstance(getattr(handler, "__self__", None), StopSignals):
+            handler = handler.__self__._previous.get(signum)
+        return handler
+
     def hand_over(self, call_previous: bool = True) -> None:
-        """Call the handler that was installed before (submitit: requeue + exit), then stop.
+        """Call the handler installed before (submitit: requeue + exit), then raise :class:`PreemptedError`.
 
         Args:
             call_previous: False on ranks other than 0, which only stop (rank 0 requeues the job).
@@ -77,9 +108,10 @@ class PreemptionGuard:
         global _HANDED_OVER
         _HANDED_OVER = True
         signum = self.signum if self.signum is not None else signal.SIGUSR2
-        previous = self._previous.get(signum)
+        previous = self._outer_handler(signum)
         self._restore()
         if call_previous and callable(previous):
             previous(signum, self._frame)  # submitit's requeue handler exits the process on rank 0
-        raise PreemptedError(f"stopped on {signal.Signals(signum).name} after saving checkpoints/last.pt; "
+        saved = "after saving checkpoints/last.pt" if self.defer else "before training started (nothing to save)"
+        raise PreemptedError(f"stopped on {signal.Signals(signum).name} {saved}; "
                              "start the same command in the same run directory to resume")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -12,7 +16,6 @@ from typing import Any
 import torch
 
 from embodirl.algos.base import BaseAlgorithm
-from embodirl.build import torch_threads
 from embodirl.checkpoint import (
     atomic_write_bytes,
     atomic_write_json,
@@ -26,8 +29,9 @@ from embodirl.distributed import allreduce_max, allreduce_sum, broadcast_object,
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import CheckpointError, NonFiniteLossError, check
 from embodirl.evaluation import evaluate_policy
+from embodirl.fate import fate_of
 from embodirl.loggers import MetricLoggers
-from embodirl.preemption import PreemptionGuard
+from embodirl.preemption import Interrupted, StopSignals
 from embodirl.video import VideoSettings, record_episode, save_video
 
 __all__ = ["Trainer", "TrainState"]
@@ -53,6 +57,40 @@ class TrainState:
     last: dict[str, Any] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None):
+    """Run a block with ``num_threads`` intra-op threads (None: leave as is), then restore."""
+    previous = torch.get_num_threads()
+    if num_threads is not None and num_threads != previous:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
+
+
+_PERIODIC = re.compile(r"step_(\d+)\.pt")
+
+
+def _periodic_checkpoints(folder: Path) -> dict[int, Path]:
+    """``env_steps -> path`` of the periodic checkpoints ``step_<env_steps>.pt`` in ``folder``."""
+    found = {}
+    for path in folder.glob("step_*.pt"):
+        match = _PERIODIC.fullmatch(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return found
+
+
+def _close_quietly(loggers: MetricLoggers) -> None:
+    """Close the loggers while another error is propagating: a second failure is only logged."""
+    try:
+        loggers.close()
+    except Exception:
+        log.error("closing the metric loggers failed as well", exc_info=True)
+
+
 def next_threshold(value: int, every: int) -> int:
     """The first multiple of ``every`` strictly above ``value`` (cadences fire on crossing)."""
     return (value // every + 1) * every
@@ -67,8 +105,10 @@ class Trainer:
         eval_env: Separate env instances for deterministic evaluation.
         run_dir: Output directory (metrics, checkpoints, summary).
         config: The resolved run config, stored in checkpoints.
-        seed: Run seed (training env; the eval env uses a derived seed).
-        make_loggers: ``f(resume_env_steps or None) -> MetricLoggers``.
+        seed: This rank's seed (training env reset stream).
+        eval_seed: Seed of the evaluation episodes (``embodirl.build.eval_seed``).
+        make_loggers: ``f(start_env_steps) -> MetricLoggers`` (0 for a fresh start, the checkpoint's count
+            on resume).
         video: Evaluation video settings (None or ``video=False``: no videos).
         num_update_threads: torch intra-op threads during ``algo.update`` (None: unchanged).
         total_env_steps: Stop after this many env steps.
@@ -78,15 +118,20 @@ class Trainer:
         keep_checkpoints: Periodic checkpoints kept (oldest deleted first); ``last.pt`` is always kept.
         stop_on_solved: Stop once deterministic evaluation meets the env's solved criterion.
         max_wall_time_s: Stop after this much training wall time (None = no limit).
-        resume: Checkpoint to resume from; None resumes ``run_dir/checkpoints/last.pt`` when present.
+        resume: Checkpoint to continue from when the run directory has none of its own; the run directory's
+            ``checkpoints/last.pt``, when present, always wins (a requeued job keeps its progress).
+        allow_config_change: Continue a run directory whose checkpoint was trained with a different config
+            (outside the budget, stop and output keys); checked by :func:`embodirl.experiment.run_training`
+            before anything is written (see :mod:`embodirl.rundir`).
     """
 
     def __init__(self, collector: Collector, algo: BaseAlgorithm, eval_env: BatchedEnv, run_dir: Path,
-                 config: dict, seed: int, make_loggers: Callable[[int | None], MetricLoggers], *,
+                 config: dict, seed: int, eval_seed: int, make_loggers: Callable[[int], MetricLoggers], *,
                  video: VideoSettings | None = None, num_update_threads: int | None = None,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
-                 stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None) -> None:
+                 stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None,
+                 allow_config_change: bool = False) -> None:
         check(total_env_steps >= 1, "total_env_steps", total_env_steps, "an int >= 1")
         check(eval_every_env_steps >= 1, "eval_every_env_steps", eval_every_env_steps, "an int >= 1")
         check(num_eval_envs >= 1, "num_eval_envs", num_eval_envs, "an int >= 1")
@@ -98,7 +143,7 @@ class Trainer:
         self.env, self.policy = collector.env, algo.policy
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.config, self.seed, self.make_loggers = config, seed, make_loggers
+        self.config, self.seed, self.eval_seed, self.make_loggers = config, seed, eval_seed, make_loggers
         self.total_env_steps = total_env_steps
         self.eval_every = eval_every_env_steps
         self.num_eval_episodes = num_eval_episodes
@@ -107,6 +152,7 @@ class Trainer:
         self.stop_on_solved = stop_on_solved
         self.max_wall_time_s = max_wall_time_s
         self.resume_path = resume
+        self.allow_config_change = allow_config_change
         self.video = video
         self.num_update_threads = num_update_threads
         self.loggers: MetricLoggers | None = None
@@ -116,49 +162,70 @@ class Trainer:
 
     # --- the loop ------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
-        """Train until a stop condition holds; write ``summary.json`` and return the summary."""
+        """Train until a stop condition holds; write ``summary.json`` and return the summary.
+
+        Raises:
+            PreemptedError: Stopped on SIGTERM/SIGUSR2 after saving (after submitit's requeue handler ran).
+            Interrupted: Stopped on Ctrl-C after finishing the iteration and saving ``last.pt``.
+            KeyboardInterrupt: A second Ctrl-C aborted at once (``last.pt`` keeps the last saved state).
+        """
         resumed = self._resume()
         if not resumed:
             self.collector.reset(seed=self.seed)
-        loggers = self.loggers = self.make_loggers(self.state.env_steps if resumed else None)
         status, reason = "running", None
+        loggers = self.loggers = self.make_loggers(self.state.env_steps)
         origin = time.perf_counter() - self.state.wall_time_s
-        with PreemptionGuard() as guard:
+        with StopSignals(defer=True) as signals:
             try:
-                while (reason := self._agreed_stop(guard)) is None:
+                while (reason := self._agreed_stop(signals)) is None:
                     loggers.log(self._iteration(origin))
                     if self.state.env_steps >= self.state.next_checkpoint:
                         self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
                         self.save(periodic=True)
                 self.save()
-                status = "preempted" if reason == "preempted" else "completed"
+                status = reason if reason in ("preempted", "interrupted") else "completed"
                 self.sync = sync_report(self.policy, self.collector.rollout["obs"])
                 if not self.sync["params_identical"]:
                     log.error("ranks hold different parameters after training: %s", self.sync)
-            except NonFiniteLossError:
-                status, reason = "failed", "non_finite_loss"
-                raise
-            except KeyboardInterrupt:
-                status, reason = "interrupted", "keyboard_interrupt"
-                self.save(name="interrupted.pt")  # last.pt stays at the last consistent iteration
+                loggers.close()
+            except BaseException as exc:
+                status = fate_of(exc)
+                reason = "non_finite_loss" if isinstance(exc, NonFiniteLossError) else (
+                    "aborted" if status == "interrupted" else reason or type(exc).__name__)
+                _close_quietly(loggers)
                 raise
             finally:
-                loggers.close()
-                summary = self.summary(status, reason)
-                if self.dist.is_main:
-                    atomic_write_json(self.run_dir / "summary.json", summary)
+                summary = self._write_summary(status, reason)
             if status == "preempted":
-                guard.hand_over(call_previous=self.dist.is_main)  # submitit: requeue + exit; else PreemptedError
+                signals.hand_over(call_previous=self.dist.is_main)  # submitit: requeue + exit; else PreemptedError
+        if status == "interrupted":
+            raise Interrupted(f"stopped on Ctrl-C after saving checkpoints/last.pt at env_steps="
+                              f"{self.state.env_steps:,}; run the same command to resume")
         return summary
 
-    def _agreed_stop(self, guard: PreemptionGuard) -> str | None:
-        """The stop decision every rank takes: rank 0's stop reason, or ``preempted`` if any rank was signalled."""
+    def _write_summary(self, status: str, reason: str | None) -> dict[str, Any]:
+        """Write ``summary.json`` (rank 0); while an exception is propagating, a failed write only logs."""
+        summary = self.summary(status, reason)
+        if self.dist.is_main:
+            try:
+                atomic_write_json(self.run_dir / "summary.json", summary)
+            except OSError:
+                if sys.exc_info()[0] is None:
+                    raise
+                log.error("could not write %s", self.run_dir / "summary.json", exc_info=True)
+        return summary
+
+    def _agreed_stop(self, signals: StopSignals) -> str | None:
+        """The stop decision every rank takes: ``preempted`` or ``interrupted`` if any rank was signalled,
+        else rank 0's stop reason."""
         reason = self.stop_reason() if self.dist.is_main else None
-        preempted = guard.requested
+        flags = [float(signals.requested), float(signals.interrupted)]
         if self.dist.world_size > 1:
-            preempted = bool(allreduce_max(torch.tensor([float(preempted)], device=self.env.device)).item())
+            flags = allreduce_max(torch.tensor(flags, device=self.env.device)).tolist()
             reason = broadcast_object(reason)
-        return "preempted" if preempted else reason
+        if flags[0]:
+            return "preempted"
+        return "interrupted" if flags[1] else reason
 
     def _iteration(self, origin: float) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -191,12 +258,11 @@ class Trainer:
         return record
 
     def _evaluate(self, origin: float) -> dict[str, Any]:
-        eval_seed = self.seed + 1_000_003
-        metrics = evaluate_policy(self.eval_env, self.policy, self.num_eval_episodes, seed=eval_seed)
+        metrics = evaluate_policy(self.eval_env, self.policy, self.num_eval_episodes, seed=self.eval_seed)
         out = {key: None for key in EVAL_KEYS}
         out.update(metrics)
         if self.video is not None and self.video.video:
-            self._record_video(eval_seed)
+            self._record_video(self.eval_seed)
         st = self.state
         if st.solved_env_steps is None and self.env.is_solved(metrics):
             st.solved_env_steps = st.env_steps
@@ -223,6 +289,7 @@ class Trainer:
 
     # --- checkpoints ---------------------------------------------------------------------------------
     def checkpoint_state(self) -> dict[str, Any]:
+        """Everything a resume needs (see :mod:`embodirl.checkpoint`)."""
         try:
             env_state = self.env.state_dict()
         except NotImplementedError:
@@ -237,30 +304,44 @@ class Trainer:
             "rng": rng_state(),
         }
 
-    def save(self, periodic: bool = False, name: str = "last.pt") -> Path:
-        """Atomically write ``checkpoints/<name>`` (and a periodic copy); prune old periodic ones. Rank 0 only."""
-        path = self.ckpt_dir / name
+    def save(self, periodic: bool = False) -> Path:
+        """Atomically write ``checkpoints/last.pt`` (and a periodic ``step_*.pt``); prune old periodic ones.
+
+        Rank 0 only. Pruning keeps the ``keep_checkpoints`` highest step counts; periodic checkpoints from
+        beyond a resumed run's start were moved aside when it resumed, so they are never counted.
+        """
+        path = self.ckpt_dir / "last.pt"
         if not self.dist.is_main:
             return path
         data = serialize_checkpoint(self.checkpoint_state())
         atomic_write_bytes(path, data)
         if periodic and self.keep_checkpoints > 0:
             atomic_write_bytes(self.ckpt_dir / f"step_{self.state.env_steps:012d}.pt", data)
-            for old in sorted(self.ckpt_dir.glob("step_*.pt"))[: -self.keep_checkpoints]:
+            periodic_files = sorted(_periodic_checkpoints(self.ckpt_dir).items())
+            for _, old in periodic_files[: -self.keep_checkpoints]:
                 old.unlink()
         return path
 
     def _resume(self) -> bool:
-        path = Path(self.resume_path) if self.resume_path else self.ckpt_dir / "last.pt"
-        if self.resume_path is None and not path.exists():
+        """Continue from the run directory's ``last.pt`` if present, else from ``resume``; False if neither."""
+        own = self.ckpt_dir / "last.pt"
+        if own.exists():
+            path, key = own, "checkpoint"
+            if self.resume_path:
+                log.info("%s exists: continuing this run directory's own progress (trainer.resume=%s is only used "
+                         "to start a run directory that has none)", own, self.resume_path)
+        elif self.resume_path:
+            path, key = Path(self.resume_path), "trainer.resume"
+        else:
             return False
-        state = load_checkpoint(path, key="trainer.resume")
+        state = load_checkpoint(path, key=key)
         try:
             self.policy.load_state_dict(state["policy"])
             self.algo.load_state_dict(state["algo"])
-        except (RuntimeError, KeyError, ValueError) as exc:
+            trainer_state = TrainState(**state["trainer"])
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(
-                f"trainer.resume={str(path)!r} does not fit this run's policy/algorithm ({str(exc).splitlines()[0]}). "
+                f"{key}={str(path)!r} does not fit this run's policy/algorithm ({str(exc).splitlines()[0]}). "
                 "Fix: resume with the same policy, env and algo settings the checkpoint was trained with "
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
@@ -271,12 +352,22 @@ class Trainer:
             if self.dist.is_main:
                 log.warning("%s cannot restore its env state: resumed training starts fresh episodes",
                             type(self.env).__name__)
-            self.collector.reset(seed=self.seed + state["trainer"]["iteration"])
+            self.collector.reset(seed=self.seed + trainer_state.iteration)
         if self.dist.is_main:
             set_rng_state(state["rng"])
-        self.state = TrainState(**state["trainer"])
+            self._set_aside_checkpoints_after(trainer_state.env_steps)
+        self.state = trainer_state
         log.info("resumed from %s at env_steps=%d (iteration %d)", path, self.state.env_steps, self.state.iteration)
         return True
+
+    def _set_aside_checkpoints_after(self, env_steps: int) -> None:
+        """Move periodic checkpoints from beyond ``env_steps`` (an abandoned future) to ``checkpoints/superseded/``."""
+        for steps, old in _periodic_checkpoints(self.ckpt_dir).items():
+            if steps > env_steps:
+                aside = self.ckpt_dir / "superseded"
+                aside.mkdir(exist_ok=True)
+                os.replace(old, aside / old.name)
+                log.info("moved %s (beyond the resumed env_steps=%d) to %s", old.name, env_steps, aside)
 
     def summary(self, status: str, reason: str | None) -> dict[str, Any]:
         """The run's final record (``summary.json``)."""

@@ -1,10 +1,14 @@
 """Logging sinks: wandb offline run files, plain console lines off a terminal, metrics.jsonl on resume."""
 
+import errno
 import json
 import logging
 
-from embodirl.experiment import run_training
-from embodirl.loggers import ConsoleLogger, JsonlLogger
+import pytest
+
+from embodirl.errors import ConfigError
+from embodirl.experiment import run_training, wandb_identity
+from embodirl.loggers import ConsoleLogger, JsonlLogger, LoggerSettings
 from tests.conftest import compose_config
 
 
@@ -29,8 +33,77 @@ def test_console_prints_plain_periodic_lines_when_not_a_terminal(caplog):
     assert "eval 30.0" in lines[1]
 
 
-def test_jsonl_resume_drops_lines_written_after_the_checkpoint(tmp_path):
+def test_jsonl_resume_drops_lines_written_after_the_checkpoint_and_keeps_them_aside(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"env_steps": s}) + "\n" for s in (100, 200, 300)) + '{"env_st')
-    JsonlLogger(path, resume_env_steps=200).close()
+    JsonlLogger(path, start_env_steps=200).close()
     assert [json.loads(x)["env_steps"] for x in path.read_text().splitlines()] == [100, 200]
+    aside = (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()
+    assert aside == [json.dumps({"env_steps": 300}), '{"env_st']
+
+
+def test_jsonl_restart_without_checkpoint_starts_the_file_afresh(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"env_steps": s}) + "\n" for s in (100, 200)))
+    logger = JsonlLogger(path, start_env_steps=0)
+    logger.log({"env_steps": 100})
+    logger.close()
+    assert [json.loads(x)["env_steps"] for x in path.read_text().splitlines()] == [100]
+
+
+def test_jsonl_survives_non_utf8_bytes(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"env_steps": 100}\n\xff\xfe garbage \x80\n{"env_steps": 200}\n')
+    JsonlLogger(path, start_env_steps=200).close()
+    assert [json.loads(x)["env_steps"] for x in path.read_text().splitlines()] == [100, 200]
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == b"\xff\xfe garbage \x80\n"
+
+
+def test_jsonl_write_errors_name_the_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
+    logger = JsonlLogger(path)
+    with pytest.raises(OSError) as info:
+        logger.log({"env_steps": 1})
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+
+
+def test_wandb_mode_follows_the_environment_unless_set(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert LoggerSettings(wandb={"enabled": True}).wandb.resolved_mode() == "offline"
+    assert LoggerSettings(wandb={"enabled": True, "mode": "disabled"}).wandb.resolved_mode() == "disabled"
+    monkeypatch.delenv("WANDB_MODE")
+    assert LoggerSettings(wandb={"enabled": True}).wandb.resolved_mode() == "online"
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    with pytest.raises(ConfigError, match="WANDB_MODE='bogus'"):
+        LoggerSettings(wandb={"enabled": True})
+
+
+def test_wandb_offline_from_the_environment_needs_no_api_key(tmp_path, tiny, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # no stored login either
+    summary = run_training(compose_config([*tiny, "logger.wandb.enabled=true"]), tmp_path,
+                           run_name=("ppo-cartpole-seed0", "ppo-cartpole"))
+    assert summary["status"] == "completed"
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 1
+
+
+def test_wandb_runs_are_named_and_grouped_by_algo_env_seed_and_sweep():
+    choices = {"algo": "grpo", "env": "push_cube", "policy": "actor_only"}
+    assert wandb_identity(choices, 3, None) == ("grpo-push_cube-seed3", "grpo-push_cube")
+    name, group = wandb_identity(choices, 1, ("multirun/2026-11-23/10-00-00", ["algo.learning_rate=1e-3", "seed=1"]))
+    assert (name, group) == ("grpo-push_cube-seed1 algo.learning_rate=1e-3", "multirun/2026-11-23/10-00-00")
+
+
+@pytest.mark.parametrize("bad", [{"console": "fancy"}, {"tensorboard": "maybe"}, {"console_every_s": "abc"},
+                                 {"console_every_s": 0}, {"wandb": {"mode": "bogus"}}, {"wandb": {"projekt": "x"}}])
+def test_logger_settings_are_checked(bad):
+    from embodirl.checked import instantiate_checked
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.create({"_target_": "embodirl.loggers.LoggerSettings", "_partial_": True, **bad})
+    with pytest.raises(ConfigError) as info:
+        instantiate_checked(node, "logger.")
+    assert info.value.key.startswith("logger.")

@@ -103,3 +103,71 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tmp_path, tiny, monkeypa
         run_training(cfg, tmp_path)
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["trainer"]["env_steps"] == 256
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+
+
+def test_run_dir_checkpoint_wins_over_trainer_resume(tmp_path, tiny):
+    common = [*tiny, "trainer.checkpoint_every_env_steps=128", "trainer.keep_checkpoints=10", "seed=3"]
+    source = tmp_path / "source"
+    run_training(compose_config([*common, "trainer.total_env_steps=512"]), source)
+    start = f"trainer.resume={source / 'checkpoints' / 'step_000000000256.pt'}"
+    run = tmp_path / "run"
+    run_training(compose_config([*common, start, "trainer.total_env_steps=384"]), run)
+    first_line = (run / "metrics.jsonl").read_text().splitlines()[0]
+    # The requeued job carries the same trainer.resume: it must continue from its own last.pt (384).
+    summary = run_training(compose_config([*common, start, "trainer.total_env_steps=512"]), run)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines[0] == first_line  # the progress made after trainer.resume was kept, not redone
+    assert [json.loads(x)["env_steps"] for x in lines] == [384, 512] and summary["env_steps"] == 512
+
+
+def _scalar_steps(tb_dir, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir))
+    acc.Reload()
+    return [event.step for event in acc.Scalars(tag)]
+
+
+def test_restart_before_any_checkpoint_does_not_duplicate_metrics(tmp_path, tiny):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=384", "logger.tensorboard=true"])
+    run_training(cfg, tmp_path)
+    for path in (tmp_path / "checkpoints").iterdir():  # as if killed before its first checkpoint
+        path.unlink()
+    run_training(cfg, tmp_path)
+    assert [r["env_steps"] for r in _records(tmp_path)] == [128, 256, 384]
+    assert _scalar_steps(tmp_path / "tb", "loss/policy") == [128, 256, 384]
+    assert [json.loads(x)["env_steps"] for x in (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()] \
+        == [128, 256, 384]  # the abandoned attempt's lines are kept aside, not lost
+
+
+def test_resuming_an_older_periodic_checkpoint_keeps_the_new_ones(tmp_path, tiny):
+    common = [*tiny, "trainer.checkpoint_every_env_steps=128", "seed=1"]
+    run_training(compose_config([*common, "trainer.total_env_steps=768", "trainer.keep_checkpoints=10"]), tmp_path)
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "step_000000000256.pt").rename(tmp_path / "start.pt")
+    (ckpts / "last.pt").unlink()
+    run_training(compose_config([*common, "trainer.total_env_steps=512", "trainer.keep_checkpoints=2",
+                                 f"trainer.resume={tmp_path / 'start.pt'}"]), tmp_path)
+    assert sorted(p.name for p in ckpts.glob("step_*.pt")) == ["step_000000000384.pt", "step_000000000512.pt"]
+    assert load_checkpoint(ckpts / "step_000000000512.pt")["trainer"]["iteration"] == 4  # the new timeline's
+    assert sorted(p.name for p in (ckpts / "superseded").iterdir()) == [
+        "step_000000000384.pt", "step_000000000512.pt", "step_000000000640.pt", "step_000000000768.pt"]
+
+
+def test_nan_parameters_in_a_checkpoint_are_refused(tmp_path, tiny):
+    from embodirl.checkpoint import atomic_write_bytes, serialize_checkpoint
+    from embodirl.errors import CheckpointError
+
+    run_training(compose_config(tiny), tmp_path / "a")
+    state = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    name = next(iter(state["policy"]))
+    state["policy"][name] = torch.full_like(state["policy"][name], float("nan"))
+    del state["format"], state["version"]
+    atomic_write_bytes(tmp_path / "nan.pt", serialize_checkpoint(state))
+    with pytest.raises(CheckpointError, match=f"{name}.*NaN"):
+        run_training(compose_config([*tiny, f"trainer.resume={tmp_path / 'nan.pt'}"]), tmp_path / "b")
+
+
+def test_integral_floats_from_the_command_line_are_accepted(tmp_path, tiny):
+    summary = run_training(compose_config([*tiny, "trainer.total_env_steps=2.56e2", "env.num_envs=8.0"]), tmp_path)
+    assert summary["env_steps"] == 256 and summary["status"] == "completed"

@@ -103,6 +103,11 @@ class PPO(BaseAlgorithm):
         self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
+        rollout = env.num_envs * self.num_steps
+        if self.batch_size > rollout:
+            log.warning("algo.batch_size=%d exceeds the rollout of %d transitions (env.num_envs=%d x algo.num_steps=%d): "
+                        "each epoch is one minibatch of %d", self.batch_size, rollout, env.num_envs, self.num_steps,
+                        rollout)
         return CollectPlan(num_steps=self.num_steps)
 
     def update(self, rollout: TensorDict) -> dict[str, float]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -21,70 +22,68 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from embodirl.errors import CheckpointError, ConfigError, NonFiniteLossError
-
 log = logging.getLogger("embodirl.train")
 
-
-def _rank_suffix() -> str:
-    """``""`` on rank 0, ``".rank<r>"`` elsewhere: per-rank log files (resolver used in train.yaml)."""
-    from embodirl.distributed import env_rank
-
-    rank = env_rank()
-    return f".rank{rank}" if rank else ""
+PROG = "embodirl-train"
 
 
-OmegaConf.register_new_resolver("embodirl_rank_suffix", _rank_suffix, replace=True)
+def _share_run_time() -> None:
+    """Under torchrun, join the process group now and adopt rank 0's start time before Hydra names the run dir."""
+    from embodirl.resolvers import RUN_TIME_ENV, START
 
-USER_ERRORS = (ConfigError, CheckpointError, NonFiniteLossError)
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ or RUN_TIME_ENV in os.environ:
+        return
+    from embodirl.distributed import broadcast_object, init_distributed
+
+    init_distributed(use_cuda=None)
+    os.environ[RUN_TIME_ENV] = broadcast_object(START.isoformat())
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
-def main(cfg: DictConfig) -> float:
+def _train(cfg: DictConfig) -> float:
     """Train one configuration; return ``summary[cfg.objective]`` for Hydra sweepers (NaN if it failed).
 
     In a multirun a failing job records ``failed`` in its ``status.json`` and returns NaN so the other
-    jobs go on; the sweep's end callback then fails the command naming it. A single run exits non-zero.
+    jobs go on; the sweep's end callback then fails the command naming it. A single run exits with the
+    status of :mod:`embodirl.cli.errors`. Ctrl-C and preemption stop a sweep too.
     """
+    from embodirl.cli.errors import fail, message
     from embodirl.distributed import env_rank
-    from embodirl.experiment import check_objective, run_training  # after parsing: fast --help
-    from embodirl.fate import write_status
-    from embodirl.preemption import PreemptedError, was_preempted
+    from embodirl.experiment import run_training, wandb_identity  # after parsing: fast --help
+    from embodirl.preemption import PreemptedError
     from embodirl.summary import print_summary
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    main_rank = env_rank() == 0  # only rank 0 records the run's fate
-    record = write_status if main_rank else (lambda *a, **k: None)
-    record(run_dir, "running")
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+             "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
+    sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
+    names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep)
     try:
-        check_objective(cfg.objective)
-        summary = run_training(cfg, run_dir)
-    except PreemptedError as exc:  # saved; no launcher handler took over (plain process)
-        record(run_dir, "preempted", exc=exc)
-        print(f"embodirl-train: {exc}", file=sys.stderr)
-        sys.exit(124)
+        summary = run_training(cfg, run_dir, files, names)
     except Exception as exc:
-        record(run_dir, "failed", exc=exc)
-        if isinstance(exc, USER_ERRORS):
-            print(f"embodirl-train: error: {exc}", file=sys.stderr)
-        elif multirun:
+        if not multirun or isinstance(exc, PreemptedError):
+            fail(PROG, exc)
+        text = message(exc)
+        if text is None:
             log.exception("job failed (recorded in %s)", run_dir / "status.json")
-        if multirun:
-            return math.nan
-        if isinstance(exc, USER_ERRORS):
-            sys.exit(3 if isinstance(exc, NonFiniteLossError) else 2)
-        raise
-    except BaseException as exc:  # KeyboardInterrupt, or SystemExit from submitit's requeue: record, pass on
-        record(run_dir, "preempted" if was_preempted() else "failed", exc=exc)
-        raise
+        else:
+            print(f"{PROG}: job {run_dir}: {text}", file=sys.stderr)
+        return math.nan
+    except KeyboardInterrupt as exc:
+        fail(PROG, exc)
     objective = summary.get(cfg.objective)
-    objective = math.nan if objective is None else float(objective)
-    record(run_dir, "completed", objective_key=cfg.objective, objective=objective,
-           stop_reason=summary["stop_reason"])
-    if main_rank:
+    if env_rank() == 0:
         print_summary(summary)
-    return objective
+    return math.nan if objective is None else float(objective)
+
+
+def main() -> None:
+    """The ``embodirl-train`` console script."""
+    from embodirl.cli.errors import hydra_entry
+
+    hydra_entry(PROG, lambda: (_share_run_time(), _train()))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from embodirl.errors import ConfigError, check, check_choice
 __all__ = ["GymEnv"]
 
 _SUCCESS_KEYS = ("is_success", "success")
+MAX_NUM_ENVS = 65_536
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
 
 
@@ -70,7 +71,9 @@ class GymEnv(BatchedEnv):
         seed: int = 0,
     ) -> None:
         check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
-        check(_is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1")
+        check(_is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
+              f"an int in [1, {MAX_NUM_ENVS}] (gymnasium sub-envs are Python objects stepped one by one on the host)",
+              fix=f"pass env.num_envs=8 (up to {MAX_NUM_ENVS}); for more, write a batched torch env")
         check_choice("vectorization_mode", vectorization_mode, ["sync", "async"])
         check(max_episode_steps is None or (_is_int(max_episode_steps) and max_episode_steps >= 1),
               "max_episode_steps", max_episode_steps, "an int >= 1, or null for the spec's time limit")

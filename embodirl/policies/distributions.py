@@ -126,6 +126,7 @@ def make_distribution(
     action_space: gym.spaces.Space, init_log_std: float, log_std_min: float, log_std_max: float
 ) -> ActionDistribution:
     """The distribution that fits ``action_space`` (``Discrete`` or 1-D ``Box``)."""
+    check(log_std_min < log_std_max, "log_std_min", log_std_min, f"a float below log_std_max={log_std_max}")
     if isinstance(action_space, gym.spaces.Discrete):
         return Categorical(int(action_space.n))
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:

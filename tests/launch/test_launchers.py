@@ -285,6 +285,19 @@ def test_local_two_ranks_train_one_run_with_identical_parameters(tmp_path):
     assert all(isinstance(t, torch.Tensor) for t in last["policy"].values())
 
 
+# --- d'. torchrun, as the README documents it: two ranks, one run directory ------------------------------
+def test_torchrun_two_ranks_write_one_run_directory(tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                str(random.randint(20000, 40000)), "-m", "embodirl.cli.train"]
+    result = subprocess.run([*torchrun, *TINY], cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                            env={**os.environ, "WANDB_MODE": "offline"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = (tmp_path / "outputs").glob("*/*")  # one directory, not one per rank
+    summary = read_json(run_dir / "summary.json")
+    assert summary["distributed"] == {"world_size": 2, "params_identical": True, "data_distinct": True}
+    assert {p.name for p in run_dir.glob("train*.log")} == {"train.log", "train.rank1.log"}
+
+
 # --- f. the same, preempted once, requeued by submitit, resumed -------------------------------------------
 def test_local_two_ranks_preempted_requeued_and_resumed(tmp_path):
     sweep, total = tmp_path / "sweep", 8192

@@ -1,0 +1,136 @@
+"""Values from YAML and the command line, checked against the type annotations of the code they configure.
+
+Every config group option names its class with ``_target_``; the class's ``__init__`` is the schema.
+:func:`instantiate_checked` checks every value against the annotation of its parameter before the class
+is called, so ``trainer.total_env_steps=abc`` fails with the key, the value and an example instead of a
+traceback. :func:`check_fields` does the same for plain nested dicts described by a dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from embodirl.errors import ConfigError, check
+
+__all__ = ["NO_MATCH", "check_fields", "conform", "conform_int", "describe", "instantiate_checked"]
+
+NO_MATCH = object()
+
+
+def conform(value: Any, annotation: Any) -> Any:
+    """``value`` converted to fit ``annotation``, or ``NO_MATCH``.
+
+    The only conversion is an integral float for an int (``1e5`` on the command line is a float to
+    Hydra): ``1e5`` -> ``100000``; ``1.5`` stays a mismatch. Bools never pass for numbers.
+    """
+    origin = typing.get_origin(annotation)
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            converted = conform(value, arg)
+            if converted is not NO_MATCH:
+                return converted
+        return NO_MATCH
+    if origin is typing.Literal:
+        return value if value in typing.get_args(annotation) else NO_MATCH
+    if annotation is type(None):
+        return value if value is None else NO_MATCH
+    if annotation is bool:
+        return value if isinstance(value, bool) else NO_MATCH
+    if annotation is int:
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else NO_MATCH
+    if annotation is float:
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else NO_MATCH
+    if annotation is str:
+        return value if isinstance(value, str) else NO_MATCH
+    if origin in (list, tuple, Sequence, typing.Sequence) or annotation in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return NO_MATCH
+        args = typing.get_args(annotation)
+        if not args:
+            return value
+        items = [conform(v, args[0]) for v in value]
+        return NO_MATCH if any(v is NO_MATCH for v in items) else type(value)(items)
+    if origin is dict or annotation is dict:
+        return value if isinstance(value, dict) else NO_MATCH
+    return value
+
+
+def conform_int(key: str, value: Any, minimum: int, fix: str) -> int:
+    """An int config value (integral floats accepted) of at least ``minimum``, or a :class:`ConfigError`."""
+    converted = conform(value, int)
+    check(converted is not NO_MATCH and converted >= minimum, key, value, f"an int >= {minimum}", fix)
+    return converted
+
+
+def describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Literal:
+        return "one of: " + ", ".join(str(a) for a in typing.get_args(annotation))
+    text = str(annotation).replace("typing.", "").replace("collections.abc.", "")
+    return getattr(annotation, "__name__", text) if not typing.get_args(annotation) else text
+
+
+def instantiate_checked(node: DictConfig, prefix: str, **runtime: Any) -> Any:
+    """Instantiate a ``_partial_`` config node with runtime arguments, after checking every value.
+
+    Args:
+        node: A config group node with ``_target_``.
+        prefix: The node's key path for messages, e.g. ``"algo."``.
+        **runtime: Arguments that exist only at run time (device, spaces, policy, ...).
+
+    Raises:
+        ConfigError: Unknown key, wrong type, or a value the class rejects; keys carry ``prefix``.
+    """
+    partial = instantiate(node, _partial_=True, _convert_="all")
+    func = partial.func if isinstance(partial, functools.partial) else partial
+    kwargs = dict(partial.keywords) if isinstance(partial, functools.partial) else {}
+    target = func.__init__ if inspect.isclass(func) else func
+    params = inspect.signature(target).parameters
+    hints = typing.get_type_hints(target)
+    for key, value in kwargs.items():
+        if key not in params:
+            valid = ", ".join(k for k in params if k not in ("self", *runtime))
+            raise ConfigError(prefix + key, value, f"a known key of {node._target_} (one of: {valid})",
+                              f"remove {prefix}{key} or correct its spelling")
+        annotation = hints.get(key, inspect.Parameter.empty)
+        converted = conform(value, annotation)
+        if converted is NO_MATCH:
+            default = params[key].default
+            example = f", e.g. {prefix}{key}={default}" if default is not inspect.Parameter.empty else ""
+            raise ConfigError(prefix + key, value, f"{describe(annotation)}",
+                              f"pass a value of that type{example}")
+        kwargs[key] = converted
+    try:
+        return func(**kwargs, **runtime)
+    except ConfigError as exc:
+        raise exc.with_prefix(prefix) from None
+
+
+def check_fields(prefix: str, values: Any, cls: type) -> Any:
+    """Build dataclass ``cls`` from the dict ``values``, checking every key and type (``prefix`` names them)."""
+    check(isinstance(values, dict), prefix.rstrip("."), values, f"a mapping with keys of {cls.__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    converted = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(prefix + key, value, f"a known key (one of: {', '.join(fields)})",
+                              f"remove {prefix}{key} or correct its spelling")
+        result = conform(value, hints[key])
+        if result is NO_MATCH:
+            raise ConfigError(prefix + key, value, describe(hints[key]),
+                              f"pass a value of that type, e.g. {prefix}{key}={fields[key].default}")
+        converted[key] = result
+    return cls(**converted)

@@ -1,0 +1,137 @@
+"""How the console scripts end: every failure a user can fix is one line on stderr and an exit status.
+
+| exit | cause |
+|---|---|
+| 2 | bad input: an unknown option or key, a wrong type or impossible value, a missing, corrupt or hostile checkpoint, a changed config for an existing run, a busy or uncreatable run directory |
+| 1 | the machine failed the run (disk full, unwritable file, a logger error); unexpected errors (with a traceback) |
+| 3 | training diverged (non-finite loss) |
+| 124 | preempted (SIGTERM/SIGUSR2) |
+| 130 | Ctrl-C |
+
+:func:`hydra_entry` runs a ``@hydra.main`` function with Hydra's own error report turned off
+(``HYDRA_FULL_ERROR=1`` makes Hydra re-raise) so composition errors get the same one-line treatment;
+set ``HYDRA_FULL_ERROR=1`` yourself to see full tracebacks instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from embodirl.errors import CheckpointError, ConfigError, NonFiniteLossError
+
+__all__ = ["exit_code", "fail", "hydra_entry", "message", "one_line"]
+
+log = logging.getLogger(__name__)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: newlines and runs of whitespace become single spaces."""
+    return " ".join(str(text).split())
+
+
+def _hydra_message(exc: BaseException) -> str:
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    if isinstance(exc, MissingConfigException) and exc.options:
+        group, _, option = str(exc.missing_cfg_file).rpartition("/")
+        choices = ", ".join(exc.options)
+        if group:
+            return (f"{group}={option} is invalid: expected one of: {choices} (the options in {group}/). "
+                    f"Fix: pass {group}={exc.options[0]} (or another of: {choices})")
+    text = str(exc).split("Config search path:")[0]
+    if isinstance(exc, OverrideParseException):
+        text = text.replace(f"Error parsing override '{exc.override}'", "")
+        return (f"cannot parse the override {exc.override!r}: {one_line(text)} Fix: write it as key=value "
+                "(quote values with special characters, e.g. key='a,b')")
+    if exc.__cause__ is not None and "struct" in str(exc.__cause__):
+        text += f" ({one_line(str(exc.__cause__).splitlines()[0])})"
+    return one_line(text)
+
+
+def _os_message(exc: OSError) -> str:
+    path = exc.filename or "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free disk space there, or pass hydra.run.dir=<a directory on another disk>"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make it writable, or pass hydra.run.dir=<a writable directory>"
+    elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        fix = "check the path, or pass hydra.run.dir=<a directory that can be created>"
+    else:
+        fix = "check the path and the file system, or pass hydra.run.dir=<another directory>"
+    return f"{path}: {exc.strerror or type(exc).__name__} (errno {exc.errno}). Fix: {fix}"
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status for ``exc`` (see the module table)."""
+    from hydra.errors import HydraException
+
+    from embodirl.preemption import PreemptedError
+    from embodirl.rundir import RunDirBusyError
+
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, PreemptedError):
+        return 124
+    if isinstance(exc, NonFiniteLossError):
+        return 3
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException):
+        return 2
+    return 1
+
+
+def message(exc: BaseException) -> str | None:
+    """The one-line message for ``exc``, or None for an unexpected error (which deserves a traceback)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from embodirl.loggers import LoggerError
+    from embodirl.preemption import Interrupted, PreemptedError
+    from embodirl.rundir import RunDirBusyError
+
+    if isinstance(exc, Interrupted | PreemptedError):
+        return one_line(str(exc))
+    if isinstance(exc, KeyboardInterrupt):
+        return "aborted on Ctrl-C; checkpoints/last.pt (if any) holds the last saved state"
+    if isinstance(exc, HydraException | OmegaConfBaseException):
+        return "error: " + _hydra_message(exc)
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | NonFiniteLossError | LoggerError):
+        return "error: " + one_line(str(exc))
+    if isinstance(exc, OSError):
+        return "error: " + _os_message(exc)
+    return None
+
+
+def fail(prog: str, exc: BaseException, code: int | None = None) -> NoReturn:
+    """Print ``exc`` as one line (or a traceback when unexpected) and exit with its status (or ``code``)."""
+    text = message(exc)
+    if text is None:
+        traceback.print_exception(exc)
+        text = f"error: unexpected {type(exc).__name__} (traceback above); please report it"
+    print(f"{prog}: {text}", file=sys.stderr)
+    sys.exit(exit_code(exc) if code is None else code)
+
+
+def hydra_entry(prog: str, hydra_main: Callable[[], Any]) -> None:
+    """Call a ``@hydra.main`` function; a failure outside the task (composition, run directory) exits via :func:`fail`."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's full tracebacks
+        hydra_main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
+    try:
+        hydra_main()
+    except SystemExit:
+        raise
+    except OSError as exc:  # outside the task: the run directory could not be created
+        from hydra.errors import HydraException
+
+        fail(prog, exc, code=None if isinstance(exc, HydraException) else 2)
+    except BaseException as exc:  # noqa: BLE001 - every failure ends in one line
+        fail(prog, exc)
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)

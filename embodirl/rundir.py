@@ -1,0 +1,176 @@
+"""The run directory's lifecycle: one process at a time, no debris, no silent config change, nothing lost.
+
+* :class:`RunDirLock`: an exclusive ``flock`` on ``<run_dir>/.lock`` held for the whole run (released by
+  the kernel when the process dies, so a killed or requeued job never leaves a stale lock). A second
+  process is refused in one line naming the holder's PID and host.
+* :func:`remove_temp_files`: hidden ``.<name>.<random>.tmp`` files that a kill during an atomic write
+  left behind (only safe under the lock).
+* :func:`config_changes` / :func:`check_resume_config`: continuing a run directory under a changed config
+  is refused, except for the budget, stop and output keys in :data:`CHANGEABLE_ON_RESUME`.
+* :func:`write_hydra_files`: the composed config, Hydra's config and the overrides in ``.hydra/``,
+  written by the run (not by Hydra) only after those checks; earlier versions move to ``.hydra/history/``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from embodirl.checkpoint import atomic_write_bytes
+from embodirl.errors import CheckpointError
+
+__all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
+           "remove_temp_files", "write_hydra_files"]
+
+LOCK_FILE = ".lock"
+_TEMP_DIRS = (".", "checkpoints", ".hydra", "videos")
+
+#: Keys (or key prefixes ending in ".") that may differ when a run directory is continued: the budget,
+#: the stop conditions and where output goes. Anything else changes what is being trained.
+CHANGEABLE_ON_RESUME = (
+    "trainer.total_env_steps", "trainer.max_wall_time_s", "trainer.stop_on_solved", "trainer.resume",
+    "trainer.allow_config_change", "trainer.eval_every_env_steps", "trainer.num_eval_episodes",
+    "trainer.checkpoint_every_env_steps", "trainer.keep_checkpoints", "logger.", "eval.", "objective",
+    "num_threads", "num_update_threads",
+)
+
+
+class RunDirBusyError(RuntimeError):
+    """Another process holds the run directory."""
+
+
+class RunDirLock:
+    """Exclusive lock on a run directory; the holder's PID, host and start time are written into the lock file.
+
+    Args:
+        run_dir: The run directory (created if missing).
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock or raise :class:`RunDirBusyError` naming the holder."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirBusyError(
+                f"{self.path.parent} is in use by process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+                f"(since {holder.get('since', '?')}); two processes in one run directory would corrupt it. Fix: wait "
+                "for that run to end or stop it, or pass hydra.run.dir=<another directory>") from None
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> RunDirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        return record if isinstance(record, dict) else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+
+
+def remove_temp_files(run_dir: str | Path) -> list[Path]:
+    """Delete the hidden temp files of interrupted atomic writes (``.<name>.<random>.tmp``); return them."""
+    removed = []
+    for sub in _TEMP_DIRS:
+        folder = Path(run_dir) / sub
+        if folder.is_dir():
+            for tmp in folder.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+    return removed
+
+
+def _flatten(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _flatten(value, f"{prefix}{key}.")
+    else:
+        yield prefix[:-1], node
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, old, new)`` for every leaf that differs (missing leaves are ``<absent>``), sorted by key."""
+    absent = "<absent>"
+    a, b = dict(_flatten(old)), dict(_flatten(new))
+    return sorted((k, a.get(k, absent), b.get(k, absent)) for k in a.keys() | b.keys() if a.get(k, absent) != b.get(k, absent))
+
+
+def _changeable(key: str) -> bool:
+    return any(key == allowed or (allowed.endswith(".") and key.startswith(allowed)) for allowed in CHANGEABLE_ON_RESUME)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Mapping[str, Any], allow: bool) -> list[str]:
+    """Refuse to continue ``run_dir`` under a config that changes what is trained.
+
+    Args:
+        run_dir: The run directory being continued.
+        checkpoint_config: The config stored in its ``checkpoints/last.pt``.
+        config: The new resolved config.
+        allow: ``trainer.allow_config_change``: continue anyway.
+
+    Returns:
+        The changes, as ``"key old -> new"`` lines (empty when nothing changed).
+
+    Raises:
+        CheckpointError: A change outside :data:`CHANGEABLE_ON_RESUME` and ``allow`` is false.
+    """
+    if not isinstance(checkpoint_config, Mapping):
+        raise CheckpointError(f"{run_dir}/checkpoints/last.pt has no config mapping. Fix: pass "
+                              "hydra.run.dir=<a new directory> to start a new run")
+    changes = config_changes(checkpoint_config, config)
+    refused = [(k, a, b) for k, a, b in changes if not _changeable(k)]
+    if refused and not allow:
+        listed = ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in refused)
+        raise CheckpointError(
+            f"{run_dir} holds a run trained with a different config ({listed}); continuing it would silently mix "
+            "the two. Fix: pass hydra.run.dir=<a new directory> for a new run, or trainer.allow_config_change=true "
+            "to continue this run with the new values")
+    return [f"{k} {_short(a)} -> {_short(b)}" for k, a, b in changes]
+
+
+def write_hydra_files(run_dir: str | Path, files: Mapping[str, str]) -> None:
+    """Write ``.hydra/<name>`` for each ``name -> text``; earlier, different versions move to ``.hydra/history/``."""
+    folder = Path(run_dir) / ".hydra"
+    changed = [name for name, text in files.items()
+               if (folder / name).is_file() and (folder / name).read_bytes() != text.encode("utf-8")]
+    if changed:
+        history = folder / "history" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        history.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if (folder / name).is_file():
+                os.replace(folder / name, history / name)
+    for name, text in files.items():
+        atomic_write_bytes(folder / name, text.encode("utf-8"))

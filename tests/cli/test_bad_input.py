@@ -1,0 +1,143 @@
+"""Every bad input a user can type gets one line naming the key, the value, what is valid and the fix; exit 2.
+
+Each case runs ``embodirl-train`` as a user would (a subprocess) on a tiny config and checks: exit status 2,
+exactly one line on stderr (``embodirl-train: error: ...`` containing the expected fragments), no
+traceback, and nothing trained (no ``metrics.jsonl``).
+"""
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import TINY, run_cli
+
+BAD_INPUTS = [
+    # --- config groups and override syntax (Hydra) ---
+    (["algo=nonexistent"], ["algo=nonexistent", "grpo, ppo", "Fix: pass algo="]),
+    (["env=nonexistent"], ["env=nonexistent", "cartpole", "push_cube", "Fix:"]),
+    (["policy=nonexistent"], ["policy=nonexistent", "actor_critic", "Fix:"]),
+    (["trainer=nonexistent"], ["trainer=nonexistent", "debug", "Fix:"]),
+    (["logger=nonexistent"], ["logger=nonexistent", "default", "Fix:"]),
+    (["+experiment=nonexistent"], ["experiment=nonexistent", "ppo_cartpole", "Fix:"]),
+    (["+sweep=nonexistent"], ["sweep=nonexistent", "seeds", "Fix:"]),
+    (["algo.foo=1"], ["algo.foo", "+algo.foo=1"]),
+    (["algo.learning_rate=["], ["algo.learning_rate=[", "Fix:"]),
+    (["foo"], ["'foo'", "key=value"]),
+    (["algo.learning_rate=1e-3,2e-3"], ["algo.learning_rate=1e-3,2e-3", "--multirun"]),
+    # --- top level ---
+    (["+foo=1"], ["foo=1", "top-level key", "Fix: remove +foo"]),
+    (["seed=abc"], ["seed='abc'", "an int", "Fix:"]),
+    (["seed=1.5"], ["seed=1.5", "an int", "Fix:"]),
+    (["num_threads=0"], ["num_threads=0", "an int >= 1", "Fix:"]),
+    (["num_threads=abc"], ["num_threads='abc'", "Fix:"]),
+    (["num_update_threads=-1"], ["num_update_threads=-1", "Fix:"]),
+    (["device=tpu"], ["device='tpu'", "auto, cpu, cuda", "Fix:"]),
+    (["device=cuda:7"], ["device='cuda:7'", "Fix: pass device=cpu"]),
+    (["objective=nonsense"], ["objective='nonsense'", "eval/return_mean", "Fix:"]),
+    (["hydra.run.dir=/proc/x"], ["/proc/x", "Fix:"]),
+    # --- algo (PPO) ---
+    (["algo.clip_coef=-1"], ["algo.clip_coef=-1", "a float > 0", "Fix:"]),
+    (["algo.learning_rate=0"], ["algo.learning_rate=0", "a float > 0", "Fix:"]),
+    (["algo.learning_rate=abc"], ["algo.learning_rate='abc'", "float", "Fix:"]),
+    (["algo.learning_rate="], ["algo.learning_rate=''", "float", "Fix:"]),
+    (["algo.gamma=1.5"], ["algo.gamma=1.5", "[0, 1]", "Fix:"]),
+    (["algo.gae_lambda=-0.1"], ["algo.gae_lambda=-0.1", "[0, 1]", "Fix:"]),
+    (["algo.n_epochs=0"], ["algo.n_epochs=0", "an int >= 1", "Fix:"]),
+    (["algo.n_epochs=2.5"], ["algo.n_epochs=2.5", "int", "Fix:"]),
+    (["algo.num_steps=0"], ["algo.num_steps=0", "an int >= 1", "Fix:"]),
+    (["algo.batch_size=0"], ["algo.batch_size=0", "an int >= 1", "Fix:"]),
+    (["algo.lr_schedule=cosinus"], ["algo.lr_schedule='cosinus'", "constant", "Fix:"]),
+    (["algo.max_grad_norm=0"], ["algo.max_grad_norm=0", "Fix:"]),
+    (["algo.target_kl=-1"], ["algo.target_kl=-1", "Fix:"]),
+    (["algo.ent_coef=-0.1"], ["algo.ent_coef=-0.1", "Fix:"]),
+    (["algo.vf_coef=-1"], ["algo.vf_coef=-1", "Fix:"]),
+    (["algo.clip_value_coef=0"], ["algo.clip_value_coef=0", "Fix:"]),
+    (["algo.normalize_advantage=maybe"], ["algo.normalize_advantage='maybe'", "bool", "Fix:"]),
+    # --- algo (GRPO) ---
+    (["algo=grpo", "algo.group_size=1"], ["algo.group_size=1", "Fix: pass algo.group_size=4"]),
+    (["algo=grpo", "algo.group_size=3"], ["env.num_envs=8", "algo.group_size=3", "Fix:"]),
+    (["algo=grpo", "policy=actor_critic"], ["policy='ActorCritic'", "Fix:", "pass policy=actor_only"]),
+    (["algo=grpo", "algo.kl_coef=-1"], ["algo.kl_coef=-1", "Fix:"]),
+    # --- policy ---
+    (["policy.activation=sigmoidz"], ["policy.activation='sigmoidz'", "relu", "Fix:"]),
+    (["policy.hidden_sizes=[0]"], ["policy.hidden_sizes=[0]", "positive ints", "Fix:"]),
+    (["policy.hidden_sizes=abc"], ["policy.hidden_sizes='abc'", "Fix:"]),
+    (["policy.log_std_min=3"], ["policy.log_std_min=3", "below log_std_max", "Fix:"]),
+    (["policy.normalize_obs=maybe"], ["policy.normalize_obs='maybe'", "bool", "Fix:"]),
+    # --- env ---
+    (["env.num_envs=0"], ["env.num_envs=0", "an int >= 1", "Fix:"]),
+    (["env.num_envs=-5"], ["env.num_envs=-5", "Fix:"]),
+    (["env.num_envs=1e12"], ["env.num_envs=1000000000000", "fit in memory", "Fix: lower env.num_envs"]),
+    (["env.max_episode_steps=0"], ["env.max_episode_steps=0", "Fix:"]),
+    (["env.physics_dtype=float16"], ["env.physics_dtype='float16'", "float64", "Fix:"]),
+    (["env.foo=1"], ["env.foo", "+env.foo=1"]),
+    (["+env.foo=1"], ["env.foo=1", "a known key", "Fix: remove env.foo"]),
+    (["env=gym", "env.id=CartPol-v1"], ["env.id='CartPol-v1'", "did you mean CartPole-v1", "Fix:"]),
+    (["env=gym", "env.vectorization_mode=threads"], ["env.vectorization_mode='threads'", "sync", "Fix:"]),
+    (["env=gym", "env.num_envs=100000000"], ["env.num_envs=100000000", "Fix:"]),
+    (["env=push_cube", "env.control_mode=teleport"], ["env.control_mode='teleport'", "ee_delta_pos", "Fix:"]),
+    (["env=push_cube", "env.goal_radius=0"], ["env.goal_radius=0", "Fix:"]),
+    (["env=push_cube", "env.max_speed=5"], ["env.max_speed=5", "tunnelling", "Fix:"]),
+    # --- trainer ---
+    (["trainer.total_env_steps=0"], ["trainer.total_env_steps=0", "an int >= 1", "Fix:"]),
+    (["trainer.total_env_steps=abc"], ["trainer.total_env_steps='abc'", "int", "Fix:"]),
+    (["trainer.eval_every_env_steps=0"], ["trainer.eval_every_env_steps=0", "Fix:"]),
+    (["trainer.num_eval_envs=0"], ["trainer.num_eval_envs=0", "Fix: pass trainer.num_eval_envs="]),
+    (["trainer.num_eval_episodes=0"], ["trainer.num_eval_episodes=0", "Fix:"]),
+    (["trainer.keep_checkpoints=-1"], ["trainer.keep_checkpoints=-1", "Fix:"]),
+    (["trainer.max_wall_time_s=-5"], ["trainer.max_wall_time_s=-5", "Fix:"]),
+    (["trainer.stop_on_solved=maybe"], ["trainer.stop_on_solved='maybe'", "bool", "Fix:"]),
+    (["trainer.resume=/nonexistent/last.pt"], ["trainer.resume='/nonexistent/last.pt'", "does not exist", "Fix:"]),
+    # --- logger ---
+    (["logger.console=fancy"], ["logger.console='fancy'", "auto, bar, lines, none", "Fix:"]),
+    (["logger.tensorboard=maybe"], ["logger.tensorboard='maybe'", "bool", "Fix:"]),
+    (["logger.console_every_s=abc"], ["logger.console_every_s='abc'", "float", "Fix:"]),
+    (["logger.console_every_s=0"], ["logger.console_every_s=0", "Fix:"]),
+    (["logger.wandb.mode=bogus"], ["logger.wandb.mode='bogus'", "online", "Fix:"]),
+    (["logger.wandb.enabled=maybe"], ["logger.wandb.enabled='maybe'", "bool", "Fix:"]),
+    (["+logger.wandb.projekt=x"], ["logger.wandb.projekt='x'", "project", "Fix:"]),
+    # --- evaluation videos ---
+    (["eval.video=maybe"], ["eval.video='maybe'", "bool", "Fix:"]),
+    (["eval.video=true"], ["eval.video=True", "renders frames", "Fix:"]),
+    (["env=push_cube", "eval.video=true", "eval.video_format=avi"], ["eval.video_format='avi'", "mp4", "Fix:"]),
+]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """Run every case once, as many at a time as there are cores (each is a separate process)."""
+    root = tmp_path_factory.mktemp("bad_input")
+
+    def run(index: int, overrides: list[str]):
+        cwd = root / str(index)
+        cwd.mkdir()
+        own_dir = [] if any(o.startswith("hydra.run.dir=") for o in overrides) else [f"hydra.run.dir={cwd / 'run'}"]
+        try:
+            return cwd / "run", run_cli("embodirl-train", [*TINY, *overrides, *own_dir], cwd=cwd, timeout=90)
+        except subprocess.TimeoutExpired as exc:  # a hang is this case's failure, not the others'
+            return cwd / "run", subprocess.CompletedProcess(exc.cmd, -1, "", f"timed out after {exc.timeout} s")
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = [pool.submit(run, i, overrides) for i, (overrides, _) in enumerate(BAD_INPUTS)]
+        return [future.result() for future in futures]
+
+
+@pytest.mark.parametrize("index", range(len(BAD_INPUTS)), ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_bad_input_gives_one_line_and_exit_2_before_training(outcomes, index):
+    run_dir, result = outcomes[index]
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("embodirl-train: error: "), result.stderr
+    for text in BAD_INPUTS[index][1]:
+        assert text in lines[0], lines[0]
+    assert ".algo.algo." not in lines[0] and "algo.policy" not in lines[0] and "denv.id" not in lines[0]
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(tmp_path):
+    result = run_cli("embodirl-train", [*TINY, "algo.batch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"],
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "algo.batch_size=100000 exceeds the rollout of 128 transitions" in result.stdout + result.stderr

@@ -1,0 +1,42 @@
+"""Stop signals: immediate before training, deferred to the iteration boundary during it, chained to submitit's."""
+
+import os
+import signal
+
+import pytest
+
+from embodirl.preemption import PreemptedError, StopSignals
+
+
+def _send(signum):
+    os.kill(os.getpid(), signum)  # delivered before os.kill returns (the handler runs in this thread)
+
+
+def test_immediate_mode_stops_at_once():
+    with StopSignals(defer=False), pytest.raises(KeyboardInterrupt):
+        _send(signal.SIGINT)
+    with StopSignals(defer=False), pytest.raises(PreemptedError, match="before training started"):
+        _send(signal.SIGTERM)
+
+
+def test_first_ctrl_c_is_deferred_and_a_second_aborts():
+    with StopSignals(defer=True) as signals:
+        _send(signal.SIGINT)
+        assert signals.interrupted and not signals.requested
+        with pytest.raises(KeyboardInterrupt):
+            _send(signal.SIGINT)
+
+
+def test_deferred_preemption_hands_over_to_the_handler_installed_before_every_guard():
+    calls = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        with StopSignals(defer=False), StopSignals(defer=True) as inner:
+            _send(signal.SIGUSR2)
+            assert inner.requested and calls == []  # only recorded
+            with pytest.raises(PreemptedError, match="after saving"):
+                inner.hand_over()
+        assert calls == [signal.SIGUSR2]  # submitit's requeue handler, not the outer guard's
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # everything restored

@@ -1,0 +1,67 @@
+"""The run directory's lifecycle: the lock, debris of interrupted writes, config changes on resume, .hydra/."""
+
+import os
+import socket
+
+import pytest
+
+from embodirl.errors import CheckpointError
+from embodirl.rundir import (
+    RunDirBusyError,
+    RunDirLock,
+    check_resume_config,
+    config_changes,
+    remove_temp_files,
+    write_hydra_files,
+)
+
+
+def test_a_second_holder_is_refused_naming_the_first(tmp_path):
+    with RunDirLock(tmp_path):
+        with pytest.raises(RunDirBusyError) as info:
+            RunDirLock(tmp_path).acquire()
+        text = str(info.value)
+        assert f"process {os.getpid()}" in text and socket.gethostname() in text
+        assert "hydra.run.dir=" in text and "\n" not in text
+    with RunDirLock(tmp_path):  # released on exit: the next run may take it
+        pass
+
+
+def test_temp_files_of_interrupted_writes_are_removed(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    debris = [tmp_path / ".summary.json.abc123.tmp", tmp_path / "checkpoints" / ".last.pt.x9y8.tmp"]
+    keep = [tmp_path / "summary.json", tmp_path / "checkpoints" / "last.pt", tmp_path / "notes.tmp"]
+    for path in debris + keep:
+        path.write_text("x")
+    assert sorted(remove_temp_files(tmp_path)) == sorted(debris)
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in debris)
+
+
+def test_config_changes_lists_every_differing_leaf():
+    old = {"algo": {"learning_rate": 0.002, "n_epochs": 2}, "seed": 0, "env": {"num_envs": 256}}
+    new = {"algo": {"learning_rate": 0.001, "n_epochs": 2}, "seed": 0, "env": {"num_envs": 256, "extra": 1}}
+    assert config_changes(old, new) == [("algo.learning_rate", 0.002, 0.001), ("env.extra", "<absent>", 1)]
+
+
+def test_resume_config_change_is_refused_unless_allowed(tmp_path):
+    old = {"algo": {"learning_rate": 0.002}, "trainer": {"total_env_steps": 100}, "logger": {"console": "auto"}}
+    budget_only = {"algo": {"learning_rate": 0.002}, "trainer": {"total_env_steps": 200}, "logger": {"console": "none"}}
+    assert check_resume_config(tmp_path, old, budget_only, allow=False) == [
+        "logger.console 'auto' -> 'none'", "trainer.total_env_steps 100 -> 200"]
+    new_lr = {**budget_only, "algo": {"learning_rate": 0.001}}
+    with pytest.raises(CheckpointError) as info:
+        check_resume_config(tmp_path, old, new_lr, allow=False)
+    text = str(info.value)
+    assert "algo.learning_rate 0.002 -> 0.001" in text and "trainer.allow_config_change=true" in text
+    assert "total_env_steps" not in text  # only the refused keys are listed
+    assert "algo.learning_rate 0.002 -> 0.001" in check_resume_config(tmp_path, old, new_lr, allow=True)
+
+
+def test_hydra_files_keep_their_earlier_versions(tmp_path):
+    write_hydra_files(tmp_path, {"config.yaml": "a: 1\n", "overrides.yaml": "[]\n"})
+    write_hydra_files(tmp_path, {"config.yaml": "a: 1\n", "overrides.yaml": "[]\n"})  # unchanged: no history
+    assert not (tmp_path / ".hydra" / "history").exists()
+    write_hydra_files(tmp_path, {"config.yaml": "a: 2\n", "overrides.yaml": "[a=2]\n"})
+    assert (tmp_path / ".hydra" / "config.yaml").read_text() == "a: 2\n"
+    (history,) = (tmp_path / ".hydra" / "history").iterdir()
+    assert (history / "config.yaml").read_text() == "a: 1\n" and (history / "overrides.yaml").read_text() == "[]\n"

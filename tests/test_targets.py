@@ -1,0 +1,37 @@
+"""A config read from a file may only name code embodirl ships (or the user trusts), and holds no interpolation."""
+
+import pytest
+
+from embodirl.errors import CheckpointError
+from embodirl.targets import check_config_from_file, packaged_targets
+
+SHIPPED = {"env": {"_target_": "embodirl.envs.cartpole.CartPole", "num_envs": 4},
+           "policy": {"_target_": "embodirl.policies.actor_critic.ActorCritic", "hidden_sizes": [64, 64]}}
+
+
+def test_the_shipped_option_files_define_the_allowed_targets():
+    assert {"embodirl.envs.cartpole.CartPole", "embodirl.algos.ppo.PPO", "embodirl.trainer.Trainer"} <= packaged_targets()
+    assert not any(t.startswith("hydra_plugins.") for t in packaged_targets())  # launcher profiles excluded
+    check_config_from_file(SHIPPED, "checkpoint='x'")
+
+
+@pytest.mark.parametrize("config,fragment", [
+    ({**SHIPPED, "env": {**SHIPPED["env"], "x": [{"_target_": "os.system", "_args_": ["true"]}]}},
+     "env.x[0]._target_='os.system'"),
+    ({**SHIPPED, "policy": {"_target_": "builtins.exec"}}, "policy._target_='builtins.exec'"),
+    ({**SHIPPED, "env": {"_target_": "embodirl.envs.gym.GymEnv", "id": "evil_module:Env-v0"}}, "import the module"),
+    ({**SHIPPED, "env": {**SHIPPED["env"], "num_envs": "${oc.env:HOME}"}}, "interpolation at env.num_envs"),
+    ({**SHIPPED, "${oc.env:HOME}": 1}, "interpolation"),
+    (["not", "a", "mapping"], "not a mapping"),
+])
+def test_anything_else_is_refused(config, fragment):
+    with pytest.raises(CheckpointError, match="Fix:") as info:
+        check_config_from_file(config, "checkpoint='x'")
+    assert fragment in str(info.value)
+
+
+def test_trusted_targets_let_your_own_classes_through():
+    config = {"env": {"_target_": "mypkg.envs.MyEnv"}}
+    with pytest.raises(CheckpointError, match=r"trusted_targets=\[mypkg.envs.MyEnv\]"):
+        check_config_from_file(config, "checkpoint='x'")
+    check_config_from_file(config, "checkpoint='x'", ["mypkg.envs.MyEnv"])
