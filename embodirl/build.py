@@ -8,6 +8,7 @@ against the classes' annotations (:mod:`embodirl.checked`) before anything is bu
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ from omegaconf import DictConfig
 from embodirl.algos.base import BaseAlgorithm
 from embodirl.checked import NO_MATCH, conform, conform_int, instantiate_checked
 from embodirl.collector import Collector
+from embodirl.compiled import Acceleration, Stopwatch, configure_cache, resolve_acceleration
+from embodirl.evaluation import Evaluator
 from embodirl.distributed import broadcast_module
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.errors import ConfigError, check
@@ -39,9 +42,12 @@ class Components:
     policy: Policy
     algo: BaseAlgorithm
     collector: Collector
+    evaluator: Evaluator
     device: torch.device
     video: VideoSettings
     settings: RunSettings
+    accel: Acceleration
+    compile_s: float
 
 
 def wants_cuda(device: str) -> bool:
@@ -101,7 +107,7 @@ RANK_SEED_STRIDE = 1_000_003
 EVAL_SEED_OFFSET = 7_919_000_017
 
 TOP_LEVEL_KEYS = ("policy", "algo", "env", "trainer", "logger", "eval", "seed", "device", "num_threads",
-                  "num_update_threads", "objective")
+                  "num_update_threads", "objective", "compile", "cuda_graphs")
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -152,15 +158,17 @@ def allocation_guard(key: str, value: Any, fix: str):
         raise
 
 
-def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0) -> Components:
-    """Build env, eval env, policy, algorithm and collector from a composed config; dry-run them.
+def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Components:
+    """Build env, eval env, policy, algorithm, collector and evaluator from a composed config; dry-run them.
 
     Every rank builds the same policy (same seed, then rank 0's weights broadcast); envs and action
-    sampling get per-rank seeds.
+    sampling get per-rank seeds. With ``compile`` on, the hot steps are compiled here by a warm-up
+    (:func:`warm_up`), whose time is ``compile_s``.
     """
     top = check_top_level(cfg)
     configure_torch(top.seed, top.num_threads)
     device = resolve_device(top.device, local_rank)
+    accel = resolve_acceleration(cfg.compile, cfg.cuda_graphs, device, world_size)
     num_envs = cfg.env.get("num_envs")
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs"):
         env = build_env(cfg.env, device, rank_seed(top.seed, rank))
@@ -173,15 +181,39 @@ def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0) -> Components:
     if rank:
         torch.manual_seed(rank_seed(top.seed, rank))
     algo = instantiate_checked(cfg.algo, "algo.", policy=policy, device=device,
-                               total_env_steps=_total_env_steps(cfg))
+                               total_env_steps=_total_env_steps(cfg), accel=accel)
     plan = algo.collect_plan(env)
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs or algo.num_steps (the rollout holds "
                           "num_envs x (num_steps + 1) transitions)"):
-        collector = Collector(env, policy, plan)
+        collector = Collector(env, policy, plan, accel)
+    evaluator = Evaluator(eval_env, policy, accel)
     video = build_video_settings(cfg.eval, eval_env)
     dry_run(env, policy)
     dry_run(eval_env, policy)
-    return Components(env, eval_env, policy, algo, collector, device, video, top)
+    compile_s = warm_up(collector, algo, evaluator) if accel.compile else 0.0
+    return Components(env, eval_env, policy, algo, collector, evaluator, device, video, top, accel, compile_s)
+
+
+def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> float:
+    """Compile the hot steps by running them once, then restore every state they touched; return the seconds.
+
+    One rollout, one update and one evaluation episode per eval env run on throw-away state: the policy,
+    the algorithm (optimizer, counters, normaliser) and the random generators are restored afterwards,
+    and the env statistics are discarded (training resets or restores the envs before it starts).
+    """
+    policy = algo.policy
+    saved = copy.deepcopy((policy.state_dict(), algo.state_dict()))
+    devices = [collector.env.device] if collector.env.device.type == "cuda" else []
+    with Stopwatch(collector.env.device) as watch, torch.random.fork_rng(devices=devices):
+        algo.update(collector.collect())
+        evaluator.evaluate(evaluator.env.num_envs, seed=0)
+    policy.load_state_dict(saved[0])
+    algo.load_state_dict(saved[1])
+    collector.env.episode_stats.pop()
+    collector.started = False
+    log.info("compiled the collection, update and evaluation steps in %.1f s (cache: %s)", watch.seconds,
+             configure_cache())
+    return watch.seconds
 
 
 def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings:

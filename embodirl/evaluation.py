@@ -6,69 +6,105 @@ import math
 
 import torch
 
+from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.envs.base import BatchedEnv
 from embodirl.policies.base import Policy
 
-__all__ = ["evaluate_policy"]
+__all__ = ["Evaluator", "evaluate_policy"]
 
 _CHECK_EVERY = 16  # steps between host-side "all episodes done?" checks
 
 
-@torch.no_grad()
-def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: int) -> dict[str, float]:
-    """Run ``num_episodes`` deterministic episodes spread evenly over the env's copies.
+class Evaluator:
+    """Runs deterministic episodes of ``policy`` in ``env`` (its own env copies).
 
     Env ``i`` runs ``num_episodes // E`` episodes (+1 for the first ``num_episodes % E``), so short
-    episodes are not over-represented. The env is reset with ``seed`` every call, so successive
-    evaluations see the same initial states and differ only through the policy.
+    episodes are not over-represented. The env is reset with the given seed every call, so successive
+    evaluations see the same initial states and differ only through the policy. One step
+    (:meth:`step`) reads and writes only tensors allocated once, so it can be compiled and captured
+    as a CUDA graph (``accel``), like the collector's.
 
-    Returns:
-        ``eval/return_mean``, ``eval/return_std`` (population), ``eval/length_mean``,
-        ``eval/num_episodes``, and when the env reports ``success``: ``eval/success_at_end`` (success
-        on the episode's last step), ``eval/success_once`` (success at any step) and
-        ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved").
+    Args:
+        env: The evaluation env.
+        policy: The policy (its deterministic action, :meth:`Policy.mode`, is taken).
+        accel: Compile and/or capture the evaluation step.
     """
-    n = env.num_envs
-    device = env.device
-    index = torch.arange(n, device=device)
-    target = torch.full((n,), num_episodes // n, device=device) + (index < num_episodes % n)
-    finished = torch.zeros(n, dtype=torch.int64, device=device)
-    running = torch.zeros(2, n, dtype=torch.float64, device=device)  # return, length of the current episode
-    ever_success = torch.zeros(n, dtype=torch.bool, device=device)
-    # Per env sums over its recorded episodes: return, return^2, length, success at end, success once.
-    sums = torch.zeros(5, n, dtype=torch.float64, device=device)
-    reports_success = False
-    no_success = torch.zeros(n, dtype=torch.bool, device=device)
 
-    obs = env.reset(seed=seed)
-    max_steps = env.max_episode_steps * math.ceil(num_episodes / n) + 1
-    for t in range(max_steps):
-        step = env.step(policy.mode(obs))
+    def __init__(self, env: BatchedEnv, policy: Policy, accel: Acceleration = Acceleration()) -> None:
+        self.env, self.policy = env, policy
+        n, dev = env.num_envs, env.device
+        self._obs = torch.zeros(n, *env.observation_space.shape, device=dev)
+        self._target = torch.zeros(n, dtype=torch.int64, device=dev)  # episodes env i records
+        self._finished = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._running = torch.zeros(2, n, dtype=torch.float64, device=dev)  # return, length of the current episode
+        self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)
+        # Per env sums over its recorded episodes: return, return^2, length, success at end, success once.
+        self._sums = torch.zeros(5, n, dtype=torch.float64, device=dev)
+        self._reports_success = torch.zeros((), dtype=torch.bool, device=dev)
+        self.accel = accel
+        self._step = compile_step(self.step, accel.compile)
+
+    def use_cuda_graphs(self) -> None:
+        """Record :meth:`step` as a CUDA graph at its next calls (after the compile warm-up, before training)."""
+        self._step = capture(self._step, self.accel.cuda_graphs, self.env.device)
+
+    def step(self) -> None:
+        """One deterministic step of every env with the episode bookkeeping; the compiled/captured unit."""
+        step = self.env.step(self.policy.mode(self._obs))
+        running = self._running
         running[0] += step.reward
         running[1] += 1
         done = step.terminated | step.truncated
-        record = (done & (finished < target)).double()
+        record = (done & (self._finished < self._target)).double()
         success = step.info.get("success")
-        reports_success = reports_success or success is not None
-        success = no_success if success is None else success
-        ever_success |= success
+        if success is not None:
+            self._reports_success.fill_(True)
+            self._ever_success |= success
+            success_now = success.double()
+        else:
+            success_now = torch.zeros_like(record)
         ret = running[0]
-        sums += record * torch.stack((ret, ret * ret, running[1], success.double(), ever_success.double()))
-        finished += record.long()
+        self._sums += record * torch.stack((ret, ret * ret, running[1], success_now, self._ever_success.double()))
+        self._finished += record.long()
         running *= ~done
-        ever_success &= ~done
-        obs = step.obs
-        if t % _CHECK_EVERY == _CHECK_EVERY - 1 and bool((finished >= target).all()):
-            break
-    env.episode_stats.pop()  # evaluation episodes are not training statistics
+        self._ever_success &= ~done
+        self._obs.copy_(step.obs)
 
-    total_return, total_sq, total_length, at_end, once = (sums.sum(dim=1) / num_episodes).tolist()
-    metrics = {
-        "eval/return_mean": total_return,
-        "eval/return_std": math.sqrt(max(total_sq - total_return**2, 0.0)),
-        "eval/length_mean": total_length,
-        "eval/num_episodes": float(num_episodes),
-    }
-    if reports_success:
-        metrics.update({"eval/success_rate": at_end, "eval/success_at_end": at_end, "eval/success_once": once})
-    return metrics
+    @torch.no_grad()
+    def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
+        """Run ``num_episodes`` deterministic episodes spread evenly over the env's copies.
+
+        Returns:
+            ``eval/return_mean``, ``eval/return_std`` (population), ``eval/length_mean``,
+            ``eval/num_episodes``, and when the env reports ``success``: ``eval/success_at_end`` (success
+            on the episode's last step), ``eval/success_once`` (success at any step) and
+            ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved").
+        """
+        n = self.env.num_envs
+        index = torch.arange(n, device=self.env.device)
+        self._target.copy_(num_episodes // n + (index < num_episodes % n))
+        for buffer in (self._finished, self._running, self._ever_success, self._sums, self._reports_success):
+            buffer.zero_()
+        self._obs.copy_(self.env.reset(seed=seed))
+        max_steps = self.env.max_episode_steps * math.ceil(num_episodes / n) + 1
+        for t in range(max_steps):
+            self._step()
+            if t % _CHECK_EVERY == _CHECK_EVERY - 1 and bool((self._finished >= self._target).all()):
+                break
+        self.env.episode_stats.pop()  # evaluation episodes are not training statistics
+
+        total_return, total_sq, total_length, at_end, once = (self._sums.sum(dim=1) / num_episodes).tolist()
+        metrics = {
+            "eval/return_mean": total_return,
+            "eval/return_std": math.sqrt(max(total_sq - total_return**2, 0.0)),
+            "eval/length_mean": total_length,
+            "eval/num_episodes": float(num_episodes),
+        }
+        if bool(self._reports_success):
+            metrics.update({"eval/success_rate": at_end, "eval/success_at_end": at_end, "eval/success_once": once})
+        return metrics
+
+
+def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: int) -> dict[str, float]:
+    """Eager one-off evaluation (see :meth:`Evaluator.evaluate`)."""
+    return Evaluator(env, policy).evaluate(num_episodes, seed)

@@ -124,7 +124,7 @@ def _record(run_dir: Path, status: str, **fields: Any) -> None:
 def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:
     dist = init_distributed(use_cuda=wants_cuda(cfg.device))
     try:
-        parts = build(cfg, dist.rank, dist.local_rank)
+        parts = build(cfg, dist.rank, dist.local_rank, dist.world_size)
         settings: LoggerSettings = instantiate_checked(cfg.logger, "logger.")
         total = int(cfg.trainer.total_env_steps)  # checked by build
 
@@ -135,13 +135,15 @@ def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, st
 
         seed = parts.settings.seed
         trainer = instantiate_checked(
-            cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, eval_env=parts.eval_env,
+            cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluator=parts.evaluator,
             run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank), eval_seed=eval_seed(seed),
             make_loggers=make_loggers, video=parts.video, num_update_threads=parts.settings.num_update_threads,
+            compile_s=parts.compile_s,
         )
-        log.info("training %s with %s on %s (%d envs x %d ranks, device %s); run dir %s",
+        log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
                  type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,
-                 parts.env.num_envs, dist.world_size, parts.device, run_dir)
+                 parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs,
+                 run_dir)
         try:
             return trainer.train()
         finally:

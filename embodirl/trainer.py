@@ -28,7 +28,7 @@ from embodirl.collector import Collector
 from embodirl.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import CheckpointError, NonFiniteLossError, check
-from embodirl.evaluation import evaluate_policy
+from embodirl.evaluation import Evaluator
 from embodirl.fate import fate_of
 from embodirl.loggers import MetricLoggers
 from embodirl.preemption import Interrupted, StopSignals
@@ -102,7 +102,7 @@ class Trainer:
     Args:
         collector: Fills rollouts from the training env.
         algo: The algorithm (owns the policy and optimizer).
-        eval_env: Separate env instances for deterministic evaluation.
+        evaluator: Deterministic evaluation on separate env instances.
         run_dir: Output directory (metrics, checkpoints, summary).
         config: The resolved run config, stored in checkpoints.
         seed: This rank's seed (training env reset stream).
@@ -110,6 +110,7 @@ class Trainer:
         make_loggers: ``f(start_env_steps) -> MetricLoggers`` (0 for a fresh start, the checkpoint's count
             on resume).
         video: Evaluation video settings (None or ``video=False``: no videos).
+        compile_s: Seconds the compile warm-up took before training (reported as ``perf/compile_s``).
         num_update_threads: torch intra-op threads during ``algo.update`` (None: unchanged).
         total_env_steps: Stop after this many env steps.
         eval_every_env_steps: Evaluate whenever a multiple of this is crossed (and at the end).
@@ -125,9 +126,9 @@ class Trainer:
             before anything is written (see :mod:`embodirl.rundir`).
     """
 
-    def __init__(self, collector: Collector, algo: BaseAlgorithm, eval_env: BatchedEnv, run_dir: Path,
+    def __init__(self, collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator, run_dir: Path,
                  config: dict, seed: int, eval_seed: int, make_loggers: Callable[[int], MetricLoggers], *,
-                 video: VideoSettings | None = None, num_update_threads: int | None = None,
+                 video: VideoSettings | None = None, num_update_threads: int | None = None, compile_s: float = 0.0,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
                  stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None,
@@ -139,7 +140,8 @@ class Trainer:
         check(checkpoint_every_env_steps >= 1, "checkpoint_every_env_steps", checkpoint_every_env_steps, "an int >= 1")
         check(keep_checkpoints >= 0, "keep_checkpoints", keep_checkpoints, "an int >= 0")
         check(max_wall_time_s is None or max_wall_time_s > 0, "max_wall_time_s", max_wall_time_s, "null or a float > 0")
-        self.collector, self.algo, self.eval_env = collector, algo, eval_env
+        self.collector, self.algo, self.evaluator = collector, algo, evaluator
+        self.eval_env = evaluator.env
         self.env, self.policy = collector.env, algo.policy
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -155,6 +157,7 @@ class Trainer:
         self.allow_config_change = allow_config_change
         self.video = video
         self.num_update_threads = num_update_threads
+        self.compile_s = compile_s
         self.loggers: MetricLoggers | None = None
         self.dist = get_info()
         self.sync: dict[str, Any] | None = None
@@ -172,6 +175,9 @@ class Trainer:
         resumed = self._resume()
         if not resumed:
             self.collector.reset(seed=self.seed)
+        self._first_iteration = self.state.iteration + 1
+        for part in (self.collector, self.algo, self.evaluator):
+            part.use_cuda_graphs()  # recorded at their next calls; every buffer they read is final by now
         status, reason = "running", None
         loggers = self.loggers = self.make_loggers(self.state.env_steps)
         origin = time.perf_counter() - self.state.wall_time_s
@@ -230,6 +236,8 @@ class Trainer:
     def _iteration(self, origin: float) -> dict[str, Any]:
         t0 = time.perf_counter()
         rollout = self.collector.collect()
+        if self.env.device.type == "cuda":
+            torch.cuda.synchronize(self.env.device)  # time the collection, not its launch
         t1 = time.perf_counter()
         with torch_threads(self.num_update_threads):
             metrics = self.algo.update(rollout)
@@ -254,11 +262,13 @@ class Trainer:
         st.wall_time_s = now - origin
         record.update({"wall_time_s": st.wall_time_s, "sps": steps / iteration_s,
                        "perf/collect_sps": steps / (t1 - t0), "perf/update_sps": steps / (t2 - t1)})
+        if self.compile_s and st.iteration == self._first_iteration:
+            record["perf/compile_s"] = self.compile_s
         st.last.update({k: v for k, v in record.items() if v is not None})
         return record
 
     def _evaluate(self, origin: float) -> dict[str, Any]:
-        metrics = evaluate_policy(self.eval_env, self.policy, self.num_eval_episodes, seed=self.eval_seed)
+        metrics = self.evaluator.evaluate(self.num_eval_episodes, seed=self.eval_seed)
         out = {key: None for key in EVAL_KEYS}
         out.update(metrics)
         if self.video is not None and self.video.video:
@@ -379,7 +389,8 @@ class Trainer:
         out.update({k: v for k, v in st.last.items() if k.startswith(("loss/", "diag/"))})
         out.update({"solved_metric": self.env.solved_metric, "solved_threshold": self.env.solved_threshold,
                     "solved_env_steps": st.solved_env_steps,
-                    "solved_wall_time_s": st.solved_wall_time_s, "run_dir": str(self.run_dir.resolve()),
+                    "solved_wall_time_s": st.solved_wall_time_s, "compile_s": self.compile_s,
+                    "run_dir": str(self.run_dir.resolve()),
                     "checkpoint": str((self.ckpt_dir / "last.pt").resolve()),
                     "distributed": self.sync or {"world_size": self.dist.world_size}})
         return out

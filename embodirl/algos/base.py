@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from tensordict import TensorDict
+from torch import Tensor
 
 from embodirl.algos.functional import scheduled_value
+from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.distributed import allreduce_grads, allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError
@@ -39,20 +42,33 @@ class CollectPlan:
     stop_when_all_done: bool = False
 
 
+MinibatchLoss = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
 class BaseAlgorithm(ABC):
     """Base class of on-policy algorithms over ``[N, T+1]`` rollouts.
+
+    A subclass writes its update as epochs over static-shape minibatches (:func:`~embodirl.algos.functional.
+    minibatch_indices`) and its loss as a function ``(idx [B], weight [B]) -> (loss, metrics [k])`` that reads
+    the update's data from tensors allocated once; :meth:`make_minibatch_step` turns it into the gradient
+    step (compiled loss with its AOT-compiled backward, all-reduce, clip, optimizer), which
+    :meth:`use_cuda_graphs` later records as one CUDA graph.
 
     Args:
         policy: The policy to train (already on ``device``).
         device: Device of the policy and rollouts.
         total_env_steps: Training budget, the horizon of learning-rate schedules.
+        accel: Compile the minibatch step (and capture it as a CUDA graph when training starts).
     """
 
-    def __init__(self, policy: Policy, device: torch.device, total_env_steps: int) -> None:
+    def __init__(self, policy: Policy, device: torch.device, total_env_steps: int,
+                 accel: Acceleration = Acceleration()) -> None:
         self.policy = policy
         self.device = torch.device(device)
         self.total_env_steps = total_env_steps
+        self.accel = accel
         self.env_steps_seen = 0
+        self._graphed: list[str] = []  # attributes holding steps to capture in use_cuda_graphs()
 
     @abstractmethod
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
@@ -63,27 +79,58 @@ class BaseAlgorithm(ABC):
         """Update the policy from a rollout; return scalar metrics (``loss/*``, ``diag/*``)."""
 
     def init_optimizer(self, learning_rate: float, lr_schedule: str, max_grad_norm: float, adam_eps: float) -> None:
-        """Adam over the policy's trainable parameters, with a constant or linear learning rate."""
+        """Adam over the policy's trainable parameters, with a constant or linear learning rate.
+
+        With CUDA graphs the optimizer is ``capturable`` and its learning rate a tensor changed in place.
+        """
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
         self.max_grad_norm = max_grad_norm
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=learning_rate, eps=adam_eps)
+        if self.accel.cuda_graphs:
+            lr = torch.tensor(learning_rate, dtype=torch.float32, device=self.device)
+            self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=adam_eps, capturable=True, foreach=True)
+        else:
+            self.optimizer = torch.optim.Adam(self.params, lr=learning_rate, eps=adam_eps)
 
     def apply_lr_schedule(self) -> float:
         """Set and return the learning rate for the coming update."""
         lr = scheduled_value(self.learning_rate, self.lr_schedule, self.progress)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
         return lr
 
-    def optimizer_step(self, loss: torch.Tensor) -> None:
-        """Backward, global grad-norm clip, Adam step (no host sync)."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        allreduce_grads(self.params)  # identical parameters on every rank after every step
-        torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        self.optimizer.step()
+    def make_minibatch_step(self, loss_fn: MinibatchLoss) -> Callable[[Tensor, Tensor], Tensor]:
+        """The gradient step of one minibatch: compiled loss, backward, all-reduce, global-norm clip, Adam.
+
+        Args:
+            loss_fn: ``(idx [B], weight [B]) -> (loss, metrics [k])``; compiled with ``fullgraph=True`` when
+                ``accel.compile`` (its backward is compiled by AOTAutograd).
+
+        Returns:
+            ``step(idx, weight) -> metrics`` (detached); no host sync.
+        """
+        loss_fn = compile_step(loss_fn, self.accel.compile)
+
+        def step(idx: Tensor, weight: Tensor) -> Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, metrics = loss_fn(idx, weight)
+            loss.backward()
+            allreduce_grads(self.params)  # identical parameters on every rank after every step
+            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm, foreach=True)
+            self.optimizer.step()
+            return metrics.detach()
+
+        return step
+
+    def use_cuda_graphs(self) -> None:
+        """Record the steps named in ``self._graphed`` as CUDA graphs at their next calls (after compile warm-up)."""
+        if self.accel.cuda_graphs:
+            for name in self._graphed:
+                setattr(self, name, capture(getattr(self, name), True, self.device))
 
     def check_rollout(self, rollout: TensorDict) -> None:
         """Validate the rollout against the schema and the policy's spaces (metadata only, no sync)."""

@@ -19,10 +19,47 @@ __all__ = [
     "explained_variance",
     "gae",
     "k3_kl",
+    "minibatch_indices",
     "normalize",
     "scheduled_value",
     "value_loss",
+    "weighted_mean",
 ]
+
+
+def weighted_mean(x: Tensor, weight: Tensor | None = None) -> Tensor:
+    """``mean(x)``, or ``sum(w x) / max(sum(w), 1)`` with per-sample weights (0 for padding; an all-zero
+    weight gives 0, not NaN)."""
+    if weight is None:
+        return x.mean()
+    return (x * weight).sum() / weight.sum().clamp_min(1.0)
+
+
+def minibatch_indices(indices: Tensor, batch_size: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """A random partition of ``indices`` into ``M = ceil(V / batch_size)`` minibatches of exactly ``batch_size``.
+
+    Every minibatch has the same shape (a compiled or graph-captured step never sees a new one); the
+    ``M * B - V`` padding slots repeat index ``indices[0]`` with weight 0 and are spread so that minibatch
+    ``m`` holds ``V // M`` or ``V // M + 1`` real samples (like ``tensor_split``): slot ``(m, j)`` holds
+    ``perm[j M + m]``.
+
+    Args:
+        indices: ``[V]`` the sample indices to partition (``V >= 0``).
+        batch_size: ``B``, samples per minibatch.
+        generator: Random generator for the permutation (None: the default one).
+
+    Returns:
+        ``(idx [M, B] int64, weight [M, B] float32)``; ``M >= 1`` (all padding when ``V = 0``).
+    """
+    count = indices.numel()
+    num = max(1, -(-count // batch_size))
+    perm = indices[torch.randperm(count, device=indices.device, generator=generator)]
+    flat = torch.zeros(num * batch_size, dtype=torch.int64, device=indices.device)
+    flat[:count] = perm
+    if count:
+        flat[count:] = indices[0]
+    real = torch.arange(num * batch_size, device=indices.device) < count
+    return flat.view(batch_size, num).T, real.view(batch_size, num).T.float()
 
 
 def gae(
@@ -107,26 +144,28 @@ def clipped_surrogate_loss(
     return -torch.min(unclipped, clipped), ratio
 
 
-def value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
+def value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: float | None,
+               weight: Tensor | None = None) -> Tensor:
     """Mean squared value error, optionally clipped around the collecting value (PPO2 style).
 
-    ``mean((V - R)^2)``; with ``clip_coef`` c: ``mean(max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2))``.
+    ``mean((V - R)^2)``; with ``clip_coef`` c: ``mean(max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2))``;
+    means are :func:`weighted_mean` with ``weight``.
     """
     unclipped = (value - returns) ** 2
     if clip_coef is None:
-        return unclipped.mean()
+        return weighted_mean(unclipped, weight)
     clipped = old_value + torch.clamp(value - old_value, -clip_coef, clip_coef)
-    return torch.max(unclipped, (clipped - returns) ** 2).mean()
+    return weighted_mean(torch.max(unclipped, (clipped - returns) ** 2), weight)
 
 
-def approx_kl(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
+def approx_kl(log_prob: Tensor, old_log_prob: Tensor, weight: Tensor | None = None) -> Tensor:
     """k3 estimator of KL(old || new): ``mean((rho - 1) - log rho)``, always >= 0."""
-    return k3_kl(old_log_prob, log_prob).mean()
+    return weighted_mean(k3_kl(old_log_prob, log_prob), weight)
 
 
-def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:
+def clip_fraction(ratio: Tensor, clip_coef: float, weight: Tensor | None = None) -> Tensor:
     """Share of samples whose ratio left ``[1 - clip_coef, 1 + clip_coef]``."""
-    return ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return weighted_mean(((ratio - 1.0).abs() > clip_coef).float(), weight)
 
 
 def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:

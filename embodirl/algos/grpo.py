@@ -18,6 +18,7 @@ from torch import Tensor
 
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.compiled import Acceleration
 from embodirl.distributed import allreduce_max
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import ConfigError, check, check_choice
@@ -55,6 +56,7 @@ class GRPO(BaseAlgorithm):
         truncate_at_first_done: Keep only each env's first episode of the rollout.
         group_shared_reset: Members of a group start each rollout from one shared initial state.
         adam_eps: Adam epsilon.
+        accel: Compile (and later capture) the minibatch step.
     """
 
     def __init__(
@@ -80,8 +82,9 @@ class GRPO(BaseAlgorithm):
         truncate_at_first_done: bool = True,
         group_shared_reset: bool = True,
         adam_eps: float = 1e-5,
+        accel: Acceleration = Acceleration(),
     ) -> None:
-        super().__init__(policy, device, total_env_steps)
+        super().__init__(policy, device, total_env_steps, accel)
         if policy.has_critic:
             raise ConfigError("policy", type(policy).__name__, "actor_only with algo=grpo (GRPO has no critic; "
                               "an actor_critic policy would train a critic for nothing)",
@@ -119,6 +122,9 @@ class GRPO(BaseAlgorithm):
         self.num_updates = 0
         self.ref_policy = self._frozen_copy() if kl_coef > 0 else None
         self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+        self._data: dict[str, Tensor] = {}  # the update's flat [N*T] data, allocated at the first update
+        self._step = self.make_minibatch_step(self.minibatch_loss)
+        self._graphed = ["_step"]
 
     def _frozen_copy(self) -> Policy:
         ref = copy.deepcopy(self.policy)
@@ -144,25 +150,20 @@ class GRPO(BaseAlgorithm):
             returns, mask = F.compute_step_returns_and_mask(
                 rollout["reward"][:, :-1], rollout["done"][:, :-1], self.gamma, self.truncate_at_first_done)
             advantage = F.compute_step_group_advantages(returns, mask, self.group_size, self.eps)
+            self._load(rollout, advantage)
         valid = mask.reshape(-1).nonzero().squeeze(1)  # one host sync per update
-        data = [rollout[key][:, :-1].reshape(-1, *rollout[key].shape[2:])[valid]
-                for key in ("obs", "action", "sample_log_prob")]
-        data.append(advantage.reshape(-1)[valid])
-        if self.ref_policy is not None:
-            with torch.no_grad():
-                data.append(self.ref_policy.evaluate(data[0], data[1])[0])
 
-        # Every rank takes the same number of optimizer steps (gradients are all-reduced per step):
-        # chunks per epoch follow the largest valid count over ranks; a rank with fewer valid
-        # transitions gets smaller (possibly empty) chunks.
+        # Every rank takes the same number of optimizer steps (gradients are all-reduced per step): the
+        # minibatches per epoch follow the largest valid count over ranks; a rank with fewer valid
+        # transitions gets more (zero-weight) padding.
         most_valid = int(allreduce_max(torch.tensor([valid.numel()], device=self.device)).item())
-        chunks = max(1, -(-most_valid // self.batch_size))
+        num_minibatches = max(1, -(-most_valid // self.batch_size))
         sums = torch.zeros(len(_METRICS), device=self.device)
-        num_minibatches = 0
         for _ in range(self.n_epochs):
-            for idx in torch.randperm(valid.numel(), device=self.device).tensor_split(chunks):
-                sums += self._minibatch_step(*(x[idx] for x in data))
-                num_minibatches += 1
+            idx, weight = F.minibatch_indices(valid, self.batch_size)
+            idx, weight = _pad_rows(idx, weight, num_minibatches)
+            for m in range(num_minibatches):
+                sums += self._step(idx[m], weight[m])
 
         self.num_updates += 1
         if self.ref_policy is not None and self.ref_update_every and self.num_updates % self.ref_update_every == 0:
@@ -170,33 +171,43 @@ class GRPO(BaseAlgorithm):
         self.policy.update_normalizer(rollout["obs"][:, :-1])
         simulated = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         self.env_steps_seen += simulated
-        metrics = self.finish_metrics(_METRICS, sums / max(num_minibatches, 1))
+        metrics = self.finish_metrics(_METRICS, sums / (self.n_epochs * num_minibatches))
         metrics.update({"diag/learning_rate": lr, "diag/valid_fraction": valid.numel() / simulated,
                         "diag/num_valid": float(valid.numel())})
         return metrics
 
-    def _minibatch_step(self, obs: Tensor, action: Tensor, old_log_prob: Tensor, adv: Tensor,
-                        ref_log_prob: Tensor | None = None) -> Tensor:
-        """One gradient step on valid transitions; returns detached metrics in ``_METRICS`` order.
+    def _load(self, rollout: TensorDict, advantage: Tensor) -> None:
+        """Copy the transitions into flat buffers allocated once (a compiled or captured step reads them)."""
+        n, t1 = rollout.batch_size
+        if not self._data or self._data["obs"].shape[0] != n * (t1 - 1):
+            self._data = {key: torch.zeros(n * (t1 - 1), *rollout[key].shape[2:], dtype=rollout[key].dtype,
+                                           device=self.device) for key in ("obs", "action", "sample_log_prob")}
+            self._data["advantage"] = torch.zeros(n * (t1 - 1), device=self.device)
+            self._data["ref_log_prob"] = torch.zeros(n * (t1 - 1), device=self.device)
+        for key in ("obs", "action", "sample_log_prob"):
+            self._data[key].view(*rollout[key][:, :-1].shape).copy_(rollout[key][:, :-1])
+        self._data["advantage"].view_as(advantage).copy_(advantage)
+        if self.ref_policy is not None:  # over every transition: one static shape, whatever is valid
+            self._data["ref_log_prob"].copy_(self.ref_policy.evaluate(self._data["obs"], self._data["action"])[0])
 
-        Means are ``sum / max(count, 1)`` so an empty chunk (possible on a rank with few valid
-        transitions) contributes a zero gradient instead of NaN.
-        """
-        count = max(obs.shape[0], 1)
-        log_prob, entropy, _ = self.policy.evaluate(obs, action)
-        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, adv, self.clip_coef)
-        pg_loss = pg_loss.sum() / count
-        entropy = entropy.sum() / count
+    def minibatch_loss(self, idx: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+        """Loss of minibatch ``idx`` over valid transitions (padding has weight 0) and ``_METRICS`` in order."""
+        d = self._data
+        old_log_prob = d["sample_log_prob"][idx]
+        log_prob, entropy, _ = self.policy.evaluate(d["obs"][idx], d["action"][idx])
+        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef)
+        pg_loss = F.weighted_mean(pg_loss, weight)
+        entropy = F.weighted_mean(entropy, weight)
         loss = pg_loss - self.ent_coef * entropy
         ref_kl = torch.zeros((), device=self.device)
-        if ref_log_prob is not None:
-            ref_kl = F.k3_kl(log_prob, ref_log_prob).sum() / count
+        if self.ref_policy is not None:
+            ref_kl = F.weighted_mean(F.k3_kl(log_prob, d["ref_log_prob"][idx]), weight)
             loss = loss + self.kl_coef * ref_kl
-        self.optimizer_step(loss)
         with torch.no_grad():
-            kl = F.k3_kl(old_log_prob, log_prob).sum() / count  # approx_kl, safe for an empty chunk
-            frac = ((ratio - 1.0).abs() > self.clip_coef).float().sum() / count
-            return torch.stack([pg_loss.detach(), entropy.detach(), ref_kl.detach(), kl, frac])
+            kl = F.approx_kl(log_prob, old_log_prob, weight)
+            frac = F.clip_fraction(ratio, self.clip_coef, weight)
+            metrics = torch.stack([pg_loss, entropy, ref_kl, kl, frac])
+        return loss, metrics
 
     def state_dict(self) -> dict:
         state = super().state_dict()
@@ -210,3 +221,11 @@ class GRPO(BaseAlgorithm):
         self.num_updates = int(state.get("num_updates", 0))
         if self.ref_policy is not None and "ref_policy" in state:
             self.ref_policy.load_state_dict(state["ref_policy"])
+
+
+def _pad_rows(idx: Tensor, weight: Tensor, rows: int) -> tuple[Tensor, Tensor]:
+    """Append all-padding minibatches (weight 0) up to ``rows`` (ranks with fewer valid transitions)."""
+    missing = rows - idx.shape[0]
+    if missing <= 0:
+        return idx, weight
+    return (torch.cat([idx, idx[:1].expand(missing, -1)]), torch.cat([weight, weight.new_zeros(missing, weight.shape[1])]))

@@ -12,17 +12,18 @@ from torch import Tensor
 
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.compiled import Acceleration, compile_step
 from embodirl.distributed import allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import check, check_choice
 from embodirl.policies.base import Policy
-from embodirl.rollout import transitions
 
 __all__ = ["PPO"]
 
 log = logging.getLogger(__name__)
 
 _METRICS = ["loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction"]
+_ROLLOUT_KEYS = ("obs", "action", "sample_log_prob", "value", "reward", "done", "final_value")
 
 
 class PPO(BaseAlgorithm):
@@ -47,6 +48,7 @@ class PPO(BaseAlgorithm):
         normalize_advantage: Normalise advantages over the whole rollout.
         target_kl: Stop the epochs of an update early once the mean approx-KL of an epoch exceeds it.
         adam_eps: Adam epsilon.
+        accel: Compile (and later capture) the update's preparation and minibatch step.
     """
 
     def __init__(
@@ -70,8 +72,9 @@ class PPO(BaseAlgorithm):
         normalize_advantage: bool = True,
         target_kl: float | None = None,
         adam_eps: float = 1e-5,
+        accel: Acceleration = Acceleration(),
     ) -> None:
-        super().__init__(policy, device, total_env_steps)
+        super().__init__(policy, device, total_env_steps, accel)
         check(num_steps >= 1, "num_steps", num_steps, "an int >= 1")
         check(learning_rate > 0, "learning_rate", learning_rate, "a float > 0, e.g. 3e-4")
         check_choice("lr_schedule", lr_schedule, ["constant", "linear"])
@@ -101,6 +104,10 @@ class PPO(BaseAlgorithm):
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
         self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+        self._data: dict[str, Tensor] = {}  # the update's flat [N*T] data, allocated at the first update
+        self._prepare = compile_step(self.prepare, accel.compile)
+        self._step = self.make_minibatch_step(self.minibatch_loss)
+        self._graphed = ["_prepare", "_step"]
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         rollout = env.num_envs * self.num_steps
@@ -113,47 +120,67 @@ class PPO(BaseAlgorithm):
     def update(self, rollout: TensorDict) -> dict[str, float]:
         self.check_rollout(rollout)
         lr = self.apply_lr_schedule()
-        with torch.no_grad():
-            advantage, returns = F.compute_gae(rollout, self.gamma, self.gae_lambda)
-        batch = transitions(rollout, advantage=advantage, returns=returns)
-        adv = batch["advantage"]
-        if self.normalize_advantage:
-            adv = F.normalize(adv)
-        data = (batch["obs"], batch["action"], batch["sample_log_prob"], batch["value"], adv, batch["returns"])
-        explained_var = F.explained_variance(batch["value"], batch["returns"])
-
+        if not self._data or self._data["obs"].shape[0] != rollout.numel() - rollout.batch_size[0]:
+            self._allocate(rollout)
+        explained_var = self._prepare(*(rollout[key] for key in _ROLLOUT_KEYS))
         sums = torch.zeros(len(_METRICS), device=self.device)
+        kl = _METRICS.index("diag/approx_kl")
         num_minibatches = epochs = 0
         for epochs in range(1, self.n_epochs + 1):
+            idx, weight = F.minibatch_indices(self._all, self.batch_size)
             epoch_sums = torch.zeros(len(_METRICS), device=self.device)
-            minibatches = torch.randperm(adv.shape[0], device=self.device).split(self.batch_size)
-            for idx in minibatches:
-                epoch_sums += self._minibatch_step(*(x[idx] for x in data))
+            for m in range(idx.shape[0]):
+                epoch_sums += self._step(idx[m], weight[m])
             sums += epoch_sums
-            num_minibatches += len(minibatches)
+            num_minibatches += idx.shape[0]
             # Early stop costs one host sync per epoch, only when target_kl is set.
-            if self.target_kl is not None and allreduce_mean(epoch_sums[3:4].clone()).item() / len(minibatches) > self.target_kl:
+            if self.target_kl is not None and allreduce_mean(epoch_sums[kl:kl + 1].clone()).item() / idx.shape[0] \
+                    > self.target_kl:
                 break
 
         self.policy.update_normalizer(rollout["obs"][:, :-1])
-        self.env_steps_seen += adv.shape[0]
+        self.env_steps_seen += self._all.numel()
         values = torch.cat([sums / num_minibatches, explained_var.reshape(1)])
         metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
         metrics.update({"diag/learning_rate": lr, "diag/epochs": float(epochs)})
         return metrics
 
-    def _minibatch_step(
-        self, obs: Tensor, action: Tensor, old_log_prob: Tensor, old_value: Tensor, adv: Tensor, returns: Tensor
-    ) -> Tensor:
-        """One gradient step; returns detached ``[policy, value, entropy, approx_kl, clip_fraction]``."""
+    def _allocate(self, rollout: TensorDict) -> None:
+        """Flat buffers for the update's data, allocated once (a compiled or captured step reads them)."""
+        n, t1 = rollout.batch_size
+        size = n * (t1 - 1)
+        self._data = {key: torch.zeros(size, *rollout[key].shape[2:], dtype=rollout[key].dtype, device=self.device)
+                      for key in ("obs", "action", "sample_log_prob", "value")}
+        self._data.update({key: torch.zeros(size, device=self.device) for key in ("advantage", "returns")})
+        self._all = torch.arange(size, device=self.device)
+
+    @torch.no_grad()
+    def prepare(self, obs: Tensor, action: Tensor, log_prob: Tensor, value: Tensor, reward: Tensor, done: Tensor,
+                final_value: Tensor) -> Tensor:
+        """GAE (and advantage normalisation) into the flat buffers; returns the explained variance."""
+        advantage, returns = F.gae(reward[:, :-1], value, done[:, :-1], final_value[:, :-1], self.gamma,
+                                   self.gae_lambda)
+        if self.normalize_advantage:
+            advantage = F.normalize(advantage)
+        d = self._data
+        for key, data in (("obs", obs), ("action", action), ("sample_log_prob", log_prob), ("value", value)):
+            d[key].view(*data[:, :-1].shape).copy_(data[:, :-1])
+        d["advantage"].view_as(advantage).copy_(advantage)
+        d["returns"].view_as(returns).copy_(returns)
+        return F.explained_variance(d["value"], d["returns"])
+
+    def minibatch_loss(self, idx: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+        """Loss of minibatch ``idx`` (padding has weight 0) and detached ``_METRICS`` in order."""
+        d = self._data
+        obs, action, old_log_prob, old_value = d["obs"][idx], d["action"][idx], d["sample_log_prob"][idx], d["value"][idx]
         log_prob, entropy, value = self.policy.evaluate(obs, action)
-        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, adv, self.clip_coef)
-        pg_loss = pg_loss.mean()
-        v_loss = F.value_loss(value, old_value, returns, self.clip_value_coef)
-        entropy = entropy.mean()
+        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef)
+        pg_loss = F.weighted_mean(pg_loss, weight)
+        v_loss = F.value_loss(value, old_value, d["returns"][idx], self.clip_value_coef, weight)
+        entropy = F.weighted_mean(entropy, weight)
         loss = pg_loss + self.vf_coef * v_loss - self.ent_coef * entropy
-        self.optimizer_step(loss)
         with torch.no_grad():
-            kl = F.approx_kl(log_prob, old_log_prob)
-            frac = F.clip_fraction(ratio, self.clip_coef)
-            return torch.stack([pg_loss.detach(), v_loss.detach(), entropy.detach(), kl, frac])
+            kl = F.approx_kl(log_prob, old_log_prob, weight)
+            frac = F.clip_fraction(ratio, self.clip_coef, weight)
+            metrics = torch.stack([pg_loss, v_loss, entropy, kl, frac])
+        return loss, metrics

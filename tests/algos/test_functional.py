@@ -114,3 +114,27 @@ def test_normalize_and_schedule():
     assert F.scheduled_value(1e-3, "constant", 0.7) == 1e-3
     assert F.scheduled_value(1e-3, "linear", 0.25) == pytest.approx(7.5e-4)
     assert F.scheduled_value(1e-3, "linear", 2.0) == 0.0
+
+
+def test_weighted_mean_ignores_padding_and_never_divides_by_zero():
+    x = torch.tensor([1.0, 2.0, 3.0, 100.0])
+    assert F.weighted_mean(x, torch.tensor([1.0, 1.0, 1.0, 0.0])).item() == pytest.approx(2.0)  # (1+2+3)/3
+    assert F.weighted_mean(x, torch.zeros(4)).item() == 0.0
+    assert F.weighted_mean(x).item() == pytest.approx(26.5)
+    # value loss with weights: ((1-0)^2 + (2-0)^2) / 2 = 2.5, the padded sample (error 100) does not count
+    torch.testing.assert_close(F.value_loss(torch.tensor([1.0, 2.0, 10.0]), torch.zeros(3), torch.zeros(3), None,
+                                            torch.tensor([1.0, 1.0, 0.0])), torch.tensor(2.5))
+
+
+@pytest.mark.parametrize("count,batch", [(5, 2), (8, 4), (1, 3), (0, 4), (10, 3)])
+def test_minibatch_indices_partition_with_static_shapes(count, batch):
+    indices = torch.arange(100, 100 + count)
+    idx, weight = F.minibatch_indices(indices, batch, torch.Generator().manual_seed(0))
+    rows = max(1, math.ceil(count / batch))  # e.g. 5 samples, batch 2 -> 3 minibatches of exactly 2
+    assert idx.shape == weight.shape == (rows, batch)
+    real = idx[weight > 0]
+    assert sorted(real.tolist()) == indices.tolist()  # every sample exactly once
+    per_row = weight.sum(dim=1)
+    assert per_row.max() - per_row.min() <= 1  # padding spread like tensor_split: sizes differ by at most one
+    if count:
+        assert set(idx[weight == 0].tolist()) <= {100}  # padding repeats the first index, with weight 0

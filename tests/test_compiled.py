@@ -1,0 +1,73 @@
+"""torch.compile of the hot steps on the CPU: one graph, no recompiles, the same numbers as eager.
+
+CUDA graphs need a GPU (tests marked ``gpu``); everything else a GPU run relies on is checked here.
+Inductor's random numbers differ from eager's unless ``fallback_random`` is set, so the comparisons set it.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch._dynamo
+
+from embodirl.build import build
+from embodirl.compiled import Acceleration, compile_step, resolve_acceleration
+from embodirl.errors import ConfigError
+from tests.conftest import compose_config
+
+ROLLOUT_KEYS = ("obs", "action", "sample_log_prob", "value", "reward", "done", "final_value")
+
+
+def test_auto_compiles_and_captures_on_cuda_only():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_acceleration("auto", "auto", cpu) == Acceleration(False, False)
+    assert resolve_acceleration("auto", "auto", cuda) == Acceleration(True, True)
+    assert resolve_acceleration("auto", "auto", cuda, world_size=2) == Acceleration(True, False)
+    assert resolve_acceleration(True, "auto", cpu) == Acceleration(True, False)
+    with pytest.raises(ConfigError, match="cuda_graphs=True is invalid"):
+        resolve_acceleration("auto", True, cpu)
+    with pytest.raises(ConfigError, match="compile='yes' is invalid"):
+        resolve_acceleration("yes", "auto", cpu)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True), \
+            torch._inductor.config.patch(fallback_random=True):
+        yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
+    overrides = ["device=cpu", "env.num_envs=32", f"algo={algo}", "algo.batch_size=96"]
+    overrides += ["algo.num_steps=16"] if algo == "ppo" else ["algo.kl_coef=0.02"]
+    parts = build(compose_config(overrides))
+    parts.collector.reset(seed=0)
+    rollout = parts.collector.collect()
+    algo_ = parts.algo
+    start = copy.deepcopy((algo_.policy.state_dict(), algo_.state_dict()))
+    torch.manual_seed(1)
+    eager = algo_.update(rollout)
+    eager_params = copy.deepcopy(algo_.policy.state_dict())
+
+    algo_.policy.load_state_dict(start[0])
+    algo_.load_state_dict(start[1])
+    explain = torch._dynamo.explain(algo_.minibatch_loss)(torch.arange(96), torch.ones(96))
+    assert (explain.graph_count, explain.graph_break_count) == (1, 0)
+    algo_.accel = Acceleration(compile=True)
+    algo_._step = algo_.make_minibatch_step(algo_.minibatch_loss)
+    if algo == "ppo":
+        algo_._prepare = compile_step(algo_.prepare, True)
+    torch.manual_seed(1)
+    compiled = algo_.update(rollout)
+    algo_.update(rollout)  # a second update: no recompile (error_on_recompile is set)
+    for key in eager:
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-4, abs=1e-6), key
+    algo_.policy.load_state_dict(start[0])
+    algo_.load_state_dict(start[1])
+    torch.manual_seed(1)
+    algo_.update(rollout)
+    for key, value in algo_.policy.state_dict().items():
+        torch.testing.assert_close(value, eager_params[key], rtol=1e-4, atol=1e-6)  # float reassociation only
