@@ -12,6 +12,7 @@ from torch import Tensor
 
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.algos.reward_scaling import RewardScaler
 from embodirl.distributed import allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import check, check_choice
@@ -47,6 +48,8 @@ class PPO(BaseAlgorithm):
         normalize_advantage: Normalise advantages over the whole rollout.
         target_kl: Stop the epochs of an update early once the mean approx-KL of an epoch exceeds it.
         adam_eps: Adam epsilon.
+        normalize_rewards: Divide rewards by the running std of the discounted return before GAE
+            (SB3's ``VecNormalize`` reward scaling, see :mod:`embodirl.algos.reward_scaling`).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class PPO(BaseAlgorithm):
         normalize_advantage: bool = True,
         target_kl: float | None = None,
         adam_eps: float = 1e-5,
+        normalize_rewards: bool = False,
     ) -> None:
         super().__init__(policy, device, total_env_steps)
         check(num_steps >= 1, "num_steps", num_steps, "an int >= 1")
@@ -101,6 +105,8 @@ class PPO(BaseAlgorithm):
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
         self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+        # --- reward scaling hook (algo.normalize_rewards) ---
+        self.reward_scaler = RewardScaler(gamma, self.device) if normalize_rewards else None
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         return CollectPlan(num_steps=self.num_steps)
@@ -109,7 +115,7 @@ class PPO(BaseAlgorithm):
         self.check_rollout(rollout)
         lr = self.apply_lr_schedule()
         with torch.no_grad():
-            advantage, returns = F.compute_gae(rollout, self.gamma, self.gae_lambda)
+            advantage, returns = self._advantages(rollout)
         batch = transitions(rollout, advantage=advantage, returns=returns)
         adv = batch["advantage"]
         if self.normalize_advantage:
@@ -136,6 +142,25 @@ class PPO(BaseAlgorithm):
         metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
         metrics.update({"diag/learning_rate": lr, "diag/epochs": float(epochs)})
         return metrics
+
+    def _advantages(self, rollout: TensorDict) -> tuple[Tensor, Tensor]:
+        """GAE ``[N, T]`` on the rollout's rewards, scaled first when ``normalize_rewards`` is on."""
+        if self.reward_scaler is None:
+            return F.compute_gae(rollout, self.gamma, self.gae_lambda)
+        done = rollout["done"][:, :-1]
+        reward = self.reward_scaler(rollout["reward"][:, :-1], done)
+        return F.gae(reward, rollout["value"], done, rollout["final_value"][:, :-1], self.gamma, self.gae_lambda)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
 
     def _minibatch_step(
         self, obs: Tensor, action: Tensor, old_log_prob: Tensor, old_value: Tensor, adv: Tensor, returns: Tensor
