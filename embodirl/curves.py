@@ -106,8 +106,8 @@ def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
         ax.plot(seed.env_steps, seed.values, color=color, linewidth=width, alpha=alpha,
                 marker="." if single and len(seed.env_steps) < 30 else None)
         if seed.stopped and seed.env_steps[-1] < end:
-            ax.plot([seed.env_steps[-1], end], [seed.values[-1]] * 2, color=color, linewidth=width, alpha=alpha,
-                    linestyle=":")
+            ax.plot([seed.env_steps[-1], end], [seed.values[-1]] * 2, color=color, linewidth=max(width, 1.2),
+                    alpha=min(2 * alpha, 1.0), linestyle=":")
             held_any = True
     if single:
         ax.plot([], [], color=color, linewidth=width, label=f"{label}: seed {seeds[0].seed or '?'}")
