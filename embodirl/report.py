@@ -1,4 +1,4 @@
-"""Sweep reports: find runs, load them, group seeds into configurations, aggregate, tabulate, plot.
+"""Sweep reports: find runs, load them, group seeds into configurations, aggregate, tabulate.
 
 A *run* is a directory holding ``.hydra/overrides.yaml`` (what ``embodirl-train`` writes into each run
 or multirun job directory). Runs are grouped into *configurations* by their command-line overrides
@@ -9,22 +9,23 @@ Conventions (also stated in the report):
 
 * Statistics of a configuration are over its **completed** runs only (a running, preempted or failed
   run's last values are not final): mean ± sample standard deviation (n - 1) over seeds; no ± for a
-  single seed. Solved wall time and env steps are over the completed runs that solved ("k/n solved").
-  Steps/s is end to end: the run's env steps over its training wall time.
-* Learning curves use every run with evaluations, running ones included. Each seed is linearly
-  interpolated onto the union of the configuration's evaluation env steps and ends at its own last
-  evaluation (no extrapolation). The mean is over the seeds with data at that step, so it is drawn
-  wherever at least one seed has data; the band is the min–max over those same seeds.
+  single seed; and the interquartile mean (IQM) with a 95 % stratified-bootstrap percentile interval
+  (rliable's method, 10,000 resamples, seeded: see :mod:`embodirl.stats`). Solved wall time and env
+  steps are over the completed runs that solved ("k/n solved"). Steps/s is end to end: the run's env
+  steps over its training wall time. Numbers are formatted by :mod:`embodirl.stats`.
+* Learning curves (:mod:`embodirl.curves`) use every run with evaluations, running ones included, and
+  hold a completed run's final value so that a seed that stopped early does not pull the mean down.
 
-Every loader tolerates missing, partial or torn files: a run may be completed, failed, running or
-preempted, and ``metrics.jsonl`` may end in a half-written line.
+Every loader tolerates missing, partial, torn or corrupt files: a run may be completed, failed, running
+or preempted, ``metrics.jsonl`` may end in a half-written line or hold bytes that are not UTF-8, and
+``status.json`` may be unreadable. Each unreadable file gets one warning (logged, naming the file) and
+the run is shown with what could be read (an unreadable status is ``unknown``).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import math
+import logging
 import re
 import statistics
 from collections import Counter
@@ -34,14 +35,27 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ConfigStats", "Curve", "ReportError", "Run", "Stat", "discover_runs", "eval_curve", "group_runs",
-           "load_run", "load_runs", "mean_curve", "plot_curves", "render_report", "render_table",
-           "split_overrides", "summarize", "varying_keys"]
+from embodirl.stats import (
+    finite,
+    format_count,
+    format_estimate,
+    format_interval,
+    format_number,
+    stratified_bootstrap_ci,
+)
+
+__all__ = ["ConfigStats", "ReportError", "Run", "Stat", "discover_runs", "group_runs", "iqm_interval", "load_run",
+           "load_runs", "read_metrics", "render_report", "render_table", "solved_threshold", "split_overrides",
+           "summarize", "varying_keys"]
+
+log = logging.getLogger(__name__)
 
 RETURN_KEY = "eval/return_mean"
 SUCCESS_KEY = "eval/success_rate"
 STATUS_ORDER = ("completed", "running", "preempted", "failed")
-BAND = "min–max over seeds"
+IQM_NOTE = ("IQM: mean of the middle 50 % of the seeds (the plain mean below 4 seeds), with a 95 % "
+            "stratified-bootstrap percentile interval (rliable's method, Agarwal et al. 2021; 10,000 "
+            "resamples, seed 0; none for one seed)")
 
 
 class ReportError(ValueError):
@@ -81,8 +95,8 @@ class Run:
     def final(self, key: str) -> float | None:
         """``key`` from the summary once the run ended, else its last non-null value in the metrics."""
         if self.ended:
-            return _number(self.summary.get(key))
-        return next((v for r in reversed(self.metrics) if (v := _number(r.get(key))) is not None), None)
+            return finite(self.summary.get(key))
+        return next((v for r in reversed(self.metrics) if (v := finite(r.get(key))) is not None), None)
 
     @property
     def env_steps(self) -> float | None:
@@ -92,16 +106,9 @@ class Run:
     def sps(self) -> float | None:
         """End-to-end env steps per second (summary, else last metrics line's env steps over its wall time)."""
         if self.ended:
-            return _number(self.summary.get("sps"))
+            return finite(self.summary.get("sps"))
         steps, wall = self.final("env_steps"), self.final("wall_time_s")
         return steps / wall if steps is not None and wall else None
-
-
-def _number(value: Any) -> float | None:
-    """A finite float, or None for null, NaN, infinities and non-numbers."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _natural_key(path: Path) -> list:
@@ -126,36 +133,91 @@ def discover_runs(root: str | Path) -> list[Path]:
     return runs
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path, what: str) -> dict[str, Any] | None:
+    """A JSON object file; None if missing, and None with one warning if unreadable (``what`` follows then)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        log.warning("%s is not readable JSON (%s): %s", path, _reason(exc), what)
+        return None
+    if not isinstance(data, dict):
+        log.warning("%s holds a JSON %s, not an object: %s", path, type(data).__name__, what)
+        return None
+    return data
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path, what: str) -> Any:
+    """A YAML file; None if missing, and None with one warning if unreadable (``what`` follows then)."""
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        log.warning("%s is not readable YAML (%s): %s", path, _reason(exc), what)
+        return None
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"bytes that are not UTF-8 at offset {exc.start}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The whole JSON objects of a ``metrics.jsonl`` (a torn last line or a missing file is skipped)."""
+    """The JSON objects of a ``metrics.jsonl``, one per line, in order.
+
+    A missing file gives no records and a torn last line (no newline after it: the run is writing) is
+    skipped silently. Any other line that is not UTF-8 JSON holding an object is skipped with one
+    warning for the file, naming it and the lines.
+    """
     try:
-        lines = path.read_text().splitlines()
+        data = path.read_bytes()
     except OSError:
         return []
-    records = []
-    for line in lines:
+    lines = data.splitlines()
+    records, bad = [], []
+    for number, line in enumerate(lines, start=1):
         try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+            record = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            record = None
         if isinstance(record, dict):
             records.append(record)
+        elif line.strip() and not (number == len(lines) and not data.endswith(b"\n")):
+            bad.append(number)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        log.warning("%s: skipped %d line%s that %s not UTF-8 JSON objects (line %s); the report uses the other "
+                    "%d", path, len(bad), "s" if len(bad) > 1 else "", "are" if len(bad) > 1 else "is", shown,
+                    len(records))
     return records
+
+
+def _read_status(path: Path, summary: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """``(status, status.json record)``: ``status.json``'s status, else the summary's, else ``unknown``.
+
+    An unreadable ``status.json`` or a status that is not a non-empty string gives ``unknown`` and
+    one warning (the run is then listed but not averaged).
+    """
+    file = path / "status.json"
+    unknown = "the run's status counts as 'unknown' (listed, not averaged)"
+    record = _read_json(file, unknown)
+    if record is None:
+        if file.exists():
+            return "unknown", {}
+        record, file = {}, path / "summary.json"
+        status = (summary or {}).get("status")
+        if status is None:
+            return "unknown", record
+    else:
+        status = record.get("status")
+    if not isinstance(status, str) or not status.strip():
+        log.warning("%s: status %r is not a status name (completed, running, preempted, failed): %s",
+                    file, status, unknown)
+        return "unknown", record
+    return status, record
 
 
 def split_overrides(overrides: list[str]) -> tuple[dict[str, str], str | None]:
@@ -180,15 +242,14 @@ def split_overrides(overrides: list[str]) -> tuple[dict[str, str], str | None]:
 def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     """Load one run directory, whatever state it is in."""
     path = Path(path)
-    overrides = _read_yaml(path / ".hydra" / "overrides.yaml")
+    overrides = _read_yaml(path / ".hydra" / "overrides.yaml", "the run is grouped as if it had no overrides")
     params, seed = split_overrides(overrides if isinstance(overrides, list) else [])
     if seed is None:
-        config = _read_yaml(path / ".hydra" / "config.yaml")
+        config = _read_yaml(path / ".hydra" / "config.yaml", "its seed is unknown")
         if isinstance(config, dict) and config.get("seed") is not None:
             seed = str(config["seed"])
-    summary = _read_json(path / "summary.json")
-    record = _read_json(path / "status.json") or {}
-    status = record.get("status") or (summary or {}).get("status") or "unknown"
+    summary = _read_json(path / "summary.json", "the run's final values come from metrics.jsonl")
+    status, record = _read_status(path, summary)
     error = None
     if status == "failed":
         message = str(record.get("message") or "").strip()
@@ -228,18 +289,32 @@ def varying_keys(groups: list[list[Run]]) -> tuple[list[str], dict[str, str]]:
 
 @dataclass
 class Stat:
-    """Mean and sample standard deviation (None for fewer than two values) of ``n`` values."""
+    """Mean and sample standard deviation (None for fewer than two values) of ``n`` values, and their values."""
 
     mean: float | None
     std: float | None
     n: int
+    values: list[float] = field(default_factory=list)
 
     @classmethod
     def of(cls, values: list[float | None]) -> Stat:
         values = [v for v in values if v is not None]
         if not values:
             return cls(None, None, 0)
-        return cls(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values))
+        std = statistics.stdev(values) if len(values) > 1 else None
+        return cls(statistics.fmean(values), std, len(values), values)
+
+
+def iqm_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    """``(IQM, low, high)`` of one configuration's seeds with a 95 % bootstrap interval (seeded).
+
+    ``(None, None, None)`` for no values; ``(value, None, None)`` for one (no interval from one seed).
+    """
+    if not values:
+        return None, None, None
+    if len(values) == 1:
+        return values[0], None, None
+    return stratified_bootstrap_ci([values])
 
 
 @dataclass
@@ -288,112 +363,14 @@ def summarize(runs: list[Run]) -> ConfigStats:
     )
 
 
-# --- curves --------------------------------------------------------------------------------------------
-@dataclass
-class Curve:
-    """A configuration's mean curve on a common env-step grid, with its band and seed count per point."""
-
-    env_steps: list[float]
-    mean: list[float]
-    low: list[float]
-    high: list[float]
-    num_seeds: list[int]
-
-
-def eval_curve(run: Run, key: str = RETURN_KEY) -> tuple[list[float], list[float]]:
-    """``(env_steps, values)`` of ``key`` over a run's metrics, sorted by env steps (last value wins on ties)."""
-    points: dict[float, float] = {}
-    for record in run.metrics:
-        steps, value = _number(record.get("env_steps")), _number(record.get(key))
-        if steps is not None and value is not None:
-            points[steps] = value
-    xs = sorted(points)
-    return xs, [points[x] for x in xs]
-
-
-def mean_curve(curves: list[tuple[list[float], list[float]]]) -> Curve | None:
-    """Mean and min–max band of several seeds' curves on the union of their env steps.
-
-    Each seed is linearly interpolated between its own points and contributes nothing before its first or
-    after its last point; a grid point is kept when at least one seed has data there. None if no points.
-    """
-    import numpy as np
-
-    curves = [(np.asarray(x, float), np.asarray(y, float)) for x, y in curves if len(x)]
-    if not curves:
-        return None
-    grid = np.unique(np.concatenate([x for x, _ in curves]))
-    values = np.full((len(curves), grid.size), np.nan)
-    for row, (x, y) in zip(values, curves):
-        inside = (grid >= x[0]) & (grid <= x[-1])
-        row[inside] = np.interp(grid[inside], x, y)
-    count = (~np.isnan(values)).sum(axis=0)
-    keep = count > 0
-    values = values[:, keep]
-    return Curve(grid[keep].tolist(), np.nanmean(values, axis=0).tolist(), np.nanmin(values, axis=0).tolist(),
-                 np.nanmax(values, axis=0).tolist(), count[keep].tolist())
-
-
-def _threshold(runs: list[Run], key: str) -> float | None:
+def solved_threshold(runs: list[Run], key: str) -> float | None:
     """The solved threshold on ``key`` when all runs that record one agree on it."""
-    found = {_number(r.summary.get("solved_threshold")) for r in runs
+    found = {finite(r.summary.get("solved_threshold")) for r in runs
              if r.summary and r.summary.get("solved_metric") == key}
     return found.pop() if len(found) == 1 else None
 
 
-def plot_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KEY) -> bytes | None:
-    """A PNG of each configuration's mean ``key`` against env steps with a min–max band; None if no data."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise ReportError("matplotlib is not installed, so no learning curves can be drawn. "
-                          "Fix: pip install matplotlib") from exc
-    fig = Figure(figsize=(8, 5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    drawn = 0
-    for index, (runs, label) in enumerate(zip(groups, labels)):
-        curve = mean_curve([eval_curve(run, key) for run in runs])
-        if curve is None:
-            continue
-        color = f"C{index % 10}"
-        seeds = max(curve.num_seeds)
-        ax.plot(curve.env_steps, curve.mean, color=color, marker="." if len(curve.env_steps) < 30 else None,
-                label=f"{label} ({seeds} seed{'s' if seeds != 1 else ''})")
-        ax.fill_between(curve.env_steps, curve.low, curve.high, color=color, alpha=0.2, linewidth=0)
-        drawn += 1
-    if not drawn:
-        return None
-    threshold = _threshold([run for runs in groups for run in runs], key)
-    if threshold is not None:
-        ax.axhline(threshold, color="0.4", linestyle="--", linewidth=1, label=f"solved threshold {threshold:g}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel(key)
-    ax.set_title(f"{key}: mean over seeds, band = {BAND}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
 # --- Markdown ------------------------------------------------------------------------------------------
-def _fmt(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
-
-
-def _fmt_stat(stat: Stat, digits: int = 4) -> str:
-    if stat.mean is None:
-        return "-"
-    return _fmt(stat.mean, digits) + ("" if stat.std is None else f" ± {_fmt(stat.std, digits)}")
-
-
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -415,16 +392,21 @@ def config_table(stats: list[ConfigStats], keys: list[str]) -> str:
     """The grouped table: one row per configuration."""
     with_success = any(s.success_rate.n for s in stats) or any(
         r.final(SUCCESS_KEY) is not None for s in stats for r in s.runs)
-    headers = [*(keys or ["configuration"]), "seeds", "status", "eval return"]
-    headers += ["eval success"] if with_success else []
+    headers = [*(keys or ["configuration"]), "seeds", "status", "eval return", "eval return IQM [95% CI]"]
+    headers += ["eval success", "eval success IQM [95% CI]"] if with_success else []
     headers += ["solved", "solved time (s)", "solved env steps", "steps/s"]
     rows = []
     for s in stats:
         row = [s.params.get(k, "-") for k in keys] or ["all runs"]
-        row += [f"{s.num_completed}/{len(s.runs)}", s.status, _fmt_stat(s.eval_return)]
-        row += [_fmt_stat(s.success_rate, 3)] if with_success else []
+        row += [f"{s.num_completed}/{len(s.runs)}", s.status, format_estimate(s.eval_return.mean, s.eval_return.std),
+                format_interval(*iqm_interval(s.eval_return.values))]
+        if with_success:
+            row += [format_estimate(s.success_rate.mean, s.success_rate.std, 3),
+                    format_interval(*iqm_interval(s.success_rate.values), 3)]
         solved = f"{s.num_solved}/{s.num_completed} solved" if s.num_completed else "-"
-        row += [solved, _fmt_stat(s.solved_wall_time_s, 3), _fmt_stat(s.solved_env_steps), _fmt(s.sps.mean)]
+        row += [solved, format_estimate(s.solved_wall_time_s.mean, s.solved_wall_time_s.std, 3),
+                format_estimate(s.solved_env_steps.mean, s.solved_env_steps.std, max_decimals=0),
+                format_count(s.sps.mean)]
         rows.append(row)
     first = max(len(keys), 1)
     return render_table(headers, rows, right={i for i in range(first, len(headers)) if i != first + 1})
@@ -439,10 +421,11 @@ def run_table(runs: list[Run], keys: list[str]) -> str:
     rows = []
     for r in runs:
         status = f"{r.status}: {r.error}" if r.error else r.status
-        row = [r.name, *(r.params.get(k, "-") for k in keys), r.seed or "-", status, _fmt(r.env_steps),
-               _fmt(r.final(RETURN_KEY))]
-        row += [_fmt(r.final(SUCCESS_KEY), 3)] if with_success else []
-        row += [_fmt(r.final("solved_wall_time_s"), 3), _fmt(r.final("solved_env_steps")), _fmt(r.sps)]
+        row = [r.name, *(r.params.get(k, "-") for k in keys), r.seed or "-", status, format_count(r.env_steps),
+               format_number(r.final(RETURN_KEY))]
+        row += [format_number(r.final(SUCCESS_KEY), 3)] if with_success else []
+        row += [format_number(r.final("solved_wall_time_s"), 3), format_count(r.final("solved_env_steps")),
+                format_count(r.sps)]
         rows.append(row)
     seed = len(keys) + 1
     return render_table(headers, rows, right={seed, *range(seed + 2, len(headers))})
@@ -467,14 +450,18 @@ def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | No
         lines += ["Common overrides: " + " ".join(f"`{k}={v}`" for k, v in common.items()), ""]
     lines += ["## Configurations", "",
               "Over the completed runs of each configuration (seeds: completed/all runs): mean ± sample std "
-              "(n-1) over seeds, no ± for one seed; solved time and env steps over the runs that solved; "
-              "steps/s end to end (env steps / training wall time, evaluation included).", "", grouped, ""]
+              "(n-1) over seeds, no ± for one seed; " + IQM_NOTE + "; solved time and env steps over the runs "
+              "that solved; steps/s end to end (env steps / training wall time, evaluation included). A value "
+              "with an uncertainty is rounded to the uncertainty's second significant digit.", "", grouped, ""]
     if images:
         lines += ["## Learning curves", "",
                   "Deterministic evaluation against env steps, every run with evaluations (running ones "
-                  "included). Each seed is linearly interpolated onto the union of its configuration's "
-                  "evaluation steps and stops at its last evaluation; the line is the mean over the seeds "
-                  f"with data at that step and the band the {BAND}.", ""]
+                  "included). Thin lines are single seeds, the bold line their mean (a single run is drawn "
+                  "bold on its own). Seeds are linearly interpolated between their evaluations. A completed "
+                  "run that stopped before its configuration's last evaluation (it solved, or hit its "
+                  "budget) keeps its final value from there on (dotted), so the mean does not drop when a "
+                  "good seed finishes; a run still running, preempted or failed ends at its last evaluation, "
+                  "and `n=` marks where the number of seeds behind the mean changes.", ""]
         lines += [f"![{caption}]({name})" for caption, name in images.items()] + [""]
     lines += ["## Runs", "", "Final values once a run ended; the latest ones while it runs.", "", per_run, ""]
     return "\n".join(lines), grouped, per_run

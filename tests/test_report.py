@@ -1,4 +1,5 @@
-"""embodirl-report on a small real sweep: grouping, mean ± std over seeds, mixed run states, curves, bad input."""
+"""embodirl-report on a small real sweep: grouping, mean ± std and IQM over seeds, mixed run states, curves
+without survivorship bias, corrupt files, bad input."""
 
 import json
 import shutil
@@ -10,8 +11,10 @@ import pytest
 import yaml
 
 from embodirl.cli.report import main
+from embodirl.curves import SeedCurve, draw_curves, mean_curve, seed_curve
 from embodirl.fate import write_status
-from embodirl.report import load_runs, mean_curve, summarize
+from embodirl.report import group_runs, iqm_interval, load_run, load_runs, summarize
+from embodirl.stats import format_estimate, format_interval, format_number, stratified_bootstrap_ci
 from tests.conftest import run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -91,7 +94,8 @@ def test_grouped_table_has_mean_and_std_over_seeds_and_the_failure(sweep, tmp_pa
         mean, std = statistics.fmean(returns), statistics.stdev(returns)
         row = rows[lr]
         assert row["seeds"] == "2/2" and row["status"] == "2 completed"
-        assert row["eval return"] == f"{mean:.4g} ± {std:.4g}"
+        assert row["eval return"] == format_estimate(mean, std)
+        assert row["eval return IQM [95% CI]"] == format_interval(*stratified_bootstrap_ci([returns]))
         assert row["solved"] == "0/2 solved"  # 512 env steps cannot solve CartPole
         stats = summarize([r for r in load_runs(sweep) if r.params.get("algo.learning_rate") == lr])
         assert stats.eval_return.mean == pytest.approx(mean) and stats.eval_return.std == pytest.approx(std)
@@ -120,11 +124,11 @@ def test_mixed_states_running_and_preempted_runs_in_nested_dirs(sweep, tmp_path,
     row = next(r for r in table(stdout, "algo.learning_rate") if r["algo.learning_rate"] == "0.001")
     assert row["seeds"] == "2/4" and row["status"] == "2 completed, 1 running, 1 preempted"
     returns = [s["eval/return_mean"] for s in summaries(sweep, "0.001")]  # unfinished runs are not averaged
-    assert row["eval return"] == f"{statistics.fmean(returns):.4g} ± {statistics.stdev(returns):.4g}"
+    assert row["eval return"] == format_estimate(statistics.fmean(returns), statistics.stdev(returns))
     per_run = {r["run"]: r for r in table(stdout, "run")}
     assert per_run["later/a/0"]["status"] == "running" and per_run["later/a/0"]["seed"] == "2"
     assert per_run["later/a/0"]["env steps"] == "256"  # the torn third line is skipped
-    assert per_run["later/a/0"]["eval return"] == f"{latest['eval/return_mean']:.4g}"
+    assert per_run["later/a/0"]["eval return"] == format_number(latest["eval/return_mean"])
     assert per_run["later/a/1"]["status"] == "preempted"
     assert per_run["sweep/5"]["status"].startswith("failed: ConfigError")
     assert_png(tmp_path / "out" / "curves_return.png")
@@ -140,7 +144,8 @@ def test_success_curves_when_a_run_reports_success(sweep, tmp_path, capsys):
     (run / "summary.json").write_text(json.dumps({**summary, "eval/success_rate": lines[-1]["eval/success_rate"]}))
     assert main([str(tmp_path / "runs")]) == 0
     row = table(capsys.readouterr().out, "configuration")[0]
-    assert row["eval success"] == f"{lines[-1]['eval/success_rate']:.3g}"
+    assert row["eval success"] == format_number(lines[-1]["eval/success_rate"], 3)
+    assert row["eval success IQM [95% CI]"] == format_number(lines[-1]["eval/success_rate"], 3)  # one seed: no CI
     assert_png(tmp_path / "runs" / "report" / "curves_success.png")
     assert "![eval success rate](curves_success.png)" in (tmp_path / "runs" / "report" / "report.md").read_text()
 
@@ -170,11 +175,106 @@ def test_bad_directories_exit_2_naming_the_path(tmp_path, capsys):
     assert "Traceback" not in result.stderr and not missing.exists()
 
 
-def test_mean_curve_stops_each_seed_at_its_last_point():
+def test_mean_curve_holds_stopped_seeds_and_ends_running_ones():
     # seed a: steps 0, 10 (values 0, 10); seed b: steps 0, 20 (values 0, 40) -> grid 0, 10, 20.
-    # At 10: a = 10, b interpolated = 20 -> mean 15, band 10..20. At 20 only b has data -> mean 40.
-    curve = mean_curve([([0, 10], [0, 10]), ([0, 20], [0, 40])])
-    assert curve.env_steps == [0, 10, 20]
-    assert curve.mean == [0, 15, 40] and curve.low == [0, 10, 40] and curve.high == [0, 20, 40]
-    assert curve.num_seeds == [2, 2, 1]
-    assert mean_curve([([], [])]) is None
+    # At 10: a = 10, b interpolated = 20 -> mean 15. At 20: b = 40 and a, if it completed, holds 10 -> mean 25;
+    # if a is still running it has no value there -> mean 40 over n = 1.
+    held = mean_curve([SeedCurve([0, 10], [0, 10], stopped=True), SeedCurve([0, 20], [0, 40], stopped=False)])
+    assert held.env_steps == [0, 10, 20] and held.mean == [0, 15, 25]
+    assert held.num_seeds == [2, 2, 2] and held.num_held == [0, 0, 1]
+    running = mean_curve([SeedCurve([0, 10], [0, 10], stopped=False), SeedCurve([0, 20], [0, 40], stopped=True)])
+    assert running.mean == [0, 15, 40] and running.num_seeds == [2, 2, 1] and running.num_held == [0, 0, 0]
+    # A seed starting later contributes nothing before its first point.
+    late = mean_curve([SeedCurve([0, 20], [2, 4], stopped=True), SeedCurve([10, 20], [8, 8], stopped=True)])
+    assert late.mean == [2, 5.5, 6] and late.num_seeds == [1, 2, 2]
+    assert mean_curve([SeedCurve([], [], stopped=True)]) is None
+
+
+def solved_early(run_dir, keep_lines, value):
+    """Make a completed run stop early: only its first ``keep_lines`` metric lines, the last one at ``value``."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][:keep_lines]
+    lines[-1]["eval/return_mean"] = value
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary.update({"env_steps": lines[-1]["env_steps"], "eval/return_mean": value})
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return lines[-1]
+
+
+def test_a_seed_that_stops_early_does_not_pull_the_mean_down(sweep, tmp_path):
+    # The issue's case: the best seed solves and stops; averaging only the seeds still running made the
+    # curve "collapse". Here seed 0 stops at its second evaluation with a high return.
+    root = tmp_path / "runs"
+    fast = copy_run(sweep / "0", root / "0", seed=0)  # jobs 0 and 1: algo.learning_rate=1e-3, seeds 0 and 1
+    copy_run(sweep / "1", root / "1", seed=1)
+    last = solved_early(fast, keep_lines=2, value=1000.0)
+    runs = load_runs(root)
+    assert len(group_runs(runs)) == 1
+    curves = [seed_curve(r) for r in runs]
+    curve = mean_curve(curves)
+    slow_curve = next(c for c in curves if c.seed == "1")
+    after = [i for i, x in enumerate(curve.env_steps) if x > last["env_steps"]]
+    assert after, "the slow seed must have evaluations after the fast one stopped"
+    for i in after:  # both seeds behind every point: the fast one at its held final value
+        x = curve.env_steps[i]
+        slow_value = slow_curve.values[slow_curve.env_steps.index(x)]
+        assert curve.num_seeds[i] == 2 and curve.num_held[i] == 1
+        assert curve.mean[i] == pytest.approx((1000.0 + slow_value) / 2)
+
+
+def test_titles_and_legends_say_what_is_plotted(sweep, tmp_path):
+    single = load_run(copy_run(sweep / "0", tmp_path / "one", seed=0))
+    fig = draw_curves([[single]], ["all runs"])
+    title = fig.axes[0].get_title()
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert title == "eval/return_mean: one run" and legend == ["all runs: seed 0", "solved threshold 475"]
+
+    runs = load_runs(sweep)
+    groups = [g for g in group_runs(runs) if g[0].params["algo.learning_rate"] != "-1"]
+    fig = draw_curves(groups, ["lr 1e-3", "lr 2e-3"])
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "mean over seeds" in fig.axes[0].get_title() and "held" not in fig.axes[0].get_title()
+    assert legend == ["lr 1e-3: mean of 2 seeds", "lr 2e-3: mean of 2 seeds", "solved threshold 475"]
+
+    solved_early(copy_run(sweep / "0", tmp_path / "two" / "0", seed=0), keep_lines=2, value=20.0)
+    copy_run(sweep / "1", tmp_path / "two" / "1", seed=1)
+    fig = draw_curves(group_runs(load_runs(tmp_path / "two")), ["all runs"])
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["all runs: mean of 2 seeds, 1 stopped early and held", "solved threshold 475"]
+    assert "keeps its final value" in fig.axes[0].get_title()
+
+
+def test_iqm_interval_of_a_configuration():
+    assert iqm_interval([]) == (None, None, None) and iqm_interval([4.0]) == (4.0, None, None)
+    assert iqm_interval([0.0, 10.0]) == (5.0, 0.0, 10.0)  # see tests/test_stats.py for the hand computation
+
+
+def test_non_utf8_metrics_line_is_skipped_with_one_warning(sweep, tmp_path, capsys):
+    run = copy_run(sweep / "0", tmp_path / "runs" / "0", seed=0)
+    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1][:30] + b"\xff\xfe" + lines[1][30:]  # invalid UTF-8 inside the second line
+    lines[2] = b"\x80garbage\n"
+    (run / "metrics.jsonl").write_bytes(b"".join(lines))
+    assert main([str(tmp_path / "runs"), "--per-run"]) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if line]
+    assert len(warnings) == 1, captured.err
+    assert warnings[0].startswith("embodirl-report: warning: ") and str(run / "metrics.jsonl") in warnings[0]
+    assert "skipped 2 lines" in warnings[0] and "(line 2, 3)" in warnings[0]
+    row = table(captured.out, "run")[0]
+    assert row["status"] == "completed" and row["env steps"] == "512"
+    assert len(load_run(run).metrics) == len(lines) - 2
+
+
+@pytest.mark.parametrize("content", [b'{"status": ["completed"]}', b'{"status": 5}', b'{"status": null}',
+                                     b'{"status": "compl\xff"}', b"not json", b"[1, 2]"])
+def test_unreadable_status_is_unknown_with_one_warning(sweep, tmp_path, capsys, content):
+    run = copy_run(sweep / "0", tmp_path / "runs" / "0", seed=0)
+    (run / "status.json").write_bytes(content)
+    assert main([str(tmp_path / "runs"), "--per-run"]) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if line]
+    assert len(warnings) == 1 and str(run / "status.json") in warnings[0] and "'unknown'" in warnings[0], captured.err
+    row = table(captured.out, "configuration")[0]
+    assert row["seeds"] == "0/1" and row["status"] == "1 unknown"  # listed, not averaged
+    assert table(captured.out, "run")[0]["status"] == "unknown"

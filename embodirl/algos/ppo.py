@@ -12,6 +12,7 @@ from torch import Tensor
 
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.algos.reward_scaling import RewardScaler
 from embodirl.compiled import Acceleration, compile_step
 from embodirl.distributed import allreduce_mean
 from embodirl.envs.base import BatchedEnv
@@ -48,6 +49,8 @@ class PPO(BaseAlgorithm):
         normalize_advantage: Normalise advantages over the whole rollout.
         target_kl: Stop the epochs of an update early once the mean approx-KL of an epoch exceeds it.
         adam_eps: Adam epsilon.
+        normalize_rewards: Divide rewards by the running std of the discounted return before GAE
+            (SB3's ``VecNormalize`` reward scaling, see :mod:`embodirl.algos.reward_scaling`).
         accel: Compile (and later capture) the update's preparation and minibatch step.
     """
 
@@ -72,6 +75,7 @@ class PPO(BaseAlgorithm):
         normalize_advantage: bool = True,
         target_kl: float | None = None,
         adam_eps: float = 1e-5,
+        normalize_rewards: bool = False,
         accel: Acceleration = Acceleration(),
     ) -> None:
         super().__init__(policy, device, total_env_steps, accel)
@@ -104,6 +108,7 @@ class PPO(BaseAlgorithm):
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
         self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+        self.reward_scaler = RewardScaler(gamma, self.device) if normalize_rewards else None
         self._data: dict[str, Tensor] = {}  # the update's flat [N*T] data, allocated at the first update
         self._prepare = compile_step(self.prepare, accel.compile)
         self._step = self.make_minibatch_step(self.minibatch_loss)
@@ -122,7 +127,7 @@ class PPO(BaseAlgorithm):
         lr = self.apply_lr_schedule()
         if not self._data or self._data["obs"].shape[0] != rollout.numel() - rollout.batch_size[0]:
             self._allocate(rollout)
-        explained_var = self._prepare(*(rollout[key] for key in _ROLLOUT_KEYS))
+        explained_var = self._prepare(*self.prepare_inputs(rollout))
         sums = torch.zeros(len(_METRICS), device=self.device)
         kl = _METRICS.index("diag/approx_kl")
         num_minibatches = epochs = 0
@@ -155,6 +160,17 @@ class PPO(BaseAlgorithm):
         self._all = torch.arange(size, device=self.device)
 
     @torch.no_grad()
+    def prepare_inputs(self, rollout: TensorDict) -> list[Tensor]:
+        """The rollout tensors :meth:`prepare` reads, in its order; with ``normalize_rewards`` the rewards are
+        scaled (and the scaler's statistics updated). The rollout itself keeps the env's rewards."""
+        data = [rollout[key] for key in _ROLLOUT_KEYS]
+        if self.reward_scaler is not None:
+            reward, done = rollout["reward"], rollout["done"]
+            scaled = self.reward_scaler(reward[:, :-1], done[:, :-1])
+            data[_ROLLOUT_KEYS.index("reward")] = torch.cat([scaled, reward[:, -1:]], dim=1)
+        return data
+
+    @torch.no_grad()
     def prepare(self, obs: Tensor, action: Tensor, log_prob: Tensor, value: Tensor, reward: Tensor, done: Tensor,
                 final_value: Tensor) -> Tensor:
         """GAE (and advantage normalisation) into the flat buffers; returns the explained variance."""
@@ -168,6 +184,17 @@ class PPO(BaseAlgorithm):
         d["advantage"].view_as(advantage).copy_(advantage)
         d["returns"].view_as(returns).copy_(returns)
         return F.explained_variance(d["value"], d["returns"])
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
 
     def minibatch_loss(self, idx: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
         """Loss of minibatch ``idx`` (padding has weight 0) and detached ``_METRICS`` in order."""

@@ -7,14 +7,17 @@ Examples::
     embodirl-report outputs/2026-11-22/17-40-02-000000              # a single run
 
 Writes ``report.md`` (the sweep directory, the overrides common to every run, one row per configuration
-with mean ± std over seeds, one row per run), ``curves_return.png`` and, when any run reports success,
-``curves_success.png``. Prints the grouped table and the paths written. Runs may still be running,
-preempted or failed: the report shows each as it is (see :mod:`embodirl.report` for the conventions).
+with mean ± std and IQM [95 % bootstrap CI] over seeds, one row per run), ``curves_return.png`` and,
+when any run reports success, ``curves_success.png`` (each seed thin, their mean bold, a completed run
+that stopped early held at its final value). Prints the grouped table and the paths written. Runs may
+still be running, preempted or failed: the report shows each as it is (see :mod:`embodirl.report` and
+:mod:`embodirl.curves` for the conventions). Unreadable files get one warning line each on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -25,7 +28,6 @@ from embodirl.report import (
     config_label,
     group_runs,
     load_runs,
-    plot_curves,
     render_report,
     varying_keys,
 )
@@ -47,6 +49,7 @@ def write_report(root: Path, out: Path) -> tuple[str, str, list[Path]]:
     runs = load_runs(root)  # bad input fails here, before the slow imports
 
     from embodirl.checkpoint import atomic_write_bytes
+    from embodirl.curves import plot_curves
 
     groups = group_runs(runs)
     keys, _ = varying_keys(groups)
@@ -72,6 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: SWEEP_DIR/report)")
     parser.add_argument("--per-run", action="store_true", help="also print the per-run table")
     args = parser.parse_args(argv)
+    warnings = logging.StreamHandler(sys.stderr)  # the report modules' warnings, one line each
+    warnings.setFormatter(logging.Formatter("embodirl-report: warning: %(message)s"))
+    warnings.setLevel(logging.WARNING)
+    logger = logging.getLogger("embodirl")
+    logger.addHandler(warnings)
+    try:
+        return _report(args)
+    finally:
+        logger.removeHandler(warnings)
+
+
+def _report(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else args.sweep_dir / "report"
     try:
         grouped, per_run, written = write_report(args.sweep_dir, out)

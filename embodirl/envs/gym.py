@@ -27,6 +27,7 @@ __all__ = ["GymEnv"]
 _SUCCESS_KEYS = ("is_success", "success")
 MAX_NUM_ENVS = 65_536
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
+_BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 2.3.10 and pygame, from wheels)'
 
 
 def _is_int(value: object) -> bool:
@@ -83,8 +84,13 @@ class GymEnv(BatchedEnv):
         kwargs: dict[str, Any] = dict(env_kwargs or {})
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
-        self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
-                                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+        try:
+            self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
+                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+        except gym.error.DependencyNotInstalled as err:
+            box2d = "box2d" in f"{spec.entry_point} {err}".lower()
+            raise ConfigError("id", id, f"an environment whose dependencies are installed (gymnasium says: {err})",
+                              fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
         try:
             self._check_spaces(id, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps

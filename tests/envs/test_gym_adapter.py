@@ -32,8 +32,15 @@ class _MultiDiscreteActionEnv(_SuccessEnv):
     action_space = gym.spaces.MultiDiscrete([2, 2])
 
 
+def _missing_box2d(**kwargs):
+    """What gymnasium's Box2D envs raise when box2d (or pygame) is not installed."""
+    raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
+                                           'followed by `pip install "gymnasium[box2d]"`')
+
+
 _TEST_ENVS = {"EmbodirlTest/Success-v0": (_SuccessEnv, 10), "EmbodirlTest/NoTimeLimit-v0": (_SuccessEnv, None),
-              "EmbodirlTest/MultiDiscreteAction-v0": (_MultiDiscreteActionEnv, 10)}
+              "EmbodirlTest/MultiDiscreteAction-v0": (_MultiDiscreteActionEnv, 10),
+              "EmbodirlTest/MissingBox2D-v0": (_missing_box2d, 10)}
 for _id, (_cls, _limit) in _TEST_ENVS.items():
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls, max_episode_steps=_limit, disable_env_checker=True)
@@ -172,6 +179,19 @@ def test_unsupported_spaces_are_refused(env_id, space):
     with pytest.raises(ConfigError, match="^id=") as info:
         GymEnv(env_id, num_envs=1)
     assert space in str(info.value) and "Box" in str(info.value)
+
+
+def test_missing_box2d_names_the_extra():
+    with pytest.raises(ConfigError, match="^id='EmbodirlTest/MissingBox2D-v0' is invalid") as info:
+        GymEnv("EmbodirlTest/MissingBox2D-v0", num_envs=1)
+    assert "Box2D is not installed" in str(info.value) and 'pip install -e ".[box2d]"' in str(info.value)
+
+
+def test_lunar_lander_runs_with_the_box2d_extra():
+    env = GymEnv("LunarLander-v3", num_envs=2)  # the dev install includes the box2d extra
+    step = env.step(torch.zeros(2, dtype=torch.int64))
+    assert step.obs.shape == (2, 8) and env.solved_threshold == 200 and env.max_episode_steps == 1000
+    env.close()
 
 
 @pytest.mark.parametrize(
