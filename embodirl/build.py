@@ -23,8 +23,9 @@ from embodirl.compiled import Acceleration, Stopwatch, configure_cache, resolve_
 from embodirl.evaluation import Evaluator
 from embodirl.distributed import broadcast_module
 from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
-from embodirl.policies.base import Policy
+from embodirl.policies.base import PolicyProtocol
 from embodirl.video import VideoSettings
 
 __all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_policy", "build_video_settings",
@@ -39,7 +40,7 @@ class Components:
 
     env: BatchedEnv
     eval_env: BatchedEnv
-    policy: Policy
+    policy: PolicyProtocol
     algo: BaseAlgorithm
     collector: Collector
     evaluator: Evaluator
@@ -94,7 +95,7 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     return instantiate_checked(node, "env.", device=device, seed=seed)
 
 
-def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> Policy:
+def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> PolicyProtocol:
     policy = instantiate_checked(policy_cfg, "policy.", observation_space=env.observation_space,
                                  action_space=env.action_space)
     return policy.to(device)
@@ -233,17 +234,18 @@ def _total_env_steps(cfg: DictConfig) -> int:
                        "pass e.g. trainer.total_env_steps=1000000")
 
 
-def dry_run(env: BatchedEnv, policy: Policy) -> None:
+def dry_run(env: BatchedEnv, policy: PolicyProtocol) -> None:
     """One reset/act/step with shape, dtype and finiteness checks, so a bad setup fails in its first second."""
+    spec = observation_spec(env.observation_space)
+    name, n = type(env).__name__, env.num_envs
     obs = env.reset(seed=0)
-    _check_tensor("reset() observation", obs, (env.num_envs, *env.observation_space.shape), torch.float32, env)
-    action, _, _ = policy.act(obs)
+    check_observation(f"{name}.reset() observation", obs, spec, n, env.device)
+    action, _, _, _ = policy.act(as_tensordict(obs, n), policy.initial_state(n))
     step = env.step(action)
     if not isinstance(step, StepResult):
-        raise TypeError(f"{type(env).__name__}.step must return embodirl.envs.StepResult, got {type(step).__name__}")
-    n = env.num_envs
-    _check_tensor("step().obs", step.obs, (n, *env.observation_space.shape), torch.float32, env)
-    _check_tensor("step().final_obs", step.final_obs, (n, *env.observation_space.shape), torch.float32, env)
+        raise TypeError(f"{name}.step must return embodirl.envs.StepResult, got {type(step).__name__}")
+    check_observation(f"{name}.step().obs", step.obs, spec, n, env.device)
+    check_observation(f"{name}.step().final_obs", step.final_obs, spec, n, env.device)
     _check_tensor("step().reward", step.reward, (n,), torch.float32, env)
     _check_tensor("step().terminated", step.terminated, (n,), torch.bool, env)
     _check_tensor("step().truncated", step.truncated, (n,), torch.bool, env)

@@ -1,6 +1,6 @@
 """Checkpoints: one dict of tensors and plain values, written atomically, loaded with weights_only.
 
-Contents (``version`` 1): ``config`` (the resolved run config), ``policy`` (state_dict, including the
+Contents (``version`` 2): ``config`` (the resolved run config), ``policy`` (state_dict, including the
 observation normaliser), ``algo`` (optimizer and schedule state), ``trainer`` (counters, timings,
 solved markers), ``env`` and ``collector`` (to continue episodes exactly; ``env`` is None for envs
 that cannot snapshot), ``rng`` (torch CPU and CUDA generator states).
@@ -24,7 +24,7 @@ __all__ = ["atomic_write_bytes", "atomic_write_json", "check_finite", "load_chec
            "serialize_checkpoint", "set_rng_state"]
 
 FORMAT = "embodirl-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: observations as TensorDicts, episode statistics with the collector
 REQUIRED = ("config", "policy", "algo", "trainer", "rng")
 
 

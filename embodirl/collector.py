@@ -8,26 +8,36 @@ from torch import Tensor
 
 from embodirl.algos.base import CollectPlan
 from embodirl.compiled import Acceleration, capture, compile_step
-from embodirl.envs.base import BatchedEnv
-from embodirl.policies.base import Policy
+from embodirl.envs.base import BatchedEnv, EpisodeStats
+from embodirl.envs.observations import allocate, observation_spec
+from embodirl.policies.base import PolicyProtocol
 from embodirl.rollout import allocate_rollout
 
 __all__ = ["Collector"]
 
 _CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
+_FLAT = ("action", "sample_log_prob", "value", "reward", "terminated", "truncated", "done")
+
+
+def leaves(obs: Tensor | TensorDict, keys: list) -> list[Tensor]:
+    """The tensors of an observation in ``keys`` order (a Box env's tensor is its only leaf)."""
+    return [obs] if isinstance(obs, Tensor) else [obs.get(key) for key in keys]
 
 
 class Collector:
     """Fills one rollout per :meth:`collect` call, continuing episodes across calls.
 
-    One environment step is :meth:`step`: act on the current observation, step the env, write slot
-    ``t`` of the rollout and advance ``t``. It reads and writes only tensors allocated once (the
-    rollout, the current observation, ``t`` itself and the env's own state), takes no arguments and
-    never syncs with the host, so it can be compiled as one graph and replayed as a CUDA graph
-    (``accel``). After the loop one masked critic pass bootstraps the transitions cut by a time limit
-    (``final_value``), at most one host sync per rollout. With ``plan.stop_when_all_done`` the loop checks
-    every few steps whether every env has finished an episode and then stops (the rest would be masked
-    out); the rollout's non-tensor entry ``num_steps_collected`` says how many steps were simulated.
+    One environment step is :meth:`step`: act on the current observation (and the policy's state), step
+    the env, write slot ``t`` of the rollout, account the episode statistics and advance ``t``. It reads
+    and writes only tensors allocated once (the rollout, the current observation and policy state,
+    ``t`` itself, the statistics and the env's own state), takes no arguments and never syncs with the
+    host, so it can be compiled as one graph and replayed as a CUDA graph (``accel``).
+    A recurrent policy's state is stored in the rollout (``policy_state``) and restarts where an episode
+    ends. After the loop one masked critic pass bootstraps the transitions cut by a time limit
+    (``final_value``; recurrent policies compute it inside the step), at most one host sync per rollout.
+    With ``plan.stop_when_all_done`` the loop checks every few steps whether every env has finished an
+    episode and then stops (the rest would be masked out); the rollout's non-tensor entry
+    ``num_steps_collected`` says how many steps were simulated.
 
     Args:
         env: The training env.
@@ -36,21 +46,28 @@ class Collector:
         accel: Compile and/or capture :meth:`step`.
     """
 
-    def __init__(self, env: BatchedEnv, policy: Policy, plan: CollectPlan, accel: Acceleration = Acceleration()) -> None:
-        self.env = env
-        self.policy = policy
-        self.plan = plan
+    def __init__(self, env: BatchedEnv, policy: PolicyProtocol, plan: CollectPlan,
+                 accel: Acceleration = Acceleration()) -> None:
+        self.env, self.policy, self.plan, self.accel = env, policy, plan, accel
         n, dev = env.num_envs, env.device
-        obs_shape = tuple(env.observation_space.shape)
-        self.rollout = allocate_rollout(n, plan.num_steps, obs_shape, policy.dist.action_shape,
-                                        policy.dist.action_dtype, dev)
-        self._buf = {key: self.rollout.get(key) for key in self.rollout.keys()}
-        self._final_obs = torch.zeros(n, plan.num_steps, *obs_shape, device=dev) if policy.has_critic else None
-        self._obs = torch.zeros(n, *obs_shape, device=dev)  # the observation to act on next
+        spec = observation_spec(env.observation_space)
+        self._keys = list(spec)
+        initial = policy.initial_state(n)
+        self.recurrent = not initial.is_empty()
+        self.rollout = allocate_rollout(n, plan.num_steps, spec, policy.dist.action_shape, policy.dist.action_dtype,
+                                        dev, initial if self.recurrent else None)
+        self._buf = {key: self.rollout.get(key) for key in (*_FLAT, "final_value")}
+        self._obs_buf = leaves(self.rollout.get("obs"), self._keys)
+        self.obs = allocate(spec, (n,), dev)  # the observation to act on next
+        self._obs = leaves(self.obs, self._keys)
+        self.state = initial  # the recurrent policy's state for the next step (empty when feedforward)
+        self._final_obs = None
+        if policy.has_critic and not self.recurrent:  # only a critic bootstraps from the true final observation
+            self._final_obs = allocate(spec, (n, plan.num_steps), dev)
+        self.episode_stats = EpisodeStats(n, dev)
         self._finished = torch.zeros(n, dtype=torch.bool, device=dev)  # env ended an episode in this rollout
         self._t = torch.zeros(1, dtype=torch.int64, device=dev)  # the rollout slot the next step writes
         self.started = False
-        self.accel = accel
         self._step = compile_step(self.step, accel.compile)
 
     def use_cuda_graphs(self) -> None:
@@ -58,27 +75,48 @@ class Collector:
         self._step = capture(self._step, self.accel.cuda_graphs, self.env.device)
 
     def reset(self, seed: int | None = None) -> None:
-        """Start fresh episodes in every env."""
+        """Start fresh episodes in every env (and the policy's state)."""
         group = self.plan.group_size if self.plan.reset_every_rollout else 1
-        self._obs.copy_(self.env.reset(seed=seed, group_size=group))
+        for buffer, leaf in zip(self._obs, leaves(self.env.reset(seed=seed, group_size=group), self._keys), strict=True):
+            buffer.copy_(leaf)
+        self.state.zero_()
+        self.episode_stats.discard()
         self.started = True
 
     def step(self) -> None:
         """One env step into rollout slot ``t``; the unit that is compiled and captured."""
-        obs, t, b = self._obs, self._t, self._buf
-        action, log_prob, value = self.policy.act(obs)
+        t, b = self._t, self._buf
+        action, log_prob, value, next_state = self.policy.act(self.obs, self.state)
         step = self.env.step(action)
         done = step.terminated | step.truncated
-        for key, data in (("obs", obs), ("action", action), ("sample_log_prob", log_prob), ("value", value),
-                          ("reward", step.reward), ("terminated", step.terminated), ("truncated", step.truncated),
-                          ("done", done)):
+        for buffer, leaf in zip(self._obs_buf, self._obs, strict=True):
+            buffer.index_copy_(1, t, leaf.unsqueeze(1))
+        for key, data in (("action", action), ("sample_log_prob", log_prob), ("value", value), ("reward", step.reward),
+                          ("terminated", step.terminated), ("truncated", step.truncated), ("done", done)):
             b[key].index_copy_(1, t, data.unsqueeze(1))
-        if self._final_obs is not None:  # only a critic bootstraps from the true final observation
-            self._final_obs.index_copy_(1, t, step.final_obs.unsqueeze(1))
+        if self._final_obs is not None:
+            for buffer, leaf in zip(leaves(self._final_obs, self._keys), leaves(step.final_obs, self._keys), strict=True):
+                buffer.index_copy_(1, t, leaf.unsqueeze(1))
+        if self.recurrent:
+            self._step_state(t, step, next_state, done)
+        self.episode_stats.step(step.reward, done, step.info.get("success"))
         if self.plan.stop_when_all_done:
             self._finished |= done
-        obs.copy_(step.obs)
+        for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
+            buffer.copy_(leaf)
         t.add_(1)
+
+    def _step_state(self, t: Tensor, step, next_state: TensorDict, done: Tensor) -> None:
+        """Store the state acted with, bootstrap truncations in-step, restart the state where episodes end."""
+        self.rollout.get("policy_state").apply_(lambda buffer, leaf: buffer.index_copy_(1, t, leaf.unsqueeze(1)),
+                                                self.state)
+        if self.policy.has_critic:
+            final = self.policy.value(TensorDict(dict(zip(self._keys, leaves(step.final_obs, self._keys), strict=True)),
+                                                 batch_size=[self.env.num_envs]), next_state)
+            cut = step.truncated & ~step.terminated
+            self._buf["final_value"].index_copy_(1, t, torch.where(cut, final, torch.zeros_like(final)).unsqueeze(1))
+        keep = ~done
+        self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))), next_state)
 
     @torch.no_grad()
     def collect(self) -> TensorDict:
@@ -87,6 +125,8 @@ class Collector:
             self.reset()
         self._t.zero_()
         self._finished.zero_()
+        if not self.recurrent:
+            self._buf["final_value"].zero_()
         num_steps = self.plan.num_steps
         for t in range(self.plan.num_steps):
             if self.plan.stop_when_all_done and t % _CHECK_EVERY == 0 and t > 0 and bool(self._finished.all()):
@@ -95,9 +135,13 @@ class Collector:
             self._step()
         if num_steps < self.plan.num_steps:
             self._pad(num_steps)
-        self._buf["obs"][:, -1] = self._obs
-        self._buf["value"][:, -1] = self.policy.value(self._obs)
-        self._bootstrap_truncations(num_steps)
+        for buffer, leaf in zip(self._obs_buf, self._obs, strict=True):
+            buffer[:, -1] = leaf
+        self._buf["value"][:, -1] = self.policy.value(self.obs, self.state)
+        if self.recurrent:
+            self.rollout.get("policy_state")[:, -1] = self.state
+        else:
+            self._bootstrap_truncations(num_steps)
         self.rollout.set_non_tensor("num_steps_collected", num_steps)
         return self.rollout
 
@@ -107,20 +151,28 @@ class Collector:
             value[:, start:-1] = key in ("done", "terminated")
 
     def _bootstrap_truncations(self, num_steps: int) -> None:
-        final_value = self._buf["final_value"]
-        final_value.zero_()
         if self._final_obs is None:
             return
         cut = self._buf["truncated"][:, :num_steps] & ~self._buf["terminated"][:, :num_steps]
         if cut.any():
-            final_value[:, :num_steps][cut] = self.policy.value(self._final_obs[:, :num_steps][cut])
+            self._buf["final_value"][:, :num_steps][cut] = self.policy.value(self._final_obs[:, :num_steps][cut])
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {"obs": self._obs.clone()} if self.started else {}
+        """The current observation and policy state, and the episode statistics (to continue exactly)."""
+        if not self.started:
+            return {}
+        state = {f"obs.{i}": leaf.clone() for i, leaf in enumerate(self._obs)}
+        state.update({f"policy_state.{k}": v.clone() for k, v in self.state.flatten_keys(".").items()})
+        state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
+        return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        if "obs" in state:
-            self._obs.copy_(state["obs"])
-            self.started = True
-        else:
-            self.started = False
+        self.started = "obs.0" in state
+        if not self.started:
+            return
+        for i, leaf in enumerate(self._obs):
+            leaf.copy_(state[f"obs.{i}"])
+        for key, value in self.state.flatten_keys(".").items():
+            value.copy_(state[f"policy_state.{key}"])
+        prefix = "episode_stats."
+        self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

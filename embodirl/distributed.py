@@ -164,10 +164,11 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
-def sync_report(module: torch.nn.Module, data: torch.Tensor) -> dict[str, Any]:
+def sync_report(module: torch.nn.Module, data: Any) -> dict[str, Any]:
     """Check that every rank holds bit-identical parameters while their data differ.
 
-    Gathers a SHA-1 of each rank's parameters and of ``data`` (e.g. the last rollout's observations).
+    Gathers a SHA-1 of each rank's parameters and of ``data`` (a tensor or TensorDict, e.g. the last
+    rollout's observations).
 
     Returns:
         ``{"world_size", "params_identical", "data_distinct"}`` (trivially true for one process).
@@ -180,7 +181,8 @@ def sync_report(module: torch.nn.Module, data: torch.Tensor) -> dict[str, Any]:
             h.update(t.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
 
-    mine = (digest(list(module.parameters())), digest([data]))
+    tensors = [data] if isinstance(data, torch.Tensor) else list(data.values(include_nested=True, leaves_only=True))
+    mine = (digest(list(module.parameters())), digest(tensors))
     if _INFO.world_size == 1:
         return {"world_size": 1, "params_identical": True, "data_distinct": True}
     everyone: list[Any] = [None] * _INFO.world_size

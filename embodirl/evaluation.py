@@ -6,9 +6,11 @@ import math
 
 import torch
 
+from embodirl.collector import leaves
 from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.envs.base import BatchedEnv
-from embodirl.policies.base import Policy
+from embodirl.envs.observations import allocate, observation_spec
+from embodirl.policies.base import PolicyProtocol
 
 __all__ = ["Evaluator", "evaluate_policy"]
 
@@ -30,10 +32,14 @@ class Evaluator:
         accel: Compile and/or capture the evaluation step.
     """
 
-    def __init__(self, env: BatchedEnv, policy: Policy, accel: Acceleration = Acceleration()) -> None:
+    def __init__(self, env: BatchedEnv, policy: PolicyProtocol, accel: Acceleration = Acceleration()) -> None:
         self.env, self.policy = env, policy
         n, dev = env.num_envs, env.device
-        self._obs = torch.zeros(n, *env.observation_space.shape, device=dev)
+        spec = observation_spec(env.observation_space)
+        self._keys = list(spec)
+        self.obs = allocate(spec, (n,), dev)
+        self._obs = leaves(self.obs, self._keys)
+        self.state = policy.initial_state(n)
         self._target = torch.zeros(n, dtype=torch.int64, device=dev)  # episodes env i records
         self._finished = torch.zeros(n, dtype=torch.int64, device=dev)
         self._running = torch.zeros(2, n, dtype=torch.float64, device=dev)  # return, length of the current episode
@@ -50,7 +56,8 @@ class Evaluator:
 
     def step(self) -> None:
         """One deterministic step of every env with the episode bookkeeping; the compiled/captured unit."""
-        step = self.env.step(self.policy.mode(self._obs))
+        action, next_state = self.policy.mode(self.obs, self.state)
+        step = self.env.step(action)
         running = self._running
         running[0] += step.reward
         running[1] += 1
@@ -68,7 +75,10 @@ class Evaluator:
         self._finished += record.long()
         running *= ~done
         self._ever_success &= ~done
-        self._obs.copy_(step.obs)
+        keep = ~done
+        self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))), next_state)
+        for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
+            buffer.copy_(leaf)
 
     @torch.no_grad()
     def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
@@ -85,7 +95,9 @@ class Evaluator:
         self._target.copy_(num_episodes // n + (index < num_episodes % n))
         for buffer in (self._finished, self._running, self._ever_success, self._sums, self._reports_success):
             buffer.zero_()
-        self._obs.copy_(self.env.reset(seed=seed))
+        for buffer, leaf in zip(self._obs, leaves(self.env.reset(seed=seed), self._keys), strict=True):
+            buffer.copy_(leaf)
+        self.state.zero_()
         max_steps = self.env.max_episode_steps * math.ceil(num_episodes / n) + 1
         for t in range(max_steps):
             self._step()
@@ -105,6 +117,6 @@ class Evaluator:
         return metrics
 
 
-def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: int) -> dict[str, float]:
+def evaluate_policy(env: BatchedEnv, policy: PolicyProtocol, num_episodes: int, seed: int) -> dict[str, float]:
     """Eager one-off evaluation (see :meth:`Evaluator.evaluate`)."""
     return Evaluator(env, policy).evaluate(num_episodes, seed)

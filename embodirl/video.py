@@ -14,7 +14,8 @@ import torch
 
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import ConfigError, check, check_choice
-from embodirl.policies.base import Policy
+from embodirl.envs.observations import as_tensordict
+from embodirl.policies.base import PolicyProtocol
 
 __all__ = ["VideoSettings", "record_episode", "save_video", "tile"]
 
@@ -57,7 +58,7 @@ def tile(frames: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, seed: int) -> np.ndarray:
+def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size: int, seed: int) -> np.ndarray:
     """Run one deterministic episode from a seeded reset and return the tiled frames ``[T+1, H, W, 3]``.
 
     The first ``num_envs`` envs are drawn; each keeps showing its last frame once its episode ended.
@@ -67,7 +68,7 @@ def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, se
     """
     ids = list(range(min(num_envs, env.num_envs)))
     try:
-        obs = env.reset(seed=seed)
+        obs = as_tensordict(env.reset(seed=seed), env.num_envs)
         first = env.render(ids, size)
     except NotImplementedError as exc:
         raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
@@ -75,8 +76,10 @@ def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, se
     frames = [tile(first)]
     last = first
     alive = np.ones(len(ids), dtype=bool)
+    state = policy.initial_state(env.num_envs)
     for _ in range(env.max_episode_steps):
-        step = env.step(policy.mode(obs))
+        action, state = policy.mode(obs, state)
+        step = env.step(action)
         done = (step.terminated | step.truncated)[: len(ids)].cpu().numpy()
         # A finished env has auto-reset, so its current frame is the next episode's start: keep its
         # last frame of the episode instead.
@@ -84,7 +87,7 @@ def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, se
         current = env.render(ids, size)
         last = np.where(alive[:, None, None, None], current, last)
         frames.append(tile(last))
-        obs = step.obs
+        obs = as_tensordict(step.obs, env.num_envs)
         if not alive.any():
             break
     env.episode_stats.pop()

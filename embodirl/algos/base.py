@@ -134,7 +134,7 @@ class BaseAlgorithm(ABC):
 
     def check_rollout(self, rollout: TensorDict) -> None:
         """Validate the rollout against the schema and the policy's spaces (metadata only, no sync)."""
-        validate_rollout(rollout, (self.policy.obs_dim,), self.policy.dist.action_shape)
+        validate_rollout(rollout, getattr(self.policy, "obs_spec", None), self.policy.dist.action_shape)
 
     @property
     def progress(self) -> float:

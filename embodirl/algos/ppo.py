@@ -125,7 +125,7 @@ class PPO(BaseAlgorithm):
     def update(self, rollout: TensorDict) -> dict[str, float]:
         self.check_rollout(rollout)
         lr = self.apply_lr_schedule()
-        if not self._data or self._data["obs"].shape[0] != rollout.numel() - rollout.batch_size[0]:
+        if not self._data or self._data["value"].shape[0] != rollout.numel() - rollout.batch_size[0]:
             self._allocate(rollout)
         explained_var = self._prepare(*self.prepare_inputs(rollout))
         sums = torch.zeros(len(_METRICS), device=self.device)
@@ -155,7 +155,8 @@ class PPO(BaseAlgorithm):
         n, t1 = rollout.batch_size
         size = n * (t1 - 1)
         self._data = {key: torch.zeros(size, *rollout[key].shape[2:], dtype=rollout[key].dtype, device=self.device)
-                      for key in ("obs", "action", "sample_log_prob", "value")}
+                      for key in ("action", "sample_log_prob", "value")}
+        self._data["obs"] = rollout["obs"][:, :-1].reshape(size).clone()
         self._data.update({key: torch.zeros(size, device=self.device) for key in ("advantage", "returns")})
         self._all = torch.arange(size, device=self.device)
 
@@ -171,7 +172,7 @@ class PPO(BaseAlgorithm):
         return data
 
     @torch.no_grad()
-    def prepare(self, obs: Tensor, action: Tensor, log_prob: Tensor, value: Tensor, reward: Tensor, done: Tensor,
+    def prepare(self, obs: TensorDict, action: Tensor, log_prob: Tensor, value: Tensor, reward: Tensor, done: Tensor,
                 final_value: Tensor) -> Tensor:
         """GAE (and advantage normalisation) into the flat buffers; returns the explained variance."""
         advantage, returns = F.gae(reward[:, :-1], value, done[:, :-1], final_value[:, :-1], self.gamma,
@@ -179,8 +180,10 @@ class PPO(BaseAlgorithm):
         if self.normalize_advantage:
             advantage = F.normalize(advantage)
         d = self._data
-        for key, data in (("obs", obs), ("action", action), ("sample_log_prob", log_prob), ("value", value)):
+        for key, data in (("action", action), ("sample_log_prob", log_prob), ("value", value)):
             d[key].view(*data[:, :-1].shape).copy_(data[:, :-1])
+        for key, data in obs.items(include_nested=True, leaves_only=True):
+            d["obs"].get(key).view(*data[:, :-1].shape).copy_(data[:, :-1])
         d["advantage"].view_as(advantage).copy_(advantage)
         d["returns"].view_as(returns).copy_(returns)
         return F.explained_variance(d["value"], d["returns"])

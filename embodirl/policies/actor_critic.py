@@ -1,10 +1,12 @@
-"""Actor-critic policy: the actor of :class:`Policy` plus a separate critic MLP."""
+"""Actor-critic policy: the actor of :class:`Policy` plus a critic MLP over the critic's observation keys."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
+import torch
 from torch import Tensor
 
 from embodirl.policies.base import Policy
@@ -14,7 +16,10 @@ __all__ = ["ActorCritic"]
 
 
 class ActorCritic(Policy):
-    """Actor and critic as separate MLPs over the same (optionally normalised) observation.
+    """Actor and critic as separate MLPs over encoded observations; the encoders are shared.
+
+    The critic reads ``critic_keys`` (default: the actor's keys), which may include privileged keys the
+    actor never sees (an asymmetric actor-critic, e.g. the true state for a critic of a pixel policy).
 
     Args:
         critic_hidden_sizes: Critic hidden sizes; None uses ``hidden_sizes``.
@@ -25,7 +30,7 @@ class ActorCritic(Policy):
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box,
+        observation_space: gym.Space,
         action_space: gym.spaces.Space,
         hidden_sizes: Sequence[int] = (64, 64),
         critic_hidden_sizes: Sequence[int] | None = None,
@@ -34,13 +39,14 @@ class ActorCritic(Policy):
         log_std_min: float = -5.0,
         log_std_max: float = 2.0,
         normalize_obs: bool = False,
+        encoders: Mapping[str, Any] | None = None,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(
-            observation_space, action_space, hidden_sizes, activation,
-            init_log_std, log_std_min, log_std_max, normalize_obs,
-        )
+        super().__init__(observation_space, action_space, hidden_sizes, activation, init_log_std, log_std_min,
+                         log_std_max, normalize_obs, encoders, actor_keys, critic_keys)
         sizes = list(hidden_sizes if critic_hidden_sizes is None else critic_hidden_sizes)
-        self.critic = build_mlp(self.obs_dim, 1, sizes, activation, 1.0)
+        self.critic = build_mlp(self.feature_dim(self.critic_keys), 1, sizes, activation, 1.0)
 
-    def _value(self, x: Tensor) -> Tensor:
-        return self.critic(x).squeeze(-1)
+    def _value(self, features: Mapping[str, Tensor], batch: torch.Size) -> Tensor:
+        return self.critic(self.join(features, self.critic_keys)).squeeze(-1)

@@ -8,4 +8,4 @@ __all__ = ["ActorOnly"]
 
 
 class ActorOnly(Policy):
-    """An actor and an action distribution, no critic. See :class:`embodirl.policies.base.Policy`."""
+    """Encoders, an actor and an action distribution, no critic. See :class:`embodirl.policies.base.Policy`."""

@@ -1,47 +1,98 @@
-"""The policy interface shared by every algorithm.
+"""The policy interface every algorithm, the collector and the evaluator call, and the feedforward base.
 
-Two layers: tensor methods (:meth:`Policy.act`, :meth:`Policy.value`, :meth:`Policy.evaluate`) used in
-hot loops, and the TensorDict interface of EmbodiChain's policies (``get_action``, ``forward``,
-``get_value``, ``evaluate_actions``) on top of them.
+Observations are TensorDicts (:mod:`embodirl.envs.observations`; a Box env's tensor is the key ``"state"``).
+A policy encodes each observation key it reads with one encoder (:mod:`embodirl.policies.encoders`),
+concatenates the features of the keys the actor sees (``actor_keys``) and, for an actor-critic, of the keys
+the critic sees (``critic_keys``, which may hold privileged keys the actor never sees), and maps them to
+action-distribution parameters and a value. Recurrent policies carry a state (a TensorDict, empty for
+feedforward ones) from step to step; :class:`PolicyProtocol` is the whole contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from embodirl.envs.observations import key_name, observation_spec
 from embodirl.errors import ConfigError
-from embodirl.policies.distributions import make_distribution
+from embodirl.policies.distributions import ActionDistribution, make_distribution
+from embodirl.policies.encoders import Encoder, default_encoder, is_image
 from embodirl.policies.networks import build_mlp
 from embodirl.policies.normalizer import RunningNormalizer
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "PolicyProtocol"]
+
+
+@runtime_checkable
+class PolicyProtocol(Protocol):
+    """What embodirl calls on a policy. ``B`` is a batch of envs; recurrent sequences are ``[B, L]``.
+
+    Attributes:
+        has_critic: It learns a value (PPO's GAE); False for actor-only policies (GRPO).
+        is_recurrent: It carries a state from step to step (:meth:`initial_state` is not empty).
+        dist: The action distribution (its ``action_shape``/``action_dtype`` size the rollout).
+    """
+
+    has_critic: bool
+    is_recurrent: bool
+    dist: ActionDistribution
+
+    def initial_state(self, batch_size: int) -> TensorDict:
+        """The state at an episode's start, batch ``[batch_size]`` (an empty TensorDict when feedforward)."""
+
+    def act(self, obs: TensorDict, state: TensorDict, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
+        """Without gradients: ``(action, log_prob [B], value [B], next_state)`` for ``obs`` ``[B]``."""
+
+    def mode(self, obs: TensorDict, state: TensorDict) -> tuple[Tensor, TensorDict]:
+        """Without gradients: the deterministic action and the next state."""
+
+    def value(self, obs: TensorDict, state: TensorDict) -> Tensor:
+        """Without gradients: ``[B]`` values."""
+
+    def evaluate(self, obs: TensorDict, action: Tensor, state: TensorDict | None = None,
+                 reset: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """With gradients: ``(log_prob, entropy, value)`` of ``action``; ``[B]`` for a feedforward policy, ``[B, L]``
+        for a recurrent one given sequences, their first ``state`` ``[B]`` and ``reset`` ``[B, L]`` (the state
+        restarts before step l)."""
+
+    def update_normalizer(self, obs: TensorDict) -> None:
+        """Merge observations into the running statistics (no-op without normalisation)."""
+
+
+def _module_key(name: str) -> str:
+    return name.replace(".", "__")  # nn.ModuleDict keys cannot hold dots
 
 
 class Policy(nn.Module):
-    """An actor MLP and an action distribution fitted to the action space; no critic (value 0).
+    """Encoders, an actor MLP and an action distribution fitted to the action space; no critic (value 0).
 
     Args:
-        observation_space: Single-env observation space (a Box).
+        observation_space: Single-env observation space (Box or Dict of Boxes).
         action_space: Single-env action space (Discrete or 1-D Box).
         hidden_sizes: Actor hidden layer sizes.
         activation: Activation name (see :data:`embodirl.policies.networks.ACTIVATIONS`).
         init_log_std: Initial Gaussian ``log_std`` (Box actions only).
         log_std_min: Lower clamp of ``log_std``.
         log_std_max: Upper clamp of ``log_std``.
-        normalize_obs: Normalise observations with running statistics (updated by the algorithm
-            after each update, checkpointed with the policy).
+        normalize_obs: Normalise float vector observations with running statistics (updated by the
+            algorithm after each update, checkpointed with the policy); images are scaled by their encoder.
+        encoders: Observation key -> encoder factory ``f(shape=..., dtype=...)`` (a ``_partial_`` config
+            node); keys not listed get :func:`~embodirl.policies.encoders.default_encoder`.
+        actor_keys: Observation keys the actor sees; None = every key.
+        critic_keys: Observation keys the critic sees (may include privileged keys); None = ``actor_keys``.
     """
 
     has_critic = False
+    is_recurrent = False
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box,
+        observation_space: gym.Space,
         action_space: gym.spaces.Space,
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "relu",
@@ -49,69 +100,110 @@ class Policy(nn.Module):
         log_std_min: float = -5.0,
         log_std_max: float = 2.0,
         normalize_obs: bool = False,
+        encoders: Mapping[str, Any] | None = None,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise ConfigError("observation_space", observation_space, "a 1-D gymnasium Box",
-                              "flatten the observation in the env")
-        self.obs_dim = int(observation_space.shape[0])
+        spec = self.obs_spec = observation_spec(observation_space)
+        self._keys = {key_name(k): k for k in spec}
+        self.actor_keys = self._select("actor_keys", actor_keys, list(self._keys))
+        self.critic_keys = self._select("critic_keys", critic_keys, self.actor_keys) if self.has_critic else []
+        used = list(dict.fromkeys([*self.actor_keys, *self.critic_keys]))
+        encoders = dict(encoders or {})
+        unknown = sorted(set(encoders) - set(used))
+        if unknown:
+            raise ConfigError("encoders", unknown, f"observation keys the policy reads (one of: {', '.join(used)})",
+                              "remove them or add them to actor_keys/critic_keys")
+        self.encoders = nn.ModuleDict({_module_key(name): self._encoder(name, spec[self._keys[name]], encoders.get(name))
+                                       for name in used})
+        self.normalizers = nn.ModuleDict({
+            _module_key(name): RunningNormalizer(spec[self._keys[name]][0]) for name in used
+            if normalize_obs and spec[self._keys[name]][1].is_floating_point and not is_image(*spec[self._keys[name]])})
         self.dist = make_distribution(action_space, init_log_std, log_std_min, log_std_max)
-        self.actor = build_mlp(self.obs_dim, self.dist.num_params, list(hidden_sizes), activation, 0.01)
-        self.obs_normalizer = RunningNormalizer((self.obs_dim,)) if normalize_obs else None
+        self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(hidden_sizes), activation,
+                               0.01)
+        self._read = used if self.has_critic else self.actor_keys  # keys act() encodes
 
-    # --- tensor interface ---------------------------------------------------------------------------
-    def normalize(self, obs: Tensor) -> Tensor:
-        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
+    def _select(self, what: str, keys: Sequence[str] | None, default: list[str]) -> list[str]:
+        if keys is None:
+            return list(default)
+        names = list(keys)
+        unknown = [k for k in names if k not in self._keys]
+        if not names or unknown:
+            raise ConfigError(what, names, f"a non-empty list of observation keys (one of: {', '.join(self._keys)})",
+                              f"pass {what}=[{', '.join(self._keys)}] or null")
+        return names
 
-    def _value(self, x: Tensor) -> Tensor:
-        """Value of normalised observations ``x``; zeros without a critic."""
-        return torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+    @staticmethod
+    def _encoder(name: str, leaf: tuple[tuple[int, ...], torch.dtype], factory: Any) -> Encoder:
+        shape, dtype = leaf
+        encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
+        if not isinstance(encoder, Encoder):
+            raise ConfigError(f"encoders.{name}", type(encoder).__name__, "an embodirl.policies.encoders.Encoder",
+                              "name an Encoder class with _target_ and _partial_: true")
+        return encoder
+
+    def feature_dim(self, names: Sequence[str]) -> int:
+        """Size of the concatenated features of ``names``."""
+        return sum(self.encoders[_module_key(n)].out_dim for n in names)
+
+    # --- encoding ------------------------------------------------------------------------------------
+    def encode(self, obs: TensorDict, names: Sequence[str]) -> dict[str, Tensor]:
+        """Features of each observation key in ``names``, each ``[B, out_dim]`` (normalised first if enabled)."""
+        out = {}
+        for name in names:
+            module = _module_key(name)
+            x = obs.get(self._keys[name])
+            if module in self.normalizers:
+                x = self.normalizers[module](x)
+            out[name] = self.encoders[module](x)
+        return out
+
+    @staticmethod
+    def join(features: Mapping[str, Tensor], names: Sequence[str]) -> Tensor:
+        """The features of ``names`` concatenated, ``[B, sum of out_dim]``."""
+        return features[names[0]] if len(names) == 1 else torch.cat([features[n] for n in names], dim=-1)
+
+    def _value(self, features: Mapping[str, Tensor], batch: torch.Size) -> Tensor:
+        """Value from encoded features; zeros without a critic."""
+        return torch.zeros(batch, device=self.actor[0].weight.device)
+
+    # --- the interface ---------------------------------------------------------------------------------
+    def initial_state(self, batch_size: int) -> TensorDict:
+        return TensorDict({}, batch_size=[batch_size], device=self.actor[0].weight.device)
 
     @torch.no_grad()
-    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """Sample (or take the mode of) an action for ``obs`` ``[B, obs_dim]``.
-
-        Returns:
-            ``(action, log_prob [B], value [B])``.
-        """
-        x = self.normalize(obs)
-        params = self.actor(x)
+    def act(self, obs: TensorDict, state: TensorDict | None = None,
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict | None]:
+        features = self.encode(obs, self._read)
+        params = self.actor(self.join(features, self.actor_keys))
         if deterministic:
             action = self.dist.mode(params)
             log_prob = self.dist.log_prob(params, action)
         else:
             action, log_prob = self.dist.sample(params)
-        return action, log_prob, self._value(x)
+        return action, log_prob, self._value(features, obs.batch_size), state
 
     @torch.no_grad()
-    def mode(self, obs: Tensor) -> Tensor:
-        """The deterministic (most likely) action for ``obs``; skips the critic."""
-        return self.dist.mode(self.actor(self.normalize(obs)))
+    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict | None]:
+        return self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys))), state
 
     @torch.no_grad()
-    def value(self, obs: Tensor) -> Tensor:
-        """``[B]`` values of ``obs``."""
-        return self._value(self.normalize(obs))
+    def value(self, obs: TensorDict, state: TensorDict | None = None) -> Tensor:
+        return self._value(self.encode(obs, self.critic_keys), obs.batch_size)
 
-    def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """With gradients: ``(log_prob [B], entropy [B], value [B])`` of ``action`` at ``obs``."""
-        x = self.normalize(obs)
-        log_prob, entropy = self.dist.log_prob_entropy(self.actor(x), action)
-        return log_prob, entropy, self._value(x)
+    def evaluate(self, obs: TensorDict, action: Tensor, state: TensorDict | None = None,
+                 reset: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        features = self.encode(obs, self._read)
+        log_prob, entropy = self.dist.log_prob_entropy(self.actor(self.join(features, self.actor_keys)), action)
+        return log_prob, entropy, self._value(features, obs.batch_size)
 
-    @torch.no_grad()
-    def update_normalizer(self, obs: Tensor) -> None:
-        """Merge observations into the running statistics (no-op when normalisation is off)."""
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.update(obs)
-
-    # --- TensorDict interface (EmbodiChain's) --------------------------------------------------------
+    # --- EmbodiChain's TensorDict interface, on top of the one above (feedforward policies) -------------
     def get_action(self, td: TensorDict, deterministic: bool = False) -> TensorDict:
         """Write ``action``, ``sample_log_prob`` and ``value`` for ``td["obs"]``; return ``td``."""
-        action, log_prob, value = self.act(td["obs"], deterministic)
-        td.set("action", action)
-        td.set("sample_log_prob", log_prob)
-        td.set("value", value)
+        action, log_prob, value, _ = self.act(td["obs"], None, deterministic)
+        td.update({"action": action, "sample_log_prob": log_prob, "value": value})
         return td
 
     def forward(self, td: TensorDict, deterministic: bool = False) -> TensorDict:
@@ -125,6 +217,11 @@ class Policy(nn.Module):
     def evaluate_actions(self, td: TensorDict) -> TensorDict:
         """A new TensorDict with ``sample_log_prob``, ``entropy`` and ``value`` (with gradients)."""
         log_prob, entropy, value = self.evaluate(td["obs"], td["action"])
-        return TensorDict(
-            {"sample_log_prob": log_prob, "entropy": entropy, "value": value}, batch_size=td.batch_size
-        )
+        return TensorDict({"sample_log_prob": log_prob, "entropy": entropy, "value": value}, batch_size=td.batch_size)
+
+    @torch.no_grad()
+    def update_normalizer(self, obs: TensorDict) -> None:
+        for name in self._read:
+            module = _module_key(name)
+            if module in self.normalizers:
+                self.normalizers[module].update(obs.get(self._keys[name]))

@@ -98,11 +98,11 @@ def test_group_members_share_their_start_and_groups_differ():
     algo = _grpo(env, group_size=4, num_steps=16)
     collector = Collector(env, algo.policy, algo.collect_plan(env))
     for _ in range(2):
-        first = collector.collect()["obs"][:, 0].view(3, 4, -1)
+        first = collector.collect()["obs", "state"][:, 0].view(3, 4, -1)
         assert torch.equal(first, first[:, :1].expand_as(first))  # identical within each group
         assert not torch.equal(first[0, 0], first[1, 0]) and not torch.equal(first[1, 0], first[2, 0])
     algo_independent = _grpo(env, group_size=4, num_steps=16, group_shared_reset=False)
-    first = Collector(env, algo_independent.policy, algo_independent.collect_plan(env)).collect()["obs"][:, 0]
+    first = Collector(env, algo_independent.policy, algo_independent.collect_plan(env)).collect()["obs", "state"][:, 0]
     assert not torch.equal(first[0], first[1])
 
 
@@ -114,7 +114,7 @@ def test_forced_resets_do_not_merge_partial_episodes():
     collector = Collector(env, algo.policy, algo.collect_plan(env))
     for _ in range(10):
         collector.collect()
-    assert env.episode_stats.pop() == {"episode/count": 0.0}
+    assert collector.episode_stats.pop() == {"episode/count": 0.0}
 
 
 def test_update_reports_valid_fraction_and_ref_kl():

@@ -68,5 +68,5 @@ def test_update_refuses_a_rollout_that_breaks_the_schema():
     algo, collector = _setup()
     rollout = collector.collect().clone()
     del rollout["final_value"]
-    with pytest.raises(ValueError, match=r"missing key 'final_value' \(written by collector"):
+    with pytest.raises(ValueError, match=r"missing key 'final_value' \(written by the collector"):
         algo.update(rollout)

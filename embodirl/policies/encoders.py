@@ -1,0 +1,121 @@
+"""Encoders: one small module per observation key, turning ``[B, *shape]`` into features ``[B, out_dim]``.
+
+A policy builds one encoder per observation key it reads, from the ``policy.encoders`` config (key ->
+``_target_`` node with ``_partial_: true``) or, for keys not listed there, by :func:`default_encoder`:
+images (``uint8`` ``[H, W, C]``) get a :class:`CNNEncoder`, everything else a :class:`FlattenEncoder`.
+To add an encoder: one class with ``__init__(shape, dtype, **options)`` and ``out_dim``, one test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from embodirl.errors import ConfigError, check
+from embodirl.policies.networks import ACTIVATIONS, build_mlp
+
+__all__ = ["CNNEncoder", "Encoder", "FlattenEncoder", "MLPEncoder", "default_encoder", "is_image"]
+
+
+class Encoder(nn.Module):
+    """``forward(x [B, *shape]) -> [B, out_dim]`` float32 features."""
+
+    out_dim: int
+
+
+def is_image(shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+    """``[H, W, C]`` with C in (1, 3, 4) and uint8: a camera image."""
+    return len(shape) == 3 and shape[-1] in (1, 3, 4) and dtype == torch.uint8
+
+
+class FlattenEncoder(Encoder):
+    """The observation itself, flattened and as float32 (no parameters): the features of vector observations.
+
+    Args:
+        shape: Per-sample shape.
+        dtype: Per-sample dtype.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.out_dim = math.prod(shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.reshape(x.shape[0], self.out_dim).to(torch.float32)
+
+
+class MLPEncoder(Encoder):
+    """An MLP over the flattened observation (e.g. a separate trunk for a privileged key).
+
+    Args:
+        shape: Per-sample shape.
+        dtype: Per-sample dtype.
+        hidden_sizes: Hidden layer sizes; the last one is ``out_dim``.
+        activation: Activation name.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.float32, hidden_sizes: Sequence[int] = (64,),
+                 activation: str = "relu") -> None:
+        super().__init__()
+        check(len(hidden_sizes) >= 1, "hidden_sizes", list(hidden_sizes), "at least one layer size, e.g. [64]")
+        self.in_dim = math.prod(shape)
+        self.mlp = nn.Sequential(build_mlp(self.in_dim, hidden_sizes[-1], list(hidden_sizes[:-1]), activation,
+                                           math.sqrt(2.0)), ACTIVATIONS[activation]())
+        self.out_dim = int(hidden_sizes[-1])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.mlp(x.reshape(x.shape[0], self.in_dim).to(torch.float32))
+
+
+class CNNEncoder(Encoder):
+    """A small convolutional encoder for ``uint8`` images ``[H, W, C]`` (scaled to [0, 1] inside).
+
+    Convolutions with the given channels, kernels and strides (ReLU after each), then a linear layer to
+    ``out_dim`` with ReLU. The default is NatureCNN's stack (Mnih et al. 2015), which maps 64x64 to 4x4.
+
+    Args:
+        shape: ``(H, W, C)``.
+        dtype: ``torch.uint8`` (images); float images are taken as they are.
+        channels: Output channels of each convolution.
+        kernels: Kernel size of each convolution.
+        strides: Stride of each convolution.
+        out_dim: Feature size.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.uint8, channels: Sequence[int] = (32, 64, 64),
+                 kernels: Sequence[int] = (8, 4, 3), strides: Sequence[int] = (4, 2, 1), out_dim: int = 256) -> None:
+        super().__init__()
+        if len(shape) != 3:
+            raise ConfigError("shape", list(shape), "an image shape [H, W, C]", "use this encoder for image keys")
+        check(len(channels) == len(kernels) == len(strides) >= 1, "channels", list(channels),
+              "as many channels as kernels and strides (at least one layer)")
+        height, width, in_channels = shape
+        layers: list[nn.Module] = []
+        for out, kernel, stride in zip(channels, kernels, strides, strict=True):
+            conv = nn.Conv2d(in_channels, out, kernel, stride)
+            nn.init.orthogonal_(conv.weight, gain=math.sqrt(2.0))
+            nn.init.zeros_(conv.bias)
+            layers += [conv, nn.ReLU()]
+            height, width, in_channels = (height - kernel) // stride + 1, (width - kernel) // stride + 1, out
+            if height < 1 or width < 1:
+                raise ConfigError("kernels", list(kernels), f"a stack that fits a {shape[0]}x{shape[1]} image",
+                                  "use smaller kernels or strides, or a larger image")
+        self.convs = nn.Sequential(*layers)
+        self.scale = 1.0 / 255.0 if dtype == torch.uint8 else 1.0
+        head = nn.Linear(in_channels * height * width, out_dim)
+        nn.init.orthogonal_(head.weight, gain=math.sqrt(2.0))
+        nn.init.zeros_(head.bias)
+        self.head = nn.Sequential(head, nn.ReLU())
+        self.out_dim = out_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.permute(0, 3, 1, 2).to(torch.float32) * self.scale
+        return self.head(self.convs(x).flatten(1))
+
+
+def default_encoder(shape: tuple[int, ...], dtype: torch.dtype) -> Encoder:
+    """A :class:`CNNEncoder` for images, a :class:`FlattenEncoder` for everything else."""
+    return CNNEncoder(shape, dtype) if is_image(shape, dtype) else FlattenEncoder(shape, dtype)
