@@ -90,6 +90,10 @@ class GRPO(BaseAlgorithm):
                               "an actor_critic policy would train a critic for nothing)",
                               "drop the policy override (algo=grpo selects policy=actor_only) or pass policy=actor_only",
                               absolute=True)
+        if policy.is_recurrent:
+            raise ConfigError("policy", type(policy).__name__, "a feedforward actor-only policy with algo=grpo "
+                              "(recurrent policies are trained by PPO)", "pass policy=actor_only, or algo=ppo",
+                              absolute=True)
         check(num_steps is None or num_steps >= 1, "num_steps", num_steps, "null (the env's episode limit) or an int >= 1")
         check(learning_rate > 0, "learning_rate", learning_rate, "a float > 0, e.g. 1e-3")
         check_choice("lr_schedule", lr_schedule, ["constant", "linear"])

@@ -51,6 +51,8 @@ class PPO(BaseAlgorithm):
         adam_eps: Adam epsilon.
         normalize_rewards: Divide rewards by the running std of the discounted return before GAE
             (SB3's ``VecNormalize`` reward scaling, see :mod:`embodirl.algos.reward_scaling`).
+        seq_len: Recurrent policies only: the length of the training sequences (truncated backpropagation
+            through time); must divide ``num_steps``. ``batch_size`` still counts transitions.
         accel: Compile (and later capture) the update's preparation and minibatch step.
     """
 
@@ -76,6 +78,7 @@ class PPO(BaseAlgorithm):
         target_kl: float | None = None,
         adam_eps: float = 1e-5,
         normalize_rewards: bool = False,
+        seq_len: int = 16,
         accel: Acceleration = Acceleration(),
     ) -> None:
         super().__init__(policy, device, total_env_steps, accel)
@@ -107,6 +110,11 @@ class PPO(BaseAlgorithm):
         self.vf_coef = vf_coef
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
+        check(seq_len >= 1, "seq_len", seq_len, "an int >= 1")
+        if policy.is_recurrent:
+            check(num_steps % seq_len == 0, "seq_len", seq_len, f"a divisor of algo.num_steps={num_steps}",
+                  f"pass algo.seq_len=8 or another divisor of {num_steps}")
+        self.seq_len = seq_len if policy.is_recurrent else 1
         self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
         self.reward_scaler = RewardScaler(gamma, self.device) if normalize_rewards else None
         self._data: dict[str, Tensor] = {}  # the update's flat [N*T] data, allocated at the first update
@@ -125,14 +133,14 @@ class PPO(BaseAlgorithm):
     def update(self, rollout: TensorDict) -> dict[str, float]:
         self.check_rollout(rollout)
         lr = self.apply_lr_schedule()
-        if not self._data or self._data["value"].shape[0] != rollout.numel() - rollout.batch_size[0]:
+        if not self._data or self._data["value"].numel() != rollout.numel() - rollout.batch_size[0]:
             self._allocate(rollout)
         explained_var = self._prepare(*self.prepare_inputs(rollout))
         sums = torch.zeros(len(_METRICS), device=self.device)
         kl = _METRICS.index("diag/approx_kl")
         num_minibatches = epochs = 0
         for epochs in range(1, self.n_epochs + 1):
-            idx, weight = F.minibatch_indices(self._all, self.batch_size)
+            idx, weight = F.minibatch_indices(self._all, max(1, self.batch_size // self.seq_len))
             epoch_sums = torch.zeros(len(_METRICS), device=self.device)
             for m in range(idx.shape[0]):
                 epoch_sums += self._step(idx[m], weight[m])
@@ -144,37 +152,45 @@ class PPO(BaseAlgorithm):
                 break
 
         self.policy.update_normalizer(rollout["obs"][:, :-1])
-        self.env_steps_seen += self._all.numel()
+        self.env_steps_seen += self._all.numel() * self.seq_len
         values = torch.cat([sums / num_minibatches, explained_var.reshape(1)])
         metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
         metrics.update({"diag/learning_rate": lr, "diag/epochs": float(epochs)})
         return metrics
 
     def _allocate(self, rollout: TensorDict) -> None:
-        """Flat buffers for the update's data, allocated once (a compiled or captured step reads them)."""
+        """The update's data as ``[S, L]`` sequences (``L = 1`` for a feedforward policy), allocated once
+        (a compiled or captured step reads them): env ``n``'s steps ``c L .. c L + L - 1`` are sequence
+        ``n C + c``."""
         n, t1 = rollout.batch_size
-        size = n * (t1 - 1)
-        self._data = {key: torch.zeros(size, *rollout[key].shape[2:], dtype=rollout[key].dtype, device=self.device)
+        size, length = n * (t1 - 1), self.seq_len
+        shape = (size // length, length)
+        self._data = {key: torch.zeros(*shape, *rollout[key].shape[2:], dtype=rollout[key].dtype, device=self.device)
                       for key in ("action", "sample_log_prob", "value")}
-        self._data["obs"] = rollout["obs"][:, :-1].reshape(size).clone()
-        self._data.update({key: torch.zeros(size, device=self.device) for key in ("advantage", "returns")})
-        self._all = torch.arange(size, device=self.device)
+        self._data["obs"] = rollout["obs"][:, :-1].reshape(*shape).clone()
+        self._data.update({key: torch.zeros(*shape, device=self.device) for key in ("advantage", "returns")})
+        if self.policy.is_recurrent:
+            self._data["state0"] = rollout["policy_state"][:, :-1:length].reshape(shape[0]).clone()
+            self._data["reset"] = torch.zeros(*shape, dtype=torch.bool, device=self.device)
+        self._all = torch.arange(shape[0], device=self.device)
 
     @torch.no_grad()
-    def prepare_inputs(self, rollout: TensorDict) -> list[Tensor]:
-        """The rollout tensors :meth:`prepare` reads, in its order; with ``normalize_rewards`` the rewards are
+    def prepare_inputs(self, rollout: TensorDict) -> list[Tensor | TensorDict]:
+        """The rollout entries :meth:`prepare` reads, in its order; with ``normalize_rewards`` the rewards are
         scaled (and the scaler's statistics updated). The rollout itself keeps the env's rewards."""
         data = [rollout[key] for key in _ROLLOUT_KEYS]
         if self.reward_scaler is not None:
             reward, done = rollout["reward"], rollout["done"]
             scaled = self.reward_scaler(reward[:, :-1], done[:, :-1])
             data[_ROLLOUT_KEYS.index("reward")] = torch.cat([scaled, reward[:, -1:]], dim=1)
+        if self.policy.is_recurrent:
+            data.append(rollout["policy_state"])
         return data
 
     @torch.no_grad()
     def prepare(self, obs: TensorDict, action: Tensor, log_prob: Tensor, value: Tensor, reward: Tensor, done: Tensor,
-                final_value: Tensor) -> Tensor:
-        """GAE (and advantage normalisation) into the flat buffers; returns the explained variance."""
+                final_value: Tensor, policy_state: TensorDict | None = None) -> Tensor:
+        """GAE (and advantage normalisation) into the sequence buffers; returns the explained variance."""
         advantage, returns = F.gae(reward[:, :-1], value, done[:, :-1], final_value[:, :-1], self.gamma,
                                    self.gae_lambda)
         if self.normalize_advantage:
@@ -186,6 +202,12 @@ class PPO(BaseAlgorithm):
             d["obs"].get(key).view(*data[:, :-1].shape).copy_(data[:, :-1])
         d["advantage"].view_as(advantage).copy_(advantage)
         d["returns"].view_as(returns).copy_(returns)
+        if policy_state is not None:  # sequences start from the stored state; inside, it restarts after a done
+            for key, data in policy_state.items(include_nested=True, leaves_only=True):
+                d["state0"].get(key).copy_(data[:, :-1:self.seq_len].reshape(d["state0"].get(key).shape))
+            after_done = torch.cat([torch.zeros_like(done[:, :1]), done[:, :-2]], dim=1)
+            d["reset"].view_as(after_done).copy_(after_done)
+            d["reset"][:, 0] = False
         return F.explained_variance(d["value"], d["returns"])
 
     def state_dict(self) -> dict:
@@ -200,10 +222,16 @@ class PPO(BaseAlgorithm):
             self.reward_scaler.load_state_dict(state["reward_scaler"])
 
     def minibatch_loss(self, idx: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-        """Loss of minibatch ``idx`` (padding has weight 0) and detached ``_METRICS`` in order."""
+        """Loss of the sequences ``idx`` (padding has weight 0) and detached ``_METRICS`` in order."""
         d = self._data
         obs, action, old_log_prob, old_value = d["obs"][idx], d["action"][idx], d["sample_log_prob"][idx], d["value"][idx]
-        log_prob, entropy, value = self.policy.evaluate(obs, action)
+        batch, length = obs.batch_size
+        if self.policy.is_recurrent:
+            log_prob, entropy, value = self.policy.evaluate(obs, action, d["state0"][idx], d["reset"][idx])
+        else:
+            log_prob, entropy, value = (x.view(batch, length) for x in self.policy.evaluate(
+                obs.reshape(batch * length), action.reshape(batch * length, *action.shape[2:])))
+        weight = weight.unsqueeze(1).expand(batch, length)
         pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef)
         pg_loss = F.weighted_mean(pg_loss, weight)
         v_loss = F.value_loss(value, old_value, d["returns"][idx], self.clip_value_coef, weight)
