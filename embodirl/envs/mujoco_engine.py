@@ -81,9 +81,12 @@ class WarpEngine:
                               'pip install "embodirl[warp]" (pinned mujoco-warp and warp-lang), '
                               "or use the CPU engine (device=cpu)") from None
         wp.config.quiet = True
+        wp.init()
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self._wp, self._mjw = wp, mjw
-        self._wp_device = wp.device_from_torch(self.device)
+        self._wp_device = wp.get_device(str(self.device))
         data = mujoco.MjData(model)
         with wp.ScopedDevice(self._wp_device):
             self._model = mjw.put_model(model)

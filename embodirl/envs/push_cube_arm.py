@@ -15,6 +15,7 @@ groups of ``g`` envs one identical start. Components: cube xy (0-1), yaw (2), jo
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal
 
 import gymnasium as gym
@@ -150,6 +151,7 @@ class PushCubeArm(BatchedEnv):
             self.engine = WarpEngine(self.model, num_envs, self.device, warp_nconmax, warp_njmax)
         else:
             self.engine = BatchEngine(self.model, num_envs, num_threads)
+        self.device = self.engine.device  # e.g. cuda -> cuda:0, the device warp's arrays live on
         self._sim = self.engine.fields
         dtype = self.engine.dtype
         self._ctrl_low, self._ctrl_high = (torch.tensor(self.model.actuator_ctrlrange[:, i], dtype=dtype,
@@ -161,7 +163,7 @@ class PushCubeArm(BatchedEnv):
         self._goal = torch.zeros(num_envs, 2, dtype=dtype, device=self.device)
         self._steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._ever_success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
-        self._resets = ResetStream(num_envs, self.device, seed)
+        self._resets = ResetStream(num_envs, self.device, seed)  # keys, counters and seed of the resets
         self._renderer = None  # MuJoCo's renderer once made; False when no OpenGL context can be made
         self.reset(seed=seed)
 
@@ -297,7 +299,9 @@ class PushCubeArm(BatchedEnv):
 
         if self._renderer is None or (self._renderer and self._renderer.height != size):
             try:
-                self._renderer = mujoco.Renderer(self.model, size, size)
+                with warnings.catch_warnings():  # glfw warns before failing without a display
+                    warnings.simplefilter("ignore")
+                    self._renderer = mujoco.Renderer(self.model, size, size)
             except Exception:  # noqa: BLE001 - no OpenGL context of any kind: draw top views instead
                 self._renderer = False
         if not self._renderer:
