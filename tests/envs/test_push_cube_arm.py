@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from pathlib import Path
 
 import mujoco
@@ -12,9 +13,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from gymnasium.utils.env_checker import check_env
 
 from embodirl.envs import push_cube_arm_scene as scene
 from embodirl.envs import push_cube_physics as planar
+from embodirl.envs.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.push_cube_arm import OBS_DIM, PushCubeArm
 from embodirl.errors import CheckpointError, ConfigError
 
@@ -254,6 +257,16 @@ def test_yaml_lists_every_constructor_key_with_its_default_and_builds():
     assert isinstance(env, PushCubeArm) and env.num_envs == 2
     with pytest.raises(ConfigError, match="^env.action_scale="):
         build_env(compose_config(["env=push_cube_arm", "env.action_scale=1.0"]).env, torch.device("cpu"), seed=0)
+
+
+def test_single_env_adapter_passes_gymnasium_check_env():
+    env = SingleEnvAdapter(PushCubeArm(num_envs=1, num_threads=1), render_size=32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env)
+    expected = ("infinity", "not having a spec")  # unbounded observations; not registered with gymnasium
+    assert [str(w.message) for w in caught if not any(e in str(w.message) for e in expected)] == []
+    assert env.reset(seed=3)[0].shape == (OBS_DIM,) and env.render().shape == (32, 32, 3)
 
 
 # --- rendering ----------------------------------------------------------------------------------------
