@@ -77,7 +77,7 @@ class WarpEngine:
             import mujoco_warp as mjw
             import warp as wp
         except ImportError as exc:
-            raise ConfigError("env.engine", "warp", f"mujoco_warp and warp-lang installed ({exc})",
+            raise ConfigError("engine", "warp", f"mujoco_warp and warp-lang installed ({exc})",
                               'pip install "embodirl[warp]" (pinned mujoco-warp and warp-lang), '
                               "or use the CPU engine (device=cpu)") from None
         wp.config.quiet = True

@@ -297,7 +297,10 @@ class PushCubeArm(BatchedEnv):
         """MuJoCo's rendering of ``qpos`` rows ``[k, nq]`` with goals ``[k, 2]``, or None without OpenGL."""
         import mujoco
 
-        if self._renderer is None or (self._renderer and self._renderer.height != size):
+        if self._renderer and self._renderer.height != size:
+            self._renderer.close()
+            self._renderer = None
+        if self._renderer is None:
             try:
                 with warnings.catch_warnings():  # glfw warns before failing without a display
                     warnings.simplefilter("ignore")

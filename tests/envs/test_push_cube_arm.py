@@ -128,6 +128,19 @@ def test_scripted_push_moves_the_cube_into_the_goal():
     assert stats["episode/count"] == 32 and stats["episode/success_rate"] == at_end.float().mean().item()
 
 
+def test_terminate_on_success_ends_the_episode_and_starts_the_next():
+    env = PushCubeArm(num_envs=8, seed=1, terminate_on_success=True, num_threads=1)
+    obs, ended = env.reset(seed=1), torch.zeros(8, dtype=torch.bool)
+    for _ in range(50):
+        result = env.step(scripted_action(obs, env))
+        assert torch.equal(result.terminated, result.info["success"]) and not result.truncated[result.terminated].any()
+        fresh = result.obs[result.terminated]
+        assert (fresh[:, 12] < -0.2).all()  # the next episode's rod starts behind the cube again
+        ended |= result.terminated
+        obs = result.obs
+    assert ended.all()
+
+
 def test_staged_reward_hand_computed_values():
     # Cube at the origin, goal 0.2 m along +x: push point (-(0.02 + 0.01), 0, 0.02).
     cube = torch.tensor([[0.0, 0.0, H], [0.0, 0.0, H], [0.0, 0.0, H + 0.05], [0.15, 0.0, H], [0.0, 0.0, H]])
@@ -240,6 +253,12 @@ def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=f"^{key}=") as info:
         PushCubeArm(num_envs=2, **kwargs)
     assert info.value.key == key and "Fix:" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_warp_engine_without_the_extra_names_the_install(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "mujoco_warp", None)  # as if the extra were not installed
+    with pytest.raises(ConfigError, match=r"^engine='warp'.*embodirl\[warp\]"):
+        PushCubeArm(num_envs=2, engine="warp")
 
 
 def test_yaml_lists_every_constructor_key_with_its_default_and_builds():
