@@ -187,6 +187,25 @@ def test_resets_are_reproducible_per_env_and_independent_of_num_envs():
     assert not torch.equal(large.reset(seed=5)[0], large.reset(seed=5)[1])  # envs differ from each other
 
 
+@pytest.mark.parametrize("randomize_yaw", [False, True])
+def test_reset_distribution(randomize_yaw):
+    env = PushCubeArm(num_envs=1024, seed=11, randomize_yaw=randomize_yaw, num_threads=1)
+    obs = env.reset(seed=11).double()
+    cube, quat, goal, tcp, axis = obs[:, 18:21], obs[:, 21:25], obs[:, 25:27], obs[:, 12:15], obs[:, 15:18]
+    assert cube[:, :2].abs().max() < 0.1 and cube[:, :2].abs().max() > 0.098
+    torch.testing.assert_close(cube[:, 2], torch.full((1024,), H).double(), rtol=0, atol=1e-7)  # resting on the table
+    torch.testing.assert_close(goal - cube[:, :2], torch.tensor([[0.2, 0.0]]).double().expand(1024, 2), rtol=0,
+                               atol=1e-6)
+    yaw = 2 * torch.atan2(quat[:, 3], quat[:, 0])
+    assert (yaw.abs().max() > 0.75 and yaw.abs().max() < math.pi / 4) if randomize_yaw else (yaw == 0).all()
+    offsets = obs[:, 0:6].double() - torch.tensor(scene.HOME_QPOS).double()
+    half_widths = torch.tensor([0.1, 0.03, 0.03, 0.05, 0.05, 0.1]).double()
+    assert (offsets.abs() <= half_widths + 1e-6).all() and (offsets.abs().amax(0) > 0.95 * half_widths).all()
+    # The rod starts behind the cube, above the table, close to vertical, and at rest.
+    assert tcp[:, 0].max() < -0.2 and (cube[:, 0] - tcp[:, 0]).min() > 0.08 and tcp[:, 2].min() > 0.025
+    assert axis[:, 2].max() < -math.cos(math.radians(7)) and (obs[:, 6:12] == 0).all()
+
+
 def test_group_shared_resets():
     env = PushCubeArm(num_envs=8, num_threads=1)
     obs = env.reset(seed=2, group_size=4)
