@@ -15,6 +15,8 @@ groups of ``g`` envs one identical start. Components: cube xy (0-1), yaw (2), jo
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from typing import Literal
 
@@ -44,6 +46,13 @@ def _is_int(value: object) -> bool:
 
 def _is_num(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _opengl_configured() -> bool:
+    """Whether MuJoCo may find an OpenGL context: ``MUJOCO_GL`` set (egl, osmesa, glfw), a display, or macOS
+    or Windows (native windowing)."""
+    return bool(os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+                or sys.platform in ("darwin", "win32"))
 
 
 def _check_arguments(args: dict) -> None:
@@ -276,8 +285,9 @@ class PushCubeArm(BatchedEnv):
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         """Frames of the current states of the given envs (all when None) as uint8 ``[k, size, size, 3]``.
 
-        MuJoCo's renderer draws them when an OpenGL context can be made (e.g. ``MUJOCO_GL=egl``); otherwise
-        :func:`~embodirl.envs.push_cube_arm_scene.draw_arm_scene` draws top views with numpy.
+        MuJoCo's renderer draws them when an OpenGL context is configured (``MUJOCO_GL=egl`` or ``osmesa``, a
+        display) and can be made; otherwise :func:`~embodirl.envs.push_cube_arm_scene.draw_arm_scene` draws top
+        views with numpy.
         """
         check(_is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
@@ -300,6 +310,8 @@ class PushCubeArm(BatchedEnv):
         if self._renderer and self._renderer.height != size:
             self._renderer.close()
             self._renderer = None
+        if self._renderer is None and not _opengl_configured():
+            self._renderer = False  # trying would abort the process on some machines without a display
         if self._renderer is None:
             try:
                 with warnings.catch_warnings():  # glfw warns before failing without a display

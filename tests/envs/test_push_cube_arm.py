@@ -330,6 +330,22 @@ def test_top_view_draws_table_goal_cube_and_rod_where_they_are():
     assert rendered.shape == (2, size, size, 3) and rendered.dtype == np.uint8
 
 
+def test_mujoco_renderer_draws_frames_where_egl_is_configured():
+    import subprocess
+    import sys
+
+    script = ("import numpy as np; from embodirl.envs.push_cube_arm import PushCubeArm; "
+              "env = PushCubeArm(num_envs=2, num_threads=1); frames = env.render([0, 1], 48); "
+              "print(bool(env._renderer), frames.shape, frames.dtype, float(frames.std()))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "MUJOCO_GL": "egl"})
+    assert out.returncode == 0, out.stderr
+    used_mujoco, *rest = out.stdout.split(" ", 1)
+    if used_mujoco != "True":
+        pytest.skip("no EGL library on this machine (the top view was drawn instead)")
+    assert rest[0].startswith("(2, 48, 48, 3) uint8") and float(rest[0].rsplit(" ", 1)[1]) > 5  # not a blank image
+
+
 # --- mujoco_warp (the optional [warp] extra) ----------------------------------------------------------
 @pytest.mark.slow
 def test_warp_engine_on_the_cpu_agrees_with_the_batch_engine():
