@@ -326,7 +326,7 @@ class PushCubeArm(BatchedEnv):
         frames = np.empty((qpos.shape[0], size, size, 3), dtype=np.uint8)
         for i in range(qpos.shape[0]):
             data.qpos[:] = qpos[i]
-            self.model.site_pos[goal_site, :2] = goal[i]
+            self.model.site_pos[goal_site, :2] = goal[i]  # the engines simulate their own copies of the model
             mujoco.mj_forward(self.model, data)
             self._renderer.update_scene(data, camera=camera)
             frames[i] = self._renderer.render()
