@@ -37,8 +37,9 @@ def test_recorded_episode_is_saved_and_readable(tmp_path, suffix):
     assert not list(tmp_path.glob(".*"))  # no temp file left behind
 
 
-def test_training_with_eval_video_writes_files(tmp_path, tiny):
-    cfg = compose_config([*tiny, "env=push_cube", "env.num_envs=8", "trainer.total_env_steps=128",
+@pytest.mark.parametrize("env", ["push_cube", "push_cube_arm"])
+def test_training_with_eval_video_writes_files(tmp_path, tiny, env):
+    cfg = compose_config([*tiny, f"env={env}", "env.num_envs=8", "trainer.total_env_steps=128",
                           "eval.video=true", "eval.video_num_envs=2", "eval.video_size=32", "logger.tensorboard=true"])
     run_training(cfg, tmp_path)
     assert len(list((tmp_path / "videos").glob("eval_*.mp4"))) == 1

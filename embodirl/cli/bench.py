@@ -5,6 +5,7 @@ Examples::
     embodirl-bench                                   # every preset, seeds 0 1 2
     embodirl-bench --presets ppo_cartpole --seeds 0 1 2 3 4 --out bench.json
     embodirl-bench --presets ppo_cartpole -- env.num_envs=512   # extra Hydra overrides
+    embodirl-bench --presets ppo_push_cube_arm grpo_push_cube_arm --envs push_cube_arm --env-sizes 1 64 512 2048
 
 For each preset it measures, on the same machine in one process:
   * collection env steps/s and update env steps/s (mean over timed iterations after warm-up);
@@ -27,12 +28,16 @@ PRESETS: dict[str, list[str]] = {
     "grpo_cartpole": ["algo=grpo", "env=cartpole"],
     "ppo_push_cube": ["+experiment=ppo_push_cube"],
     "grpo_push_cube": ["+experiment=grpo_push_cube"],
+    "ppo_push_cube_arm": ["+experiment=ppo_push_cube_arm"],
+    "grpo_push_cube_arm": ["+experiment=grpo_push_cube_arm"],
 }
 ENV_PRESETS: dict[str, list[str]] = {
     "cartpole": ["env=cartpole"],
     "push_cube": ["env=push_cube"],
     "push_cube_joint": ["env=push_cube", "env.control_mode=joint_delta_pos"],
+    "push_cube_arm": ["env=push_cube_arm"],
 }
+ON_REQUEST = {"ppo_push_cube_arm", "grpo_push_cube_arm", "push_cube_arm"}  # minutes each: run only when named
 QUIET = ["logger.console=none", "logger.tensorboard=false"]
 
 
@@ -115,10 +120,12 @@ def _median(values: list[float | None]) -> float | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="embodirl-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--presets", nargs="+", default=[p for p in PRESETS if p not in ON_REQUEST],
+                        choices=list(PRESETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
-    parser.add_argument("--envs", nargs="*", default=list(ENV_PRESETS), choices=list(ENV_PRESETS),
+    parser.add_argument("--envs", nargs="*", default=[e for e in ENV_PRESETS if e not in ON_REQUEST],
+                        choices=list(ENV_PRESETS),
                         help="raw env speed tables for these envs (pass none to skip)")
     parser.add_argument("--env-sizes", nargs="+", type=int, default=[1, 256, 4096, 16384])
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every preset")

@@ -2,7 +2,7 @@
 
 A kinematic disk (the tool tip) pushes a square cube sliding on a table with Coulomb friction; the contact
 is solved with normal + friction impulses, then projected out of penetration (the maths, the reward and the
-drawing are pure functions in :mod:`embodirl.envs.push_cube_physics`; the design is ``push-cube.md``).
+drawing are pure functions in :mod:`embodirl.envs.push_cube_physics`; the task is specified in ``docs/push_cube.md``).
 Limitations: planar (no lifting or tipping), a kinematic tip instead of a 7-DoF arm (or a 2-link SCARA arm
 whose links pass above the cube), no gripper, and decoupled ("box" limit-surface) table friction.
 

@@ -8,7 +8,7 @@ with Coulomb friction. Conventions shared by every function:
 * ``R(theta)`` rotates the cube frame into the world; ``n`` points from the cube to the pusher and the
   tangent is ``t = (-n_y, n_x)``; ``a x b = a_x b_y - a_y b_x`` is the planar cross product.
 
-The functions follow the task specification (``push-cube.md``): table friction as an exact velocity-level
+The functions follow the task specification (``docs/push_cube.md``): table friction as an exact velocity-level
 stop, the disk-vs-oriented-box signed distance, a sequential-impulse contact solve with speculative contact,
 the 2-link (SCARA) arm's kinematics, ManiSkill's reset distribution and staged reward, and a numpy top view.
 """

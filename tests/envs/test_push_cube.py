@@ -1,4 +1,4 @@
-"""PushCube: the spec's correctness suite (push-cube.md), resets, snapshots, config, rendering and gymnasium."""
+"""PushCube: the spec's correctness suite (docs/push_cube.md), resets, snapshots, config, rendering and gymnasium."""
 
 from __future__ import annotations
 
