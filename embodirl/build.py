@@ -210,7 +210,7 @@ def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> 
         evaluator.evaluate(evaluator.env.num_envs, seed=0)
     policy.load_state_dict(saved[0])
     algo.load_state_dict(saved[1])
-    collector.env.episode_stats.pop()
+    collector.episode_stats.pop()
     collector.started = False
     log.info("compiled the collection, update and evaluation steps in %.1f s (cache: %s)", watch.seconds,
              configure_cache())
@@ -249,7 +249,6 @@ def dry_run(env: BatchedEnv, policy: PolicyProtocol) -> None:
     _check_tensor("step().reward", step.reward, (n,), torch.float32, env)
     _check_tensor("step().terminated", step.terminated, (n,), torch.bool, env)
     _check_tensor("step().truncated", step.truncated, (n,), torch.bool, env)
-    env.episode_stats.pop()
 
 
 def _check_tensor(what: str, value: Any, shape: tuple[int, ...], dtype: torch.dtype, env: BatchedEnv) -> None:

@@ -103,7 +103,6 @@ class Evaluator:
             self._step()
             if t % _CHECK_EVERY == _CHECK_EVERY - 1 and bool((self._finished >= self._target).all()):
                 break
-        self.env.episode_stats.pop()  # evaluation episodes are not training statistics
 
         total_return, total_sq, total_length, at_end, once = (self._sums.sum(dim=1) / num_episodes).tolist()
         metrics = {

@@ -90,7 +90,6 @@ def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size:
         obs = as_tensordict(step.obs, env.num_envs)
         if not alive.any():
             break
-    env.episode_stats.pop()
     return np.stack(frames)
 
 
