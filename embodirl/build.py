@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, open_dict
 
 from embodirl.algos.base import BaseAlgorithm
 from embodirl.checked import NO_MATCH, conform, conform_int, instantiate_checked
@@ -26,6 +26,7 @@ from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import PolicyProtocol
+from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.video import VideoSettings
 
 __all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_policy", "build_video_settings",
@@ -96,9 +97,26 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
 
 
 def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> PolicyProtocol:
-    policy = instantiate_checked(policy_cfg, "policy.", observation_space=env.observation_space,
-                                 action_space=env.action_space)
-    return policy.to(device)
+    """Instantiate the policy for ``env``'s spaces on ``device``; then apply ``policy.init_from`` (pretrained
+    weights) and ``policy.freeze`` (parameter patterns), which any policy class accepts through the config."""
+    node = policy_cfg.copy()
+    with open_dict(node):
+        init_from = node.pop("init_from", None)
+        patterns = node.pop("freeze", [])
+    check(init_from is None or isinstance(init_from, str), "policy.init_from", init_from,
+          "null or the path of a checkpoint or state_dict file", "pass policy.init_from=<run_dir>/checkpoints/last.pt",
+          absolute=True)
+    patterns = list(patterns) if isinstance(patterns, ListConfig | list) else patterns
+    check(isinstance(patterns, list) and all(isinstance(p, str) for p in patterns), "policy.freeze", patterns,
+          "a list of fnmatch patterns over parameter names", "pass policy.freeze=['encoders.*']", absolute=True)
+    policy = instantiate_checked(node, "policy.", observation_space=env.observation_space,
+                                 action_space=env.action_space).to(device)
+    if init_from is not None:
+        load_pretrained(policy, init_from)
+        log.info("policy weights loaded from %s", init_from)
+    if patterns:
+        log.info("frozen policy parameters: %s", ", ".join(freeze(policy, patterns)))
+    return policy
 
 
 # Seeds: rank r trains with ``seed + r * RANK_SEED_STRIDE``; evaluation uses ``seed + EVAL_SEED_OFFSET``.

@@ -36,6 +36,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     state = load_checkpoint(cfg.checkpoint, key="checkpoint")
     check_config_from_file(state["config"], f"checkpoint={cfg.checkpoint!r}", list(trusted))
     train_cfg = OmegaConf.create(state["config"])
+    train_cfg.policy.init_from = None  # the checkpoint's own weights are evaluated, not the ones it started from
     overrides = {k: v for k, v in OmegaConf.to_container(cfg.env).items() if v is not None}
     train_cfg.env = OmegaConf.merge(train_cfg.env, overrides)
     if not isinstance(cfg.num_episodes, int) or isinstance(cfg.num_episodes, bool) or cfg.num_episodes < 1:
