@@ -2,7 +2,6 @@
 
 import errno
 import json
-import logging
 
 import pytest
 

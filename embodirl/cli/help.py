@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
-__all__ = ["STRUCTURAL_KEYS", "appended_groups", "config_comments", "file_description", "help_page", "key_comments",
-           "needs_plus", "package_groups", "primary_groups", "wants_help"]
+__all__ = ["STRUCTURAL_KEYS", "config_comments", "file_description", "help_page", "help_request", "key_comments",
+           "needs_plus", "package_groups", "primary_groups"]
 
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
@@ -40,11 +41,17 @@ EXAMPLES = (
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*|'[^']*'|\"[^\"]*\") *:(?:\s+(?P<rest>.*))?$")
 
 
-def wants_help(argv: list[str]) -> bool:
-    """Whether Hydra's own argument parser reads ``--help``/``-h`` in ``argv`` (``--hydra-help`` is Hydra's)."""
+def help_request(argv: list[str]) -> list[str] | None:
+    """The overrides to document when ``argv`` asks for ``--help``/``-h`` (read by Hydra's own argument
+    parser; ``--hydra-help`` stays Hydra's), else None. ``--config-dir DIR`` becomes a search-path override."""
     from hydra._internal.utils import get_args_parser
 
-    return bool(get_args_parser().parse_args(argv).help)
+    args = get_args_parser().parse_args(argv)
+    if not args.help:
+        return None
+    if args.config_dir is None:
+        return list(args.overrides)
+    return [f"hydra.searchpath=[file://{os.path.abspath(args.config_dir)}]", *args.overrides]
 
 
 # --- comments in YAML text ---------------------------------------------------------------------------
@@ -147,24 +154,18 @@ def package_groups() -> frozenset[str]:
 
 
 def needs_plus(group: str) -> bool:
-    """Whether an option of ``group`` is selected with ``+group=option``: a shipped group (or one under
-    ``--config-dir``) that no defaults list selects; ``hydra/...`` groups never need it."""
+    """Whether an option of ``group`` is selected with ``+group=option``: a group that ``train.yaml``'s
+    defaults list does not select (``experiment``, ``sweep``, a site's ``site``); never ``hydra/...``."""
     return group.split("/")[0] != "hydra" and group not in primary_groups()
-
-
-def appended_groups(groups: Iterable[str]) -> list[str]:
-    """Those of ``groups`` that are appended with ``+`` (``experiment``, ``sweep``)."""
-    return [g for g in groups if needs_plus(g)]
 
 
 def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
     """Dotted key -> comment from ``train.yaml`` and the chosen option files (Hydra's ``runtime.choices``).
 
     Files are read in composition order: the primary config, its groups, then appended ones
-    (``+experiment=...``), whose comments win for the keys they set; a file without a comment for a
-    key keeps the earlier file's; an appended file's comment is added to the group file's, which
-    says what the key does: ``relu | elu | tanh [ppo_pendulum: RL Zoo's ...]``. A group's own node
-    (``algo``) gets its option file's leading comment.
+    (``+experiment=...``). A group file's comment says what a key does; an appended file's comment
+    (why this value) is added to it: ``relu | elu | tanh [ppo_pendulum: RL Zoo's ...]``. A group's
+    own node (``algo``) gets its option file's leading comment.
     """
     comments = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items() if v is not None}
     chosen = [(g, o) for g, o in choices.items() if o is not None and not g.startswith("hydra")]

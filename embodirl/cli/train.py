@@ -84,13 +84,13 @@ def main() -> None:
     :mod:`embodirl.cli.help` and :mod:`embodirl.cli.completion`; everything else goes to Hydra)."""
     from embodirl.cli.completion import shell_completion
     from embodirl.cli.errors import hydra_entry
-    from embodirl.cli.help import help_page, wants_help
+    from embodirl.cli.help import help_page, help_request
 
     argv = sys.argv[1:]
     if shell_completion(argv, _train):
         return
-    if wants_help(argv):
-        overrides = [a for a in argv if not a.startswith("-")]
+    overrides = help_request(argv)
+    if overrides is not None:
         hydra_entry(PROG, lambda: print(help_page(overrides, PROG)))
         return
     hydra_entry(PROG, lambda: (_share_run_time(), _train()))

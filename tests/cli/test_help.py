@@ -11,7 +11,14 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from embodirl.cli.help import STRUCTURAL_KEYS, config_comments, file_description, help_page, key_comments
+from embodirl.cli.help import (
+    STRUCTURAL_KEYS,
+    config_comments,
+    file_description,
+    help_page,
+    help_request,
+    key_comments,
+)
 from tests.conftest import run_cli
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -84,6 +91,15 @@ def test_help_page_shows_examples_groups_and_commented_keys():
     assert clip.split() == ["algo.clip_coef=0.2", "#", "surrogate", "clip", "range"]
     assert any(line.startswith("  algo=ppo (embodirl.algos.ppo.PPO): PPO: clipped surrogate") for line in lines)
     assert "(undocumented)" not in page
+
+
+def test_help_request_reads_hydras_flags():
+    assert help_request(["algo=ppo", "--cfg", "job"]) is None
+    assert help_request(["--hydra-help"]) is None
+    assert help_request(["-m", "algo=grpo", "-h"]) == ["algo=grpo"]
+    site = str(Path("launch").resolve())
+    assert help_request(["--help", "--config-dir", "launch", "+site=example"]) == [
+        f"hydra.searchpath=[file://{site}]", "+site=example"]
 
 
 def test_help_page_follows_the_overrides_and_leaves_sweeps_out():
