@@ -13,16 +13,15 @@ import json
 import logging
 import math
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
 
 from embodirl.checked import check_fields
+from embodirl.console import ConsoleLogger, StopGoal
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ConsoleLogger", "JsonlLogger", "LoggerError", "LoggerSettings", "MetricLoggers", "TensorBoardLogger",
-           "WandbLogger", "WandbSettings", "build_loggers"]
+__all__ = ["ConsoleLogger", "JsonlLogger", "LoggerError", "LoggerSettings", "MetricLoggers", "StopGoal",
+           "TensorBoardLogger", "WandbLogger", "WandbSettings", "build_loggers"]
 
 log = logging.getLogger(__name__)
 
@@ -214,56 +213,6 @@ class WandbLogger:
         self.run.finish()
 
 
-class ConsoleLogger:
-    """A progress bar on a terminal; plain periodic lines otherwise (files, CI, SLURM logs).
-
-    Args:
-        total_env_steps: Budget, for the bar and the ETA.
-        mode: ``auto`` (bar on a TTY, lines otherwise), ``bar``, ``lines`` or ``none``.
-        every_s: Seconds between plain lines.
-    """
-
-    def __init__(self, total_env_steps: int, mode: str = "auto", every_s: float = 5.0, start_steps: int = 0) -> None:
-        self.total = total_env_steps
-        self.mode = ("bar" if sys.stdout.isatty() else "lines") if mode == "auto" else mode
-        self.every_s = every_s
-        self._last_line = -math.inf
-        self._last_return: float | None = None
-        self._last_eval: float | None = None
-        self._progress = None
-        if self.mode == "bar":
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f} steps"),
-                TextColumn("{task.fields[sps]:>7,.0f} sps"), TextColumn("return {task.fields[ret]}"),
-                TextColumn("eval {task.fields[eval]}"), TimeRemainingColumn(), transient=False,
-            )
-            self._task = self._progress.add_task("train", total=total_env_steps, completed=start_steps,
-                                                 sps=0.0, ret="-", eval="-")
-            self._progress.start()
-
-    def log(self, record: dict[str, Any]) -> None:
-        if record.get("episode/return_mean") is not None:
-            self._last_return = record["episode/return_mean"]
-        if record.get("eval/return_mean") is not None:
-            self._last_eval = record["eval/return_mean"]
-        ret = "-" if self._last_return is None else f"{self._last_return:.1f}"
-        ev = "-" if self._last_eval is None else f"{self._last_eval:.1f}"
-        if self._progress is not None:
-            self._progress.update(self._task, completed=record["env_steps"], sps=record["sps"], ret=ret, eval=ev)
-        elif self.mode == "lines" and time.monotonic() - self._last_line >= self.every_s:
-            self._last_line = time.monotonic()
-            steps = record["env_steps"]
-            eta = (self.total - steps) / record["sps"] if record["sps"] > 0 else float("inf")
-            log.info("env_steps %s/%s (%.0f%%) | %.0f sps | return %s | eval %s | ETA %.0fs",
-                     f"{steps:,}", f"{self.total:,}", 100 * steps / self.total, record["sps"], ret, ev, eta)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-
 _DISABLE = {"TensorBoardLogger": "logger.tensorboard=false", "WandbLogger": "logger.wandb.enabled=false",
             "ConsoleLogger": "logger.console=none"}
 
@@ -305,22 +254,29 @@ class MetricLoggers:
 
 
 def build_loggers(run_dir: Path, settings: LoggerSettings, config_dict: dict, total_env_steps: int,
-                  start_env_steps: int, wandb_name: str = "", wandb_group: str = "") -> MetricLoggers:
+                  start_env_steps: int, wandb_name: str = "", wandb_group: str = "", *,
+                  solved_metric: str = "eval/return_mean", solved_threshold: float | None = None,
+                  stop_on_solved: bool = True, max_wall_time_s: float | None = None) -> MetricLoggers:
     """Loggers from the ``logger`` config group (console, TensorBoard, wandb) plus metrics.jsonl.
 
     Args:
         run_dir: The run directory.
         settings: The checked ``logger`` group.
         config_dict: The resolved run config (for wandb).
-        total_env_steps: The budget (progress bar).
+        total_env_steps: The budget (progress bar and its remaining time).
         start_env_steps: 0 for a fresh start, the checkpoint's env steps on resume: metric lines and
             TensorBoard events past it, left by an earlier attempt, are superseded.
-        wandb_name: Default wandb run name.
+        wandb_name: Default wandb run name; also the progress bar's label (``ppo-cartpole-seed0``).
         wandb_group: Default wandb group.
+        solved_metric: The env's ``solved_metric``, shown on the progress line.
+        solved_threshold: The env's ``solved_threshold`` (None: the env is never solved).
+        stop_on_solved: ``trainer.stop_on_solved``: the line says "stops at" and ends "stopped: solved".
+        max_wall_time_s: ``trainer.max_wall_time_s``: the remaining time follows it when it comes first.
     """
+    goal = StopGoal(total_env_steps, solved_metric, solved_threshold, stop_on_solved, max_wall_time_s)
     loggers: list[Any] = [
         JsonlLogger(run_dir / "metrics.jsonl", start_env_steps),
-        ConsoleLogger(total_env_steps, settings.console, settings.console_every_s, start_env_steps),
+        ConsoleLogger(goal, settings.console, settings.console_every_s, start_env_steps, wandb_name or "train"),
     ]
     if settings.tensorboard:
         tb_dir = run_dir / "tb"

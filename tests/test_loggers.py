@@ -1,14 +1,13 @@
-"""Logging sinks: wandb offline run files, plain console lines off a terminal, metrics.jsonl on resume."""
+"""Logging sinks: wandb offline run files, metrics.jsonl on resume, the logger options (the console: test_console.py)."""
 
 import errno
 import json
-import logging
 
 import pytest
 
 from embodirl.errors import ConfigError
 from embodirl.experiment import run_training, wandb_identity
-from embodirl.loggers import ConsoleLogger, JsonlLogger, LoggerSettings
+from embodirl.loggers import ConsoleLogger, JsonlLogger, LoggerSettings, TensorBoardLogger, WandbLogger, build_loggers
 from tests.conftest import compose_config
 
 
@@ -20,17 +19,6 @@ def test_wandb_offline_run_is_written_into_the_run_dir(tmp_path, tiny, monkeypat
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     assert list(runs[0].glob("*.wandb"))  # the run's records, ready for `wandb sync`
-
-
-def test_console_prints_plain_periodic_lines_when_not_a_terminal(caplog):
-    console = ConsoleLogger(total_env_steps=1000, mode="lines", every_s=0.0)
-    with caplog.at_level(logging.INFO, logger="embodirl.loggers"):
-        console.log({"env_steps": 500, "sps": 1000.0, "episode/return_mean": 12.5})
-        console.log({"env_steps": 1000, "sps": 1000.0, "eval/return_mean": 30.0})
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2
-    assert "env_steps 500/1,000 (50%)" in lines[0] and "return 12.5" in lines[0] and "ETA 0s" in lines[0]
-    assert "eval 30.0" in lines[1]
 
 
 def test_jsonl_resume_drops_lines_written_after_the_checkpoint_and_keeps_them_aside(tmp_path):
@@ -107,3 +95,36 @@ def test_logger_settings_are_checked(bad):
     with pytest.raises(ConfigError) as info:
         instantiate_checked(node, "logger.")
     assert info.value.key.startswith("logger.")
+
+
+# logger=default | tensorboard | wandb | none: what each sends where (metrics.jsonl always)
+LOGGER_OPTIONS = {"default": (True, False), "tensorboard": (True, False), "wandb": (True, True), "none": (False, False)}
+
+
+@pytest.mark.parametrize("option", sorted(LOGGER_OPTIONS))
+def test_every_logger_option_composes_and_builds_its_settings(option, monkeypatch):
+    from embodirl.checked import instantiate_checked
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    settings = instantiate_checked(compose_config([f"logger={option}"]).logger, "logger.")
+    assert isinstance(settings, LoggerSettings)
+    assert (settings.tensorboard, settings.wandb.enabled) == LOGGER_OPTIONS[option]
+    assert settings.console == "auto" and settings.wandb.resolved_mode() == "offline"
+
+
+def test_build_loggers_follows_the_option_and_hands_the_stop_goal_to_the_console(tmp_path, monkeypatch):
+    from embodirl.checked import instantiate_checked
+
+    settings = instantiate_checked(compose_config(["logger=none", "logger.console=lines"]).logger, "logger.")
+    loggers = build_loggers(tmp_path, settings, {}, 50_000, 0, "ppo-push_cube-seed0", "ppo-push_cube",
+                            solved_metric="eval/success_rate", solved_threshold=0.9, stop_on_solved=True,
+                            max_wall_time_s=60.0)
+    kinds = [type(x) for x in loggers.loggers]
+    assert kinds == [JsonlLogger, ConsoleLogger] and TensorBoardLogger not in kinds and WandbLogger not in kinds
+    console = loggers.loggers[1]
+    assert console.label == "ppo-push_cube-seed0" and console.mode == "lines"
+    assert (console.goal.total_env_steps, console.goal.solved_metric, console.goal.solved_threshold,
+            console.goal.max_wall_time_s) == (50_000, "eval/success_rate", 0.9, 60.0)
+    loggers.log({"env_steps": 100, "sps": 1.0})
+    loggers.close()
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1 and not (tmp_path / "tb").exists()

@@ -7,6 +7,7 @@ Examples::
     embodirl-bench --presets ppo_cartpole -- env.num_envs=512   # extra Hydra overrides
     embodirl-bench --presets ppo_push_cube_arm grpo_push_cube_arm --envs push_cube_arm --env-sizes 1 64 512 2048
 
+Progress (one line per measurement, or a bar on a terminal) goes to stderr; the tables to stdout.
 For each preset it measures, on the same machine in one process:
   * collection env steps/s and update env steps/s (mean over timed iterations after warm-up);
   * per seed, a full ``embodirl-train`` run (no TensorBoard, no console): wall time and env steps
@@ -135,19 +136,35 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    env_rows = []
-    for name in args.envs:
-        env_rows.append({"env": name, **{str(n): env_speed([*ENV_PRESETS[name], *args.overrides], n)
-                                          for n in args.env_sizes}})
-    results = []
-    for name in args.presets:
-        overrides = [*PRESETS[name], *args.overrides]
-        speed = throughput([*overrides, *QUIET])
-        runs = [time_to_solve(overrides, seed) for seed in args.seeds]
-        results.append({"preset": name, "overrides": overrides, **speed, "runs": runs,
-                        "median_solved_wall_time_s": _median([r["solved_wall_time_s"] for r in runs]),
-                        "median_solved_env_steps": _median([r["solved_env_steps"] for r in runs]),
-                        "median_e2e_sps": _median([r["e2e_sps"] for r in runs])})
+    from embodirl.console import task_progress
+
+    env_rows, results = [], []
+    num_tasks = len(args.envs) * len(args.env_sizes) + len(args.presets) * (1 + len(args.seeds))
+    with task_progress(num_tasks, "embodirl-bench") as progress:  # on stderr: stdout keeps the tables
+        for name in args.envs:
+            row = {"env": name}
+            for n in args.env_sizes:
+                progress.start(f"{name} env speed, {n:,} envs")
+                row[str(n)] = env_speed([*ENV_PRESETS[name], *args.overrides], n)
+                progress.finish(f"{name} env speed, {n:,} envs: {row[str(n)]:,.0f} steps/s")
+            env_rows.append(row)
+        for name in args.presets:
+            overrides = [*PRESETS[name], *args.overrides]
+            progress.start(f"{name} throughput")
+            speed = throughput([*overrides, *QUIET])
+            progress.finish(f"{name} throughput: collect {speed['collect_sps']:,.0f}, update "
+                            f"{speed['update_sps']:,.0f} steps/s")
+            runs = []
+            for seed in args.seeds:
+                progress.start(f"{name} seed {seed}: training until solved")
+                runs.append(time_to_solve(overrides, seed))
+                solved = runs[-1]["solved_wall_time_s"]
+                progress.finish(f"{name} seed {seed}: " + ("not solved" if solved is None else
+                                f"solved in {solved:.2f} s at {runs[-1]['solved_env_steps']:,} steps"))
+            results.append({"preset": name, "overrides": overrides, **speed, "runs": runs,
+                            "median_solved_wall_time_s": _median([r["solved_wall_time_s"] for r in runs]),
+                            "median_solved_env_steps": _median([r["solved_env_steps"] for r in runs]),
+                            "median_e2e_sps": _median([r["e2e_sps"] for r in runs])})
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
                platform.machine(), "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"machine: {machine}")

@@ -7,6 +7,7 @@
 | 3 | training diverged (non-finite loss) |
 | 124 | preempted (SIGTERM/SIGUSR2) |
 | 130 | Ctrl-C |
+| 141 | the reader of the output went away (e.g. ``--cfg job`` piped into ``head``); nothing printed |
 
 :func:`hydra_entry` runs a ``@hydra.main`` function with Hydra's own error report turned off
 (``HYDRA_FULL_ERROR=1`` makes Hydra re-raise) so composition errors get the same one-line treatment;
@@ -127,6 +128,9 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any]) -> None:
         hydra_main()
     except SystemExit:
         raise
+    except BrokenPipeError:  # the reader went away (`embodirl-train --help | head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush fails no more
+        sys.exit(141)  # 128 + SIGPIPE, what a shell shows for a program killed by a closed pipe
     except OSError as exc:  # outside the task: the run directory could not be created
         from hydra.errors import HydraException
 

@@ -80,9 +80,19 @@ def _train(cfg: DictConfig) -> float:
 
 
 def main() -> None:
-    """The ``embodirl-train`` console script."""
+    """The ``embodirl-train`` console script (``--help`` and bash completion are answered here, see
+    :mod:`embodirl.cli.help` and :mod:`embodirl.cli.completion`; everything else goes to Hydra)."""
+    from embodirl.cli.completion import shell_completion
     from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.help import help_page, help_request
 
+    argv = sys.argv[1:]
+    if shell_completion(argv, _train):
+        return
+    overrides = help_request(argv)
+    if overrides is not None:
+        hydra_entry(PROG, lambda: print(help_page(overrides, PROG)))
+        return
     hydra_entry(PROG, lambda: (_share_run_time(), _train()))
 
 

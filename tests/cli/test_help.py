@@ -1,0 +1,135 @@
+"""``embodirl-train --help``: our page (examples, groups, every key with its YAML comment), fast, and Hydra's flags kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from embodirl.cli.help import (
+    STRUCTURAL_KEYS,
+    config_comments,
+    file_description,
+    help_page,
+    help_request,
+    key_comments,
+)
+from tests.conftest import run_cli
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def test_key_comments_reads_inline_comments_by_dotted_path():
+    text = ("# file header\n"
+            "defaults:\n  - algo: ppo\n"
+            "a:            # node\n"
+            "  b: 1        # one # with a hash\n"
+            "  c: 'x # y'\n"
+            "  d: [1, 2]   # list\n"
+            "  e:\n    - 1\n"
+            "url: http://h/#anchor  # a glued # is text\n"
+            "top: 2\n")
+    assert key_comments(text) == {"a": "node", "a.b": "one # with a hash", "a.c": None, "a.d": "list", "a.e": None,
+                                  "url": "a glued # is text", "top": None}
+    assert file_description("# @package _global_\n# First line,\n# second.\nkey: 1\n") == "First line, second."
+
+
+def _compositions() -> list[list[str]]:
+    """The default config, every option of every group, and every experiment, one at a time."""
+    cases = [[]]
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        for group in ("algo", "policy", "env", "trainer", "logger"):
+            cases += [[f"{group}={option}"] for option in loader.get_group_options(group)]
+        cases += [[f"+experiment={option}"] for option in loader.get_group_options("experiment")]
+    return cases
+
+
+def _keys(node: dict, prefix: str = ""):
+    for key, value in node.items():
+        if key not in STRUCTURAL_KEYS:
+            yield f"{prefix}{key}"
+            if isinstance(value, dict) and value:
+                yield from _keys(value, f"{prefix}{key}.")
+
+
+@pytest.mark.parametrize("overrides", _compositions(), ids=lambda o: " ".join(o) or "defaults")
+def test_every_key_of_the_composed_config_has_a_yaml_comment(overrides):
+    """A key added to a YAML file without an inline comment (or an option file without a header) fails here."""
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    job = OmegaConf.to_container(cfg, resolve=False)
+    job.pop("hydra")
+    comments = config_comments(choices)
+    assert [key for key in _keys(job) if not comments.get(key)] == []
+
+
+def test_every_key_of_the_eval_config_has_a_comment():
+    comments = key_comments((CONF / "eval.yaml").read_text())
+    missing = [k for k, v in comments.items() if v is None and not k.startswith("hydra")
+               and k.split(".")[-1] not in STRUCTURAL_KEYS]
+    assert missing == []
+
+
+def test_help_page_shows_examples_groups_and_commented_keys():
+    page = help_page([])
+    assert page.startswith("embodirl-train: ") and "Usage: embodirl-train" in page
+    for command in ("embodirl-train -m algo.learning_rate=1e-3,2e-3", "hydra/launcher=slurm", "embodirl-eval checkpoint=",
+                    "embodirl-report multirun/"):
+        assert command in page
+    lines = page.splitlines()
+    assert any(line.split() == ["algo", "grpo,", "ppo*"] for line in lines)  # the selected option is starred
+    assert any(line.startswith("  +experiment ") and "ppo_push_cube" in line for line in lines)  # appended: with +
+    assert any(line.startswith("  logger ") and "none" in line and "wandb" in line for line in lines)
+    clip = next(line for line in lines if line.strip().startswith("algo.clip_coef="))
+    assert clip.split() == ["algo.clip_coef=0.2", "#", "surrogate", "clip", "range"]
+    assert any(line.startswith("  algo=ppo (embodirl.algos.ppo.PPO): PPO: clipped surrogate") for line in lines)
+    assert "(undocumented)" not in page
+
+
+def test_help_request_reads_hydras_flags():
+    assert help_request(["algo=ppo", "--cfg", "job"]) is None
+    assert help_request(["--hydra-help"]) is None
+    assert help_request(["-m", "algo=grpo", "-h"]) == ["algo=grpo"]
+    site = str(Path("launch").resolve())
+    assert help_request(["--help", "--config-dir", "launch", "+site=example"]) == [
+        f"hydra.searchpath=[file://{site}]", "+site=example"]
+
+
+def test_help_page_follows_the_overrides_and_leaves_sweeps_out():
+    page = help_page(["+experiment=ppo_push_cube", "seed=0,1"])
+    assert "Composed with: +experiment=ppo_push_cube (sweep overrides left out: seed=0,1)" in page
+    lines = page.splitlines()
+    assert any(line.strip().startswith("env=push_cube (embodirl.envs.push_cube.PushCube)") for line in lines)
+    gamma = next(line for line in lines if line.strip().startswith("algo.gamma="))
+    assert gamma.startswith("  algo.gamma=0.8") and "discount [ppo_push_cube: short horizon" in gamma
+
+
+def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path):
+    code = ("import sys; from embodirl.cli.train import main; sys.argv = ['embodirl-train', 'algo=grpo', '--help'];"
+            " main(); assert 'torch' not in sys.modules, 'torch imported for --help'")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "policy=actor_only (embodirl.policies.actor_only.ActorOnly)" in result.stdout
+    hydra_help = run_cli("embodirl-train", ["--hydra-help"], tmp_path)
+    assert hydra_help.returncode == 0 and "== Flags ==" in hydra_help.stdout
+    bad = run_cli("embodirl-train", ["--help", "algo=bogus"], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "embodirl-train: error: algo=bogus is invalid: expected one of: grpo, ppo (the options in algo/). "
+        "Fix: pass algo=grpo (or another of: grpo, ppo)"]
+
+
+@pytest.mark.parametrize("flag", ["--help", "--cfg=job"])
+def test_a_closed_output_pipe_ends_quietly(tmp_path, flag):
+    """``embodirl-train --cfg job | head -1`` printed "error: a file: Broken pipe" before."""
+    proc = subprocess.Popen([sys.executable, "-m", "embodirl.cli.train", *flag.split("=")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line is written, as `head` after its lines
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141 and err == ""
