@@ -131,7 +131,9 @@ def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, st
         def make_loggers(start_env_steps: int) -> MetricLoggers:
             if not dist.is_main:  # only rank 0 writes metrics, TensorBoard and wandb
                 return MetricLoggers([])
-            return build_loggers(run_dir, settings, config, total, start_env_steps, *run_name)
+            return build_loggers(run_dir, settings, config, total, start_env_steps, *run_name,
+                                 solved_metric=parts.env.solved_metric, solved_threshold=parts.env.solved_threshold,
+                                 stop_on_solved=trainer.stop_on_solved, max_wall_time_s=trainer.max_wall_time_s)
 
         seed = parts.settings.seed
         trainer = instantiate_checked(
