@@ -58,6 +58,7 @@ def scripted_targets(obs: torch.Tensor, curved: bool = False) -> torch.Tensor:
     arcs (joint mode), so it first lines up 2 cm behind the push point."""
     p, c, rot, g = obs[:, 0:2].T, obs[:, 4:6].T, obs[:, 6:8].T, obs[:, 11:13].T
     p_star, d_goal = phys.push_point(c, g, rot[0], rot[1], H, R)
+    p_star = torch.stack(p_star)
     u = (g - c) / d_goal
     offset = p - p_star
     pushing = offset.square().sum(0).sqrt() < 0.004
@@ -494,7 +495,7 @@ def test_reset_distribution(direction, randomize_yaw):
     q = s[12:14]
     reachable = 0.8 if direction == "random_aligned" else 1.0  # rotated scenes may start beyond the arm's reach
     assert (q[1] <= 0).all() and (q[1] < 0).float().mean() >= reachable, "elbow-left (out of reach: arm stretched)"
-    torch.testing.assert_close(phys.arm_forward(q, (-0.615, 0.0), 0.45, 0.45), tip, rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.stack(phys.arm_forward(q, (-0.615, 0.0), 0.45, 0.45)), tip, rtol=0, atol=1e-6)
     elbow_side = (0.45 * q[0].sin() * (tip[0] + 0.615) - (0.45 * q[0].cos()) * tip[1])  # (elbow - base) x (tip - base)
     assert (elbow_side >= -1e-6).all()
 
@@ -527,6 +528,38 @@ def test_state_dict_round_trip_continues_bit_identically(kwargs):
     assert torch.equal(env.reset(), restored.reset())
     with pytest.raises(CheckpointError, match="num_envs"):
         PushCube(num_envs=4).load_state_dict(env.state_dict())
+
+
+@pytest.mark.parametrize("kwargs", [{}, {**JOINT, "physics_dtype": "float64", "time_obs": True}])
+def test_returned_tensors_are_never_changed_by_later_steps(kwargs):
+    """Callers keep what reset and step return (the collector stores an observation after the next step)."""
+    env = PushCube(num_envs=8, max_episode_steps=5, seed=0, **kwargs)
+    first = env.reset(seed=0)
+    kept = [(first, first.clone())]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        step = env.step(torch.rand(8, 2, generator=gen) * 2 - 1)
+        kept += [(x, x.clone()) for x in (*step[:5], *step.info.values())]
+    kept += [(x, x.clone()) for x in env.state_dict().values()]
+    env.step(torch.ones(8, 2))
+    assert all(torch.equal(x, copy) for x, copy in kept)
+
+
+@pytest.mark.parametrize("control_mode", ["ee_delta_pos", "joint_delta_pos"])
+def test_float64_physics_tracks_float32_for_short_horizons(control_mode):
+    """Same starts, and the trajectories stay within float32 rounding amplified over a few contact steps."""
+    env32, env64 = (PushCube(num_envs=64, seed=4, control_mode=control_mode, physics_dtype=dtype)
+                    for dtype in ("float32", "float64"))
+    obs = env32.reset(seed=4)
+    torch.testing.assert_close(env64.reset(seed=4), obs, rtol=0, atol=1e-6)  # float32 rounding of the joints
+    assert state(env64).dtype == torch.float64 and state(env32).dtype == torch.float32
+    policy = scripted_joint_action if control_mode == "joint_delta_pos" else scripted_action
+    for _ in range(6):  # the scripted push reaches the cube within a few steps
+        out32, out64 = env32.step(policy(obs)), env64.step(policy(obs))
+        torch.testing.assert_close(out64.final_obs, out32.final_obs, rtol=0, atol=1e-3)
+        assert out64.reward.dtype == out64.info["dist_to_goal"].dtype == torch.float32
+        obs = out32.obs
+    assert (gap(env64) < 1e-3).any(), "some envs are in contact"
 
 
 @pytest.mark.parametrize(("kwargs", "key"), [
