@@ -110,8 +110,8 @@ class CartPole(BatchedEnv):
         # Eager memo of the next starts; the depth keeps a refill's int64 working set cache-resident for large N.
         self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(16, (1 << 14) // n)),
                                   min_length=1)
-        mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash,
-                    *self.episode_stats.buffers())
+        mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
+                    self._force_right, self._force_left, self._zeros, *self.episode_stats.buffers())
         self.reset(seed=seed)
 
     @property

@@ -279,7 +279,7 @@ def test_bad_group_size(group_size):
         env.reset(group_size=group_size)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_matches_cpu_without_host_syncs():
     cpu, gpu = CartPole(num_envs=256, seed=3), CartPole(num_envs=256, seed=3, device="cuda")
     assert torch.equal(cpu.reset(seed=3), gpu.reset(seed=3).cpu())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo
+import torch._inductor.config
 
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
@@ -36,6 +37,11 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def tolerance(name: str) -> float:
+    """Float tolerance of compiled vs eager (see test_compiled_step_never_recompiles_and_equals_eager)."""
+    return 1e-6 if name == "cartpole" else 1e-4
 
 
 def make(name: str, **overrides) -> BatchedEnv:
@@ -86,9 +92,9 @@ def test_compiled_step_never_recompiles_and_equals_eager(name):
     start states, so 1e-4 bounds the float32 differences, and flags agree exactly."""
     compiled_env, eager_env = make(name), make(name)
     step = torch.compile(compiled_env.step, fullgraph=True, backend="eager")
-    tol = 1e-6 if name == "cartpole" else 1e-4
+    tol = tolerance(name)
     limit = compiled_env.max_episode_steps
-    actions = iter(random_actions(eager_env, 9 * limit + 8))
+    actions = iter(random_actions(eager_env, 10 * limit + 8))
 
     def run(num_steps: int, compiled: bool = True) -> None:
         for _ in range(num_steps):
@@ -96,14 +102,14 @@ def test_compiled_step_never_recompiles_and_equals_eager(name):
             assert_steps_agree((step if compiled else compiled_env.step)(action), eager_env.step(action), tol)
 
     with torch._dynamo.config.patch(error_on_recompile=True):
-        run(2 * limit + 3)  # auto-resets
+        run(limit + 1, compiled=False)  # eager steps on the compiled env fill its eager reset memo
+        run(2 * limit + 3)  # compiled steps (auto-resets) advance the episode counters past the memo
+        run(limit + 1, compiled=False)  # eager again, an auto-reset among them: the memo must be refilled first
         for env in (compiled_env, eager_env):
             env.reset(seed=5)
         run(limit)
         for env in (compiled_env, eager_env):
             env.reset(group_size=4)
-        run(2 * limit)
-        run(3, compiled=False)  # eager steps on the compiled env: its eager reset memo must be refreshed
         run(2 * limit)
         compiled_env.load_state_dict(eager_env.state_dict())
         run(2 * limit)
@@ -158,3 +164,44 @@ def test_inductor_step_matches_eager(name, overrides):
             assert_steps_agree(step(action), eager_env.step(action), tol=1e-6)
     torch.testing.assert_close(compiled_env.state_dict()["state"], eager_env.state_dict()["state"], rtol=0,
                                atol=1e-9)
+
+
+# --- CUDA graphs ------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", CONFIGS)
+def test_cuda_graph_replays_of_a_captured_step_equal_eager_steps(name):
+    """A collector may capture ``env.step`` (with ``policy.act``) in a CUDA graph once and replay it: the replays
+    must advance the env exactly like eager steps, auto-resets included (capture fails on any host sync)."""
+    graph_env, eager_env = make(name, device="cuda"), make(name, device="cuda")
+    actions = [a.cuda() for a in random_actions(eager_env, 3 * eager_env.max_episode_steps + 2)]
+    static_action = actions[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up steps off the capture, as torch.cuda.graph asks
+        for action in actions[:2]:
+            assert_steps_agree(graph_env.step(action), eager_env.step(action), tolerance(name))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = graph_env.step(static_action)
+    for action in actions[2:]:
+        static_action.copy_(action)
+        graph.replay()
+        assert_steps_agree(captured, eager_env.step(action), tolerance(name))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cartpole", "push_cube_joint_aligned"])
+def test_reduce_overhead_runs_the_step_as_cuda_graphs(name):
+    """``mode="reduce-overhead"``: no cudagraph skip ("mutated inputs": the env's buffers are marked static), no
+    recompile, and eager results (float64 push_cube: see test_inductor_step_matches_eager)."""
+    overrides = {} if name == "cartpole" else {"physics_dtype": "float64"}
+    compiled_env, eager_env = make(name, device="cuda", **overrides), make(name, device="cuda", **overrides)
+    step = torch.compile(compiled_env.step, fullgraph=True, mode="reduce-overhead")
+    torch._dynamo.utils.counters.clear()
+    with torch._inductor.config.patch({"triton.cudagraph_or_error": True}), \
+            torch._dynamo.config.patch(error_on_recompile=True):
+        for action in random_actions(eager_env, 3 * eager_env.max_episode_steps):
+            action = action.cuda()
+            assert_steps_agree(step(action), eager_env.step(action), tol=1e-6)  # before the next replay reuses it
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
