@@ -35,6 +35,16 @@ def run_cli(script: str, args: list[str], cwd: Path, timeout: float = 120) -> su
                           timeout=timeout, env=env)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` need a CUDA device: skip them, saying so, where none is visible."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def tiny() -> list[str]:
     return list(TINY)

@@ -9,6 +9,11 @@ no future reward) and ``truncated`` (cut by a time limit: the future was not obs
 
 Episode statistics (return, length, success) are accumulated on the device by :class:`EpisodeStats`
 and fetched once per training iteration with :meth:`EpisodeStats.pop`.
+
+The native envs' ``step`` is graph-ready: it compiles with ``torch.compile(env.step, fullgraph=True)``
+without recompiling and can be captured in a CUDA graph, because every piece of state is a tensor
+allocated once and updated in place (:func:`mark_static`), no Python counter changes inside it and nothing
+syncs with the host.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["BatchedEnv", "EpisodeStats", "StepResult"]
+__all__ = ["BatchedEnv", "EpisodeStats", "StepResult", "mark_static"]
 
 
 class StepResult(NamedTuple):
@@ -72,9 +77,14 @@ class EpisodeStats:
         self._sums += torch.stack(
             [done_f, self.running_return * done_f, self.running_length * done_f, succ_f]
         )
-        self._reports_success = self._reports_success or success is not None
+        if success is not None:
+            self._reports_success = True  # a constant store: compiled steps need no guard on it
         self.running_return *= ~done
         self.running_length *= ~done
+
+    def buffers(self) -> tuple[Tensor, ...]:
+        """The tensors :meth:`step` updates in place (for :func:`mark_static`)."""
+        return self.running_return, self.running_length, self._sums
 
     def discard(self, mask: Tensor | None = None) -> None:
         """Drop the partial episodes of ``mask`` envs (all when None), e.g. on a forced reset."""
@@ -121,6 +131,14 @@ class EpisodeStats:
         self.running_length.copy_(state["running_length"])
         self._sums.copy_(state["sums"])
         self._reports_success = bool(state["reports_success"])
+
+
+def mark_static(device: torch.device, *buffers: Tensor) -> None:
+    """Tell ``torch.compile(mode="reduce-overhead")`` that these env buffers keep their address, so its CUDA
+    graphs may update them in place instead of skipping ("mutated inputs"). No effect off CUDA."""
+    if device.type == "cuda":
+        for buffer in buffers:
+            torch._dynamo.mark_static_address(buffer)
 
 
 class BatchedEnv(ABC):

@@ -16,8 +16,14 @@ Reset states come from :func:`hash_uniform`, a pure function of ``(seed, key, co
   ``2**31 + r`` where ``r`` counts explicit resets since seeding. The offset keeps explicit resets and
   auto-resets in disjoint streams; a group's members share key and counter, hence their state.
 
-Auto-reset states are drawn for several future episodes at once (a cache refilled every few steps)
-because the hash costs more small ops than the physics; draws do not depend on the cache.
+Eager, auto-reset states are drawn for several future episodes at once (a memo refilled every few steps)
+because the hash costs more small ops than the physics; under ``torch.compile`` or CUDA-graph capture they
+are drawn inline (:class:`~embodirl.envs.rng.StartCache`). The draws are the same either way.
+
+``step`` is compile- and CUDA-graph-ready: ``torch.compile(env.step, fullgraph=True)`` traces it without
+graph breaks and never recompiles; all env state lives in tensors allocated once and updated in place, and
+nothing syncs with the host. Every tensor it returns is freshly allocated, so callers may keep them (inside
+a CUDA graph, the graph's static outputs are overwritten by the next replay, as usual).
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
-from embodirl.envs.rng import ResetStream, hash_uniform
+from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult, mark_static
+from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice
 
 __all__ = ["CartPole"]
@@ -49,7 +55,7 @@ THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 RESET_LOW, RESET_HIGH = -0.05, 0.05
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
-_STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed"}
+_STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed"}
 
 
 def _is_int(value: object) -> bool:
@@ -93,28 +99,19 @@ class CartPole(BatchedEnv):
         self.episode_stats = EpisodeStats(num_envs, self.device)
 
         n, dev, dtype = num_envs, self.device, self.physics_dtype
-        self._env_ids = torch.arange(n, device=dev)
         self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=dtype, device=dev)
         self._force_right = torch.full((n,), FORCE_MAG, dtype=dtype, device=dev)
         self._force_left = torch.full((n,), -FORCE_MAG, dtype=dtype, device=dev)
         self._state = torch.zeros(n, 4, dtype=dtype, device=dev)  # x, x_dot, theta, theta_dot
-        self._obs = torch.zeros(n, 4, dtype=torch.float32, device=dev)
         self._zeros = torch.zeros(n, dtype=dtype, device=dev)
         self._libm_trig = self.device.type == "cpu"
-        self._scratch = torch.zeros(n, 4, dtype=dtype, device=dev)  # per-step temporaries, no allocation
-        self._beyond = torch.zeros(n, 4, dtype=torch.bool, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
-        # Reset-state cache: slot k of env i holds the draw for counter base[i] + k, k = 0..depth.
-        # At most one episode starts per step, so a refill every `depth` steps never runs dry.
-        # The depth keeps the refill's int64 working set small (cache-resident) for large N.
-        self._cache_depth = max(1, min(16, (1 << 14) // n))
-        self._cache_slots = torch.arange(self._cache_depth + 1, device=dev)
-        self._cache_keys = self._env_ids.repeat_interleave(self._cache_depth + 1)
-        self._cache = torch.zeros(n * (self._cache_depth + 1), 4, dtype=dtype, device=dev)
-        self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)  # flat index = episode + shift
-        self._cache_age = 0
+        # Eager memo of the next starts; the depth keeps a refill's int64 working set cache-resident for large N.
+        self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(16, (1 << 14) // n)),
+                                  min_length=1)
+        mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
+                    self._force_right, self._force_left, self._zeros, *self.episode_stats.buffers())
         self.reset(seed=seed)
 
     @property
@@ -132,14 +129,15 @@ class CartPole(BatchedEnv):
         Returns:
             ``[N, 4]`` float32 first observations.
         """
-        key, counter = self._resets.explicit(seed, group_size)
-        init = hash_uniform(self._resets.seed, key, counter, 4, RESET_LOW, RESET_HIGH)
-        self._state.copy_(init)
-        self._obs = self._state.to(torch.float32)
+        self._state.copy_(self._draw_starts(*self._resets.explicit(seed, group_size))[0])
         self._steps.zero_()
-        self._fill_cache(self._resets.episode)
+        self._starts.invalidate()
         self.episode_stats.discard()
-        return self._obs
+        return self._state.to(torch.float32, copy=True)
+
+    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor]:
+        """``[M, 4]`` start states of rows ``(key_hash, counter)`` in the physics dtype."""
+        return (uniform_from_key(key_hash, counter, 4, RESET_LOW, RESET_HIGH).to(self.physics_dtype),)
 
     def step(self, action: Tensor) -> StepResult:
         """Advance every env by one Euler step of 0.02 s and auto-reset the finished ones.
@@ -155,7 +153,7 @@ class CartPole(BatchedEnv):
                              f"or ({self.num_envs}, 1): one action per env")
         force = torch.where(action.view(self.num_envs) == 1, self._force_right, self._force_left)
         x, x_dot, theta, theta_dot = self._state.unbind(1)
-        if self._libm_trig:
+        if self._libm_trig and not in_graph(self.device):
             # exp(i*theta) = cos + i*sin computed by the C library's cexp, whose cos/sin are the ones numpy
             # (hence gymnasium) uses; torch's real cos/sin (SLEEF) can differ from them by one ulp.
             costheta, sintheta = torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
@@ -167,46 +165,29 @@ class CartPole(BatchedEnv):
             LENGTH * (4.0 / 3.0 - MASSPOLE * costheta.square() / TOTAL_MASS)
         )
         xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
-        deriv = torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=1, out=self._scratch)
-        self._state += deriv.mul_(TAU)
+        state = self._state + torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=1).mul_(TAU)
 
-        terminated = torch.gt(torch.abs(self._state, out=self._scratch), self._limits, out=self._beyond).any(dim=1)
+        terminated = (state.abs() > self._limits).any(dim=1)
         self._steps += 1
         time_up = self._steps >= self.max_episode_steps
         truncated = time_up & ~terminated
         done = terminated | time_up
-        final_obs = self._state.to(torch.float32)
+        final_obs = state.to(torch.float32)
 
-        if self._cache_age == self._cache_depth:
-            self._fill_cache(self._resets.episode)
-        self._cache_age += 1
-        self._resets.episode += done
-        init = torch.index_select(self._cache, 0, self._resets.episode + self._cache_shift, out=self._scratch)
-        torch.where(done.unsqueeze(1), init, self._state, out=self._state)
+        (init,) = self._starts.next(done)
+        torch.where(done.unsqueeze(1), init, state, out=self._state)
         self._steps.masked_fill_(done, 0)
-        self._obs = self._state.to(torch.float32)
+        obs = self._state.to(torch.float32, copy=True)  # never the state buffer itself (float32 physics)
 
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         self.episode_stats.step(reward, done)
-        return StepResult(self._obs, reward, terminated, truncated, final_obs, {})
-
-    def _fill_cache(self, base: Tensor) -> None:
-        """Draw the reset states for counters ``base .. base + depth`` of every env."""
-        self._cache_base.copy_(base)
-        counters = (base.unsqueeze(1) + self._cache_slots).view(-1)
-        self._cache.copy_(hash_uniform(self._resets.seed, self._cache_keys, counters, 4, RESET_LOW, RESET_HIGH))
-        self._cache_shift.copy_(self._env_ids * (self._cache_depth + 1) - base)
-        self._cache_age = 0
+        return StepResult(obs, reward, terminated, truncated, final_obs, {})
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Physics, counters, seed, current observation and episode statistics (all cloned)."""
-        state = {
-            "state": self._state.clone(),
-            "obs": self._obs.clone(),
-            "steps": self._steps.clone(),
-            "cache_base": self._cache_base.clone(),
-            "cache_age": torch.tensor(self._cache_age),
-        }
+        """Physics, counters, seed and episode statistics (all cloned), and the current observation (for reference:
+        it is ``state`` in float32, and :meth:`load_state_dict` ignores it)."""
+        state = {"state": self._state.clone(), "obs": self._state.to(torch.float32, copy=True),
+                 "steps": self._steps.clone()}
         state.update(self._resets.state_dict())
         state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
@@ -221,9 +202,7 @@ class CartPole(BatchedEnv):
                                   f"has {tuple(self._state.shape)}; build the env with the checkpoint's num_envs")
         self._resets.load_state_dict(state)
         self._state.copy_(state["state"])
-        self._obs = state["obs"].to(self.device, torch.float32, copy=True)
         self._steps.copy_(state["steps"])
-        self._fill_cache(state["cache_base"].to(self.device))
-        self._cache_age = int(state["cache_age"])
+        self._starts.invalidate()
         prefix = "episode_stats."
         self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

@@ -6,14 +6,19 @@ drawing are pure functions in :mod:`embodirl.envs.push_cube_physics`; the task i
 Limitations: planar (no lifting or tipping), a kinematic tip instead of a 7-DoF arm (or a 2-link SCARA arm
 whose links pass above the cube), no gripper, and decoupled ("box" limit-surface) table friction.
 
-State is component-major, ``[16, N]`` float32: tip ``p`` (rows 0-1), tip velocity ``v_p`` (2-3), cube centre
-``c`` (4-5), yaw (6), cube velocity ``v`` (7-8), ``omega`` (9), goal ``g`` (10-11), joint angles ``q``
-(12-13) and the last step's mean joint velocity (14-15; both zero in ee mode).
+State is component-major, ``[16, N]`` in ``physics_dtype`` (float32 by default): tip ``p`` (rows 0-1), tip
+velocity ``v_p`` (2-3), cube centre ``c`` (4-5), yaw (6), cube velocity ``v`` (7-8), ``omega`` (9), goal ``g``
+(10-11), joint angles ``q`` (12-13) and the last step's mean joint velocity (14-15; both zero in ee mode).
 
 Reset states come from :func:`~embodirl.envs.rng.hash_uniform` as in :mod:`embodirl.envs.cartpole`: auto-reset
 of env ``i`` uses key ``i`` and counter = its episode number; ``reset(group_size=g)`` uses key ``i // g`` and
 counter ``2**31 + r`` (``r`` = explicit resets since seeding). Components: cube xy (0-1), tip xy (2-3), yaw
 (4), goal direction (5). An env's trajectory does not depend on ``num_envs``; group members share starts.
+Eager, the starts (and first observations) of every env's next episodes are memoised; under ``torch.compile``
+or CUDA-graph capture they are drawn inline (:class:`~embodirl.envs.rng.StartCache`), with the same values.
+
+``step`` is compile- and CUDA-graph-ready (``torch.compile(env.step, fullgraph=True)``, no recompiles, state
+updated in place, no host syncs); every tensor it returns is freshly allocated.
 """
 
 from __future__ import annotations
@@ -27,16 +32,16 @@ import torch
 from torch import Tensor
 
 from embodirl.envs import push_cube_physics as phys
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
-from embodirl.envs.rng import ResetStream, hash_uniform
+from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult, mark_static
+from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice
 
 __all__ = ["PushCube"]
 
 STATE_ROWS = 16
-_STATE_KEYS = {"state", "obs", "steps", "episode", "cache_base", "cache_age", "num_resets", "seed", "ever_success"}
+_STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed", "ever_success"}
 _CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
-            "goal_direction": ("fixed", "random", "random_aligned")}
+            "goal_direction": ("fixed", "random", "random_aligned"), "physics_dtype": ("float32", "float64")}
 _FLAGS = ("terminate_on_success", "fail_on_leaving_workspace", "randomize_yaw", "time_obs")
 _COUNTS = ("num_envs", "max_episode_steps", "substeps", "solver_iterations")
 _POSITIVE = ("cube_half_size", "cube_mass", "pusher_radius", "gravity", "control_dt", "max_speed", "max_joint_delta",
@@ -152,6 +157,9 @@ class PushCube(BatchedEnv):
         goal_radius: Success radius (m).
         goal_offset: Distance of the goal from the cube's start (m).
         table_half_size: Half extents of the table (m), for ``fail_on_leaving_workspace`` and rendering.
+        physics_dtype: dtype of the physics state; float64 makes CPU, CUDA and compiled runs agree closely over
+            long horizons (contact amplifies float32 rounding). Observations, rewards and ``dist_to_goal`` are
+            float32 either way.
         device: Device of every tensor.
         seed: Seed of the reset-state stream.
     """
@@ -190,6 +198,7 @@ class PushCube(BatchedEnv):
         goal_radius: float = 0.1,
         goal_offset: float = 0.2,
         table_half_size: tuple[float, float] = (0.6, 0.5),
+        physics_dtype: Literal["float32", "float64"] = "float32",
         *,
         device: str | torch.device = "cpu",
         seed: int = 0,
@@ -204,6 +213,7 @@ class PushCube(BatchedEnv):
         self.control_mode, self.reward_mode, self.goal_direction = control_mode, reward_mode, goal_direction
         self.terminate_on_success, self.fail_on_leaving_workspace = terminate_on_success, fail_on_leaving_workspace
         self.randomize_yaw, self.time_obs = randomize_yaw, time_obs
+        self.physics_dtype = getattr(torch, physics_dtype)
         self.joint_mode = control_mode == "joint_delta_pos"
         self.half_size, self.radius = float(cube_half_size), float(pusher_radius)
         self.mass, self.inertia = float(cube_mass), cube_mass * (2 * cube_half_size) ** 2 / 6
@@ -224,28 +234,17 @@ class PushCube(BatchedEnv):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.episode_stats = EpisodeStats(num_envs, self.device)
 
-        n, dev = num_envs, self.device
-        self._ws_low = torch.tensor(self.workspace[0], device=dev).view(2, 1)
-        self._ws_high = torch.tensor(self.workspace[1], device=dev).view(2, 1)
-        self._table = torch.tensor(self.table_half_size, device=dev).view(2, 1)
-        self._env_ids = torch.arange(n, device=dev)
-        self._state = torch.zeros(STATE_ROWS, n, device=dev)
-        self._obs = torch.zeros(n, obs_dim, device=dev)
+        n, dev, dtype = num_envs, self.device, self.physics_dtype
+        self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
+        self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)  # success at some step of this episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
-        # Reset cache: column env * depth + k holds the start state (and row the first observation) of episode
-        # base[env] + 1 + k, k < depth. Episodes last at least `min_length` steps, so an env starts at most
-        # `depth` episodes in `depth * min_length` steps: refill that often.
-        self._cache_depth = max(1, min(16, 4096 // n))
+        # Eager memo of the next starts (state columns, observation rows); episodes last at least `min_length`.
         min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
-        self._cache_period = self._cache_depth * min_length
-        self._cache_slots = torch.arange(1, self._cache_depth + 1, device=dev)
-        self._cache_keys = self._env_ids.repeat_interleave(self._cache_depth)
-        self._cache = torch.zeros(STATE_ROWS, n * self._cache_depth, device=dev)
-        self._cache_obs = torch.zeros(n * self._cache_depth, obs_dim, device=dev)
-        self._cache_base = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._cache_shift = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._cache_age = 0
+        self._starts = StartCache(self._resets, self._draw_starts, dims=(1, 0), depth=max(1, min(16, 4096 // n)),
+                                  min_length=min_length)
+        mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash,
+                    *self.episode_stats.buffers())
         self.reset(seed=seed)
 
     # --- resets --------------------------------------------------------------------------------------
@@ -260,35 +259,33 @@ class PushCube(BatchedEnv):
         Returns:
             ``[N, obs_dim]`` float32 first observations.
         """
-        key, counter = self._resets.explicit(seed, group_size)
-        self._state.copy_(self._initial_states(key, counter))
-        self._obs = self._observe(self._state, self._steps.zero_())
-        self._ever_success = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        self._fill_cache(self._resets.episode)
+        self._state.copy_(self._initial_states(*self._resets.explicit(seed, group_size)))
+        self._steps.zero_()
+        self._ever_success.zero_()
+        self._starts.invalidate()
         self.episode_stats.discard()
-        return self._obs
+        return self._observe(self._state, self._steps)
 
-    def _initial_states(self, key: Tensor, counter: Tensor) -> Tensor:
-        """``[16, M]`` start states for rows ``(key, counter)`` (drawn in float64, stored in float32)."""
+    def _initial_states(self, key_hash: Tensor, counter: Tensor) -> Tensor:
+        """``[16, M]`` start states for rows ``(key_hash, counter)`` (drawn in float64, stored in ``physics_dtype``)."""
         num = 6 if self.randomize_yaw or self.goal_direction != "fixed" else 4
-        u = hash_uniform(self._resets.seed, key, counter, num).T  # [num, M] in [0, 1)
+        u = uniform_from_key(key_hash, counter, num).T  # [num, M] in [0, 1)
         tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
-        tip = tip.clamp(self._ws_low.double(), self._ws_high.double()).float()
-        state = torch.zeros(STATE_ROWS, key.shape[0], device=self.device)
-        if self.joint_mode:
-            state[12:14] = phys.arm_inverse(tip.double(), self.arm_base, *self.link_lengths).float()
-            tip = phys.arm_forward(state[12:14], self.arm_base, *self.link_lengths)
-        state[0:2], state[4:6], state[6], state[10:12] = tip, cube, yaw, goal
-        return state
+        dtype, (low, high) = self.physics_dtype, self.workspace
+        tip = tuple(x.clamp(lo, hi).to(dtype) for x, lo, hi in zip(tip, low, high, strict=True))
+        zero = torch.zeros_like(yaw, dtype=dtype)
+        q = (zero, zero)
+        if self.joint_mode:  # the joints reaching the stored tip, then the tip those joints reach
+            q = tuple(x.to(dtype) for x in phys.arm_inverse([x.double() for x in tip], self.arm_base,
+                                                             *self.link_lengths))
+            tip = phys.arm_forward(q, self.arm_base, *self.link_lengths)
+        rows = (*tip, zero, zero, *cube, yaw, zero, zero, zero, *goal, *q, zero, zero)
+        return torch.stack([row.to(dtype) for row in rows])
 
-    def _fill_cache(self, base: Tensor) -> None:
-        """Draw the start states (and observations) of episodes ``base + 1 .. base + depth`` of every env."""
-        self._cache_base.copy_(base)
-        counters = (base.unsqueeze(1) + self._cache_slots).view(-1)
-        self._cache.copy_(self._initial_states(self._cache_keys, counters))
-        self._cache_obs.copy_(self._observe(self._cache, torch.zeros_like(counters)))
-        self._cache_shift.copy_(self._env_ids * self._cache_depth - base)
-        self._cache_age = 0
+    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
+        """``[16, M]`` start states and ``[M, obs_dim]`` first observations of rows ``(key_hash, counter)``."""
+        state = self._initial_states(key_hash, counter)
+        return state, self._observe(state, torch.zeros_like(counter))
 
     # --- stepping ------------------------------------------------------------------------------------
     def step(self, action: Tensor) -> StepResult:
@@ -313,74 +310,79 @@ class PushCube(BatchedEnv):
             state[0:2], state[4:6], state[10:12], cos_t, sin_t, self.half_size, self.radius, self.goal_radius)
         terminated = success if self.terminate_on_success else torch.zeros_like(success)
         if self.fail_on_leaving_workspace:
-            left = (state[4:6].abs() > self._table).any(0)
+            left = (state[4].abs() > self.table_half_size[0]) | (state[5].abs() > self.table_half_size[1])
             terminated = terminated | left
             reward = reward.masked_fill(left, 0.0)
         if self.reward_mode == "normalized_dense":
             reward = reward * (1.0 / phys.SUCCESS_REWARD)
         elif self.reward_mode == "sparse":
             reward = success.to(reward.dtype)
+        reward, dist_to_goal = reward.to(torch.float32), dist_to_goal.to(torch.float32)
         time_up = steps >= self.max_episode_steps
         truncated = time_up & ~terminated
         done = terminated | time_up
 
-        if self._cache_age == self._cache_period:
-            self._fill_cache(self._resets.episode)
-        self._cache_age += 1
-        slot = self._resets.episode + self._cache_shift
-        self._resets.episode += done
-        torch.where(done, torch.index_select(self._cache, 1, slot), state, out=self._state)
-        self._obs = torch.where(done.unsqueeze(1), torch.index_select(self._cache_obs, 0, slot), final_obs)
-        self._steps = steps.masked_fill(done, 0)
+        start, start_obs = self._starts.next(done)
+        torch.where(done, start, state, out=self._state)
+        obs = torch.where(done.unsqueeze(1), start_obs, final_obs)
+        self._steps.copy_(steps).masked_fill_(done, 0)
         self.episode_stats.step(reward, done, success=success)
         once = self._ever_success | success
-        self._ever_success = once & ~done
+        torch.logical_and(once, ~done, out=self._ever_success)
         info = {"success": success, "success_once": once, "success_at_end": success & done,
                 "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps}
-        return StepResult(self._obs, reward, terminated, truncated, final_obs, info)
+        return StepResult(obs, reward, terminated, truncated, final_obs, info)
 
     def _physics(self, action: Tensor) -> Tensor:
-        """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions; return the new ``[16, N]``."""
+        """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions; return the new ``[16, N]``.
+
+        Works on ``[N]`` components only (see :mod:`.push_cube_physics`), so a compiled step fuses."""
         s = self._state
-        p, c, theta, v, omega, q = s[0:2], s[4:6], s[6], s[7:9], s[9], s[12:14]
+        p, c, theta, v, omega, q = (s[0], s[1]), (s[4], s[5]), s[6], (s[7], s[8]), s[9], (s[12], s[13])
         h, r, delta = self.half_size, self.radius, self._delta
+        (x_low, y_low), (x_high, y_high) = self.workspace
         phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
-        if self.joint_mode:
-            q_start, dq = q, action * (self.max_joint_delta / self.substeps)
-        else:
-            dp = action * (self.max_speed * delta)
+        step = self.max_joint_delta / self.substeps if self.joint_mode else self.max_speed * delta
+        d = (action[0] * step, action[1] * step)  # joint (joint mode) or tip (ee mode) motion per substep
+        q_start = q
         for _ in range(self.substeps):
             if self.joint_mode:  # integrate the joints, tip = FK(q); reject steps leaving the workspace
-                q_new = q + dq
+                q_new = (q[0] + d[0], q[1] + d[1])
                 p_new = phys.arm_forward(q_new, self.arm_base, *self.link_lengths)
-                inside = ((p_new >= self._ws_low) & (p_new <= self._ws_high)).all(0)
-                q, p_new = torch.where(inside, q_new, q), torch.where(inside, p_new, p)
+                inside = (p_new[0] >= x_low) & (p_new[0] <= x_high) & (p_new[1] >= y_low) & (p_new[1] <= y_high)
+                q = (torch.where(inside, q_new[0], q[0]), torch.where(inside, q_new[1], q[1]))
+                p_new = (torch.where(inside, p_new[0], p[0]), torch.where(inside, p_new[1], p[1]))
             else:
-                p_new = torch.clamp(p + dp, self._ws_low, self._ws_high)
-            v_p = (p_new - p) * (1.0 / delta)
+                p_new = ((p[0] + d[0]).clamp(x_low, x_high), (p[1] + d[1]).clamp(y_low, y_high))
+            v_p = ((p_new[0] - p[0]) * (1.0 / delta), (p_new[1] - p[1]) * (1.0 / delta))
             v, omega = phys.table_friction(v, omega, self._friction_dv, self._friction_dw)
             v, omega = phys.solve_contact(v_p, v, omega, phi, n, r_c, **self._solver)
-            c = c + v * delta
+            c = (c[0] + v[0] * delta, c[1] + v[1] * delta)
             theta = theta + omega * delta
             p = p_new
             phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
-            c = c - n * (-phi).clamp(min=0.0)  # position projection: no penetration left
+            depth = (-phi).clamp(min=0.0)
+            c = (c[0] - n[0] * depth, c[1] - n[1] * depth)  # position projection: no penetration left
             phi = phi.clamp(min=0.0)  # the projected geometry: same n and r_c, zero gap (exactly, in reals)
-        q_dot = (q - q_start) * (1.0 / self.control_dt) if self.joint_mode else s[14:16]
-        return torch.cat((p, v_p, c, theta[None], v, omega[None], s[10:12], q, q_dot))
+        if self.joint_mode:
+            q_dot = ((q[0] - q_start[0]) * (1.0 / self.control_dt), (q[1] - q_start[1]) * (1.0 / self.control_dt))
+        else:
+            q_dot = (s[14], s[15])
+        return torch.stack((*p, *v_p, *c, theta, *v, omega, s[10], s[11], *q, *q_dot))
 
     def _observe(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
                  sin_t: Tensor | None = None) -> Tensor:
-        """``[M, obs_dim]`` observations of ``[16, M]`` states with ``steps`` ``[M]`` into the episode."""
+        """``[M, obs_dim]`` float32 observations of ``[16, M]`` states with ``steps`` ``[M]`` into the episode."""
         if cos_t is None or sin_t is None:
             cos_t, sin_t = state[6].cos(), state[6].sin()
-        p, c, goal = state[0:2], state[4:6], state[10:12]
-        parts = [state[0:6], cos_t[None], sin_t[None], state[7:12], goal - c, c - p]
+        s = state
+        columns = [*s[0:6], cos_t, sin_t, *s[7:12], s[10] - s[4], s[11] - s[5], s[4] - s[0], s[5] - s[1]]
         if self.joint_mode:
-            parts += [state[12:14], state[14:16] * (self.control_dt / self.max_joint_delta)]
+            scale = self.control_dt / self.max_joint_delta
+            columns += [s[12], s[13], s[14] * scale, s[15] * scale]
         if self.time_obs:
-            parts.append((steps * (1.0 / self.max_episode_steps)).to(state.dtype)[None])
-        return torch.cat(parts).T.contiguous()
+            columns.append((steps * (1.0 / self.max_episode_steps)).to(state.dtype))
+        return torch.stack(columns, dim=1).to(torch.float32)
 
     # --- pictures and snapshots ----------------------------------------------------------------------
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
@@ -395,15 +397,10 @@ class PushCube(BatchedEnv):
                                goal_radius=self.goal_radius, workspace=self.workspace, arm=arm)
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Physics, counters, seed, current observation and episode statistics (all cloned)."""
-        state = {
-            "state": self._state.clone(),
-            "obs": self._obs.clone(),
-            "steps": self._steps.clone(),
-            "cache_base": self._cache_base.clone(),
-            "cache_age": torch.tensor(self._cache_age),
-            "ever_success": self._ever_success.clone(),
-        }
+        """Physics, counters, seed and episode statistics (all cloned), and the current observation (for reference:
+        it follows from them, and :meth:`load_state_dict` only checks its shape)."""
+        state = {"state": self._state.clone(), "obs": self._observe(self._state, self._steps),
+                 "steps": self._steps.clone(), "ever_success": self._ever_success.clone()}
         state.update(self._resets.state_dict())
         state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
@@ -413,16 +410,15 @@ class PushCube(BatchedEnv):
         missing = sorted(_STATE_KEYS - state.keys())
         if missing:
             raise CheckpointError(f"PushCube.load_state_dict: missing keys {missing}; pass a PushCube.state_dict()")
-        shapes, own = (tuple(state["state"].shape), tuple(state["obs"].shape)), (self._state.shape, self._obs.shape)
+        shapes, own = (tuple(state["state"].shape), tuple(state["obs"].shape)), (self._state.shape, (self.num_envs,
+                                                                                         *self.observation_space.shape))
         if shapes != tuple(tuple(x) for x in own):
             raise CheckpointError(f"PushCube.load_state_dict: state/obs shapes {shapes} differ from this env's "
                                   f"{own}; build the env with the checkpoint's num_envs, control_mode and time_obs")
         self._resets.load_state_dict(state)
         self._state.copy_(state["state"])
-        self._obs = state["obs"].to(self.device, torch.float32, copy=True)
-        self._steps = state["steps"].to(self.device, torch.int64, copy=True)
-        self._fill_cache(state["cache_base"].to(self.device))
-        self._cache_age = int(state["cache_age"])
-        self._ever_success = state["ever_success"].to(self.device, torch.bool, copy=True)
+        self._steps.copy_(state["steps"])
+        self._ever_success.copy_(state["ever_success"])
+        self._starts.invalidate()
         prefix = "episode_stats."
         self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

@@ -3,8 +3,11 @@
 A kinematic disk (the tool tip, radius ``r``) pushes a square cube (half-size ``h``) that slides on a table
 with Coulomb friction. Conventions shared by every function:
 
-* 2-vectors are stored component-major, ``[2, N]`` (row 0 = x, row 1 = y), so a component is a contiguous
-  ``[N]`` row; scalars per env are ``[N]``. Everything broadcasts over ``N`` without Python branches.
+* A 2-vector is a pair ``(x, y)`` of ``[N]`` tensors (:data:`Vec2`); a ``[2, N]`` tensor (row 0 = x,
+  row 1 = y) works wherever one is passed in. Scalars per env are ``[N]``. Everything broadcasts over ``N``
+  without Python branches, and every operation is elementwise over ``N`` with one shape, so
+  ``torch.compile`` fuses a whole physics step into a handful of kernels (mixing ``[2, N]`` and ``[N]``
+  tensors split it into about 40).
 * ``R(theta)`` rotates the cube frame into the world; ``n`` points from the cube to the pusher and the
   tangent is ``t = (-n_y, n_x)``; ``a x b = a_x b_y - a_y b_x`` is the planar cross product.
 
@@ -16,6 +19,7 @@ the 2-link (SCARA) arm's kinematics, ManiSkill's reset distribution and staged r
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -30,6 +34,7 @@ __all__ = [
     "TIP_SPAWN_HIGH",
     "TIP_SPAWN_LOW",
     "YAW_SPAWN",
+    "Vec2",
     "arm_forward",
     "arm_inverse",
     "box_contact",
@@ -44,6 +49,9 @@ __all__ = [
     "world_to_pixel",
 ]
 
+Vec2 = tuple[Tensor, Tensor]  #: a 2-vector per env: ``(x, y)``, each ``[N]``
+Vec2Like = Vec2 | Sequence[Tensor] | Tensor  # also accepted as input: a [2, N] tensor
+
 #: Mean distance of a uniformly loaded unit half-size square's points from its centre:
 #: ``(sqrt(2) + ln(1 + sqrt(2))) / 3`` (times ``h``), the lever arm of the table's friction torque.
 MEAN_LEVER_ARM = (math.sqrt(2.0) + math.log(1.0 + math.sqrt(2.0))) / 3.0
@@ -56,23 +64,27 @@ TANH_SCALE = 5.0  #: distance scale of the reach and place terms (1/m)
 SUCCESS_REWARD = 3.0  #: dense reward while successful; "normalized_dense" divides by it
 
 
-def rotate(cos_t: Tensor, sin_t: Tensor, vec: Tensor) -> Tensor:
+def _norm(x: Tensor, y: Tensor) -> Tensor:
+    return (x * x).addcmul_(y, y).sqrt_()
+
+
+def rotate(cos_t: Tensor, sin_t: Tensor, vec: Vec2Like) -> Vec2:
     """``R(theta) vec``.
 
     Args:
         cos_t: ``[N]`` cosine of the angle.
         sin_t: ``[N]`` sine of the angle.
-        vec: ``[2, N]`` or ``[2, K, N]`` vectors (component first).
+        vec: 2-vector ``(x, y)``.
 
     Returns:
-        Rotated vectors, same shape as ``vec``.
+        The rotated 2-vector.
     """
     x, y = vec[0], vec[1]
-    return torch.stack((x * cos_t - y * sin_t, x * sin_t + y * cos_t))
+    return x * cos_t - y * sin_t, x * sin_t + y * cos_t
 
 
-def box_contact(p: Tensor, c: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: float,
-                radius: float) -> tuple[Tensor, Tensor, Tensor]:
+def box_contact(p: Vec2Like, c: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
+                radius: float) -> tuple[Tensor, Vec2, Vec2]:
     """Signed distance, normal and contact lever arm of a disk against an oriented square.
 
     In the cube frame the pusher is at ``q = R^T (p - c)``; with per-axis excess ``a = |q| - h``:
@@ -86,36 +98,35 @@ def box_contact(p: Tensor, c: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: f
     the one-hot of ``k`` inside, and the folded contact point is ``h + (1 - w) min(a, 0)``.
 
     Args:
-        p: ``[2, N]`` pusher centre.
-        c: ``[2, N]`` cube centre.
+        p: Pusher centre.
+        c: Cube centre.
         cos_t: ``[N]`` cosine of the cube's yaw.
         sin_t: ``[N]`` sine of the cube's yaw.
         half_size: Cube half-size ``h``.
         radius: Pusher radius ``r``.
 
     Returns:
-        ``phi`` ``[N]`` signed gap (negative = penetration), ``n`` ``[2, N]`` unit world normal (cube ->
-        pusher) and ``r_c`` ``[2, N]`` world lever arm from the cube centre to the contact point.
+        ``phi`` ``[N]`` signed gap (negative = penetration), ``n`` unit world normal (cube -> pusher) and
+        ``r_c`` world lever arm from the cube centre to the contact point.
     """
-    d = p - c
-    q = torch.stack((d[0] * cos_t + d[1] * sin_t, d[1] * cos_t - d[0] * sin_t))
-    sign = torch.copysign(torch.ones_like(q), q)
-    excess = q.abs() - half_size
-    outside_part = excess.clamp(min=0.0)
-    dist = (outside_part[0] * outside_part[0]).addcmul_(outside_part[1], outside_part[1]).sqrt_()
-    inside_part = excess.clamp(max=0.0)
-    nearest = torch.amax(excess, 0)
+    dx, dy = p[0] - c[0], p[1] - c[1]
+    q = (dx * cos_t + dy * sin_t, dy * cos_t - dx * sin_t)
+    excess = [qi.abs() - half_size for qi in q]
+    outside = [a.clamp(min=0.0) for a in excess]
+    dist = _norm(*outside)
     x_nearer = excess[0] >= excess[1]
-    one_hot = torch.stack((x_nearer, ~x_nearer)).to(q.dtype)
-    w = torch.where(dist > 0.0, outside_part / dist, one_hot)
-    x_fold = torch.addcmul(inside_part, w, inside_part, value=-1.0).add_(half_size)  # h + (1 - w) min(a, 0)
-    local = torch.stack((sign * w, sign * x_fold), dim=1)  # [2, 2, N]: n_l, x_l
-    n, r_c = rotate(cos_t, sin_t, local).unbind(1)
-    phi = dist + nearest.clamp(max=0.0) - radius
-    return phi, n, r_c
+    one_hot = (x_nearer.to(dist.dtype), (~x_nearer).to(dist.dtype))
+    normal, arm = [], []
+    for qi, a, o, k in zip(q, excess, outside, one_hot, strict=True):  # w and h + (1 - w) min(a, 0) are >= 0
+        w = torch.where(dist > 0.0, o / dist, k)
+        inside = a.clamp(max=0.0)
+        normal.append(torch.copysign(w, qi))
+        arm.append(torch.copysign(torch.addcmul(inside, w, inside, value=-1.0).add_(half_size), qi))
+    phi = dist + torch.maximum(*excess).clamp(max=0.0) - radius
+    return phi, rotate(cos_t, sin_t, normal), rotate(cos_t, sin_t, arm)
 
 
-def table_friction(v: Tensor, omega: Tensor, dv: float, domega: float) -> tuple[Tensor, Tensor]:
+def table_friction(v: Vec2Like, omega: Tensor, dv: float, domega: float) -> tuple[Vec2, Tensor]:
     """Coulomb table friction over one substep, at velocity level, stopping exactly (no reversal).
 
     ``v <- v max(0, 1 - dv / |v|)`` and ``omega <- omega max(0, 1 - domega / |omega|)`` (the decoupled
@@ -123,24 +134,24 @@ def table_friction(v: Tensor, omega: Tensor, dv: float, domega: float) -> tuple[
     stay finite.
 
     Args:
-        v: ``[2, N]`` cube velocity.
+        v: Cube velocity.
         omega: ``[N]`` cube angular velocity.
         dv: Speed lost per substep, ``mu_table g delta``.
         domega: Angular speed lost per substep, ``mu_table g rho m / I delta``.
 
     Returns:
-        The new ``v`` ``[2, N]`` and ``omega`` ``[N]``.
+        The new ``v`` and ``omega`` ``[N]``.
     """
-    speed = (v[0] * v[0]).addcmul_(v[1], v[1]).sqrt_()
-    v = v * (speed - dv).clamp_(min=0.0).div_(speed.clamp_(min=_TINY))
+    speed = _norm(v[0], v[1])
+    scale = (speed - dv).clamp_(min=0.0).div_(speed.clamp_(min=_TINY))
     spin = omega.abs()
     omega = omega * (spin - domega).clamp_(min=0.0).div_(spin.clamp_(min=_TINY))
-    return v, omega
+    return (v[0] * scale, v[1] * scale), omega
 
 
-def solve_contact(v_p: Tensor, v: Tensor, omega: Tensor, phi: Tensor, n: Tensor, r_c: Tensor, *, mass: float,
-                  inertia: float, friction: float, dt: float, baumgarte: float, margin: float,
-                  iterations: int) -> tuple[Tensor, Tensor]:
+def solve_contact(v_p: Vec2Like, v: Vec2Like, omega: Tensor, phi: Tensor, n: Vec2Like, r_c: Vec2Like, *,
+                  mass: float, inertia: float, friction: float, dt: float, baumgarte: float, margin: float,
+                  iterations: int) -> tuple[Vec2, Tensor]:
     """Sequential normal + friction impulses between the (infinitely heavy) pusher and the cube.
 
     The contact is active when ``phi < margin`` (speculative). The target separating velocity is
@@ -151,12 +162,12 @@ def solve_contact(v_p: Tensor, v: Tensor, omega: Tensor, phi: Tensor, n: Tensor,
     recomputed from the cube's velocity (identical in exact arithmetic, fewer kernels).
 
     Args:
-        v_p: ``[2, N]`` pusher velocity over the substep.
-        v: ``[2, N]`` cube velocity (after table friction).
+        v_p: Pusher velocity over the substep.
+        v: Cube velocity (after table friction).
         omega: ``[N]`` cube angular velocity.
         phi: ``[N]`` signed gap at the start of the substep.
-        n: ``[2, N]`` unit normal, cube -> pusher.
-        r_c: ``[2, N]`` lever arm of the contact point.
+        n: Unit normal, cube -> pusher.
+        r_c: Lever arm of the contact point.
         mass: Cube mass ``m``.
         inertia: Cube moment of inertia ``I``.
         friction: Pusher-cube friction coefficient ``mu_push``.
@@ -166,7 +177,7 @@ def solve_contact(v_p: Tensor, v: Tensor, omega: Tensor, phi: Tensor, n: Tensor,
         iterations: Number of solver sweeps.
 
     Returns:
-        The cube's new ``v`` ``[2, N]`` and ``omega`` ``[N]``.
+        The cube's new ``v`` and ``omega`` ``[N]``.
     """
     inv_mass, inv_inertia = 1.0 / mass, 1.0 / inertia
     nx, ny = n[0], n[1]
@@ -177,9 +188,9 @@ def solve_contact(v_p: Tensor, v: Tensor, omega: Tensor, phi: Tensor, n: Tensor,
     k_nt = rn * rt * inv_inertia
     inv_k_n = (phi < margin) / k_n  # inactive contacts: 0, so lambda_n (and with it lambda_t) stays 0
     inv_k_t = k_t.reciprocal()
-    u = v_p - v
-    v_n = (u[0] * nx + u[1] * ny).sub_(omega * rn)  # relative velocity along n
-    v_t = (u[1] * nx - u[0] * ny).sub_(omega * rt)  # ... and along t
+    ux, uy = v_p[0] - v[0], v_p[1] - v[1]
+    v_n = (ux * nx + uy * ny).sub_(omega * rn)  # relative velocity along n
+    v_t = (uy * nx - ux * ny).sub_(omega * rt)  # ... and along t
     target = phi.clamp(max=0.0).mul_(1.0 - baumgarte).sub_(phi).mul_(1.0 / dt)  # -phi/dt, or -beta phi/dt if < 0
     lam_n = torch.zeros_like(phi)
     lam_t = torch.zeros_like(phi)
@@ -196,40 +207,40 @@ def solve_contact(v_p: Tensor, v: Tensor, omega: Tensor, phi: Tensor, n: Tensor,
         v_t.addcmul_(d, k_t, value=-1.0)
         v_n.addcmul_(d, k_nt, value=-1.0)
     # Cube impulse J = -lambda_n n + lambda_t t; its torque is r_c x J = -lambda_n rn + lambda_t rt.
-    impulse = torch.stack((-lam_n * nx - lam_t * ny, lam_t * nx - lam_n * ny))
-    v = v + impulse * inv_mass
+    v = (v[0] + (-lam_n * nx - lam_t * ny) * inv_mass, v[1] + (lam_t * nx - lam_n * ny) * inv_mass)
     omega = omega + (lam_t * rt - lam_n * rn) * inv_inertia
     return v, omega
 
 
-def push_point(p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: float,
-               radius: float) -> tuple[Tensor, Tensor]:
+def push_point(p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
+               radius: float) -> tuple[Vec2, Tensor]:
     """Where the pusher touches the cube when approaching it along the push direction ``u``.
 
     ``u = (g - c) / |g - c|``, support distance ``s = h (|cos(angle(u) - theta)| + |sin(angle(u) - theta)|)
     + r`` and push point ``p* = c - s u``.
 
     Args:
-        p_cube: ``[2, N]`` cube centre ``c``.
-        goal: ``[2, N]`` goal ``g``.
+        p_cube: Cube centre ``c``.
+        goal: Goal ``g``.
         cos_t: ``[N]`` cosine of the cube's yaw.
         sin_t: ``[N]`` sine of the cube's yaw.
         half_size: Cube half-size ``h``.
         radius: Pusher radius ``r``.
 
     Returns:
-        ``p*`` ``[2, N]`` and ``|g - c|`` ``[N]``.
+        ``p*`` and ``|g - c|`` ``[N]``.
     """
-    to_goal = goal - p_cube
-    dist = (to_goal[0] * to_goal[0]).addcmul_(to_goal[1], to_goal[1]).sqrt_()
-    u = to_goal / dist.clamp(min=1e-12)
-    along = (u[0] * cos_t + u[1] * sin_t).abs()
-    across = (u[1] * cos_t - u[0] * sin_t).abs()
+    to_goal = (goal[0] - p_cube[0], goal[1] - p_cube[1])
+    dist = _norm(*to_goal)
+    inv = dist.clamp(min=1e-12)
+    ux, uy = to_goal[0] / inv, to_goal[1] / inv
+    along = (ux * cos_t + uy * sin_t).abs()
+    across = (uy * cos_t - ux * sin_t).abs()
     support = (along + across) * half_size + radius
-    return p_cube - u * support, dist
+    return (p_cube[0] - ux * support, p_cube[1] - uy * support), dist
 
 
-def staged_reward(p: Tensor, p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t: Tensor, half_size: float,
+def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
                   radius: float, goal_radius: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """ManiSkill's staged PushCube reward in the plane (maximum :data:`SUCCESS_REWARD`).
 
@@ -237,9 +248,9 @@ def staged_reward(p: Tensor, p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t:
     ``r = reach + place [|p - p*| < REACH_TOLERANCE]``, and ``r = 3`` on success (``|c - g| < goal_radius``).
 
     Args:
-        p: ``[2, N]`` tip position.
-        p_cube: ``[2, N]`` cube centre.
-        goal: ``[2, N]`` goal.
+        p: Tip position.
+        p_cube: Cube centre.
+        goal: Goal.
         cos_t: ``[N]`` cosine of the cube's yaw.
         sin_t: ``[N]`` sine of the cube's yaw.
         half_size: Cube half-size.
@@ -250,8 +261,7 @@ def staged_reward(p: Tensor, p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t:
         Reward ``[N]`` in ``[0, 3]``, success ``[N]`` bool, reached ``[N]`` bool and ``|c - g|`` ``[N]``.
     """
     p_star, dist_to_goal = push_point(p_cube, goal, cos_t, sin_t, half_size, radius)
-    offset = p - p_star
-    d_reach = (offset[0] * offset[0]).addcmul_(offset[1], offset[1]).sqrt_()
+    d_reach = _norm(p[0] - p_star[0], p[1] - p_star[1])
     reached = d_reach < REACH_TOLERANCE
     success = dist_to_goal < goal_radius
     reach = 1.0 - torch.tanh(TANH_SCALE * d_reach)
@@ -260,7 +270,7 @@ def staged_reward(p: Tensor, p_cube: Tensor, goal: Tensor, cos_t: Tensor, sin_t:
 
 
 def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
-                 randomize_yaw: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                 randomize_yaw: bool) -> tuple[Vec2, Vec2, Tensor, Vec2]:
     """Start scenes from uniforms (ManiSkill's PushCube distribution in the plane).
 
     Cube ``c ~ U([-0.1, 0.1]^2)`` (``u[0:2]``), tip ``~ U([-0.3, -0.2] x [-0.1, 0.1])`` (``u[2:4]``), yaw 0 or
@@ -274,54 +284,55 @@ def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
         randomize_yaw: Draw the yaw.
 
     Returns:
-        Tip ``[2, M]``, cube ``[2, M]``, yaw ``[M]`` and goal ``[2, M]`` (``u``'s dtype and device).
+        Tip, cube, yaw ``[M]`` and goal (``u``'s dtype and device).
     """
-    cube = (2.0 * u[0:2] - 1.0) * CUBE_SPAWN
-    tip = torch.stack([lo + (hi - lo) * u[2 + i] for i, (lo, hi) in enumerate(zip(TIP_SPAWN_LOW, TIP_SPAWN_HIGH))])
+    cube = ((2.0 * u[0] - 1.0) * CUBE_SPAWN, (2.0 * u[1] - 1.0) * CUBE_SPAWN)
+    tip = tuple(lo + (hi - lo) * u[2 + i] for i, (lo, hi) in enumerate(zip(TIP_SPAWN_LOW, TIP_SPAWN_HIGH)))
     yaw = (2.0 * u[4] - 1.0) * YAW_SPAWN if randomize_yaw else torch.zeros_like(u[0])
     heading = (2.0 * u[5] - 1.0) * math.pi if goal_direction != "fixed" else torch.zeros_like(u[0])
     cos_h, sin_h = heading.cos(), heading.sin()
-    goal = cube + goal_offset * torch.stack((cos_h, sin_h))
+    goal = (cube[0] + goal_offset * cos_h, cube[1] + goal_offset * sin_h)
     if goal_direction == "random_aligned":
-        tip = cube + rotate(cos_h, sin_h, tip - cube)
+        turned = rotate(cos_h, sin_h, (tip[0] - cube[0], tip[1] - cube[1]))
+        tip = (cube[0] + turned[0], cube[1] + turned[1])
         yaw = yaw + heading
     return tip, cube, yaw, goal
 
 
-def arm_forward(q: Tensor, base: tuple[float, float], l1: float, l2: float) -> Tensor:
+def arm_forward(q: Vec2Like, base: tuple[float, float], l1: float, l2: float) -> Vec2:
     """Tool-tip position of the planar 2-link arm.
 
     Args:
-        q: ``[2, N]`` joint angles (shoulder, elbow relative to the upper link).
+        q: Joint angles (shoulder, elbow relative to the upper link).
         base: Shoulder position ``(x, y)``.
         l1: Upper link length.
         l2: Forearm length.
 
     Returns:
-        ``[2, N]`` tip position ``base + l1 (cos q1, sin q1) + l2 (cos q12, sin q12)``.
+        Tip position ``base + l1 (cos q1, sin q1) + l2 (cos q12, sin q12)``.
     """
-    angles = torch.stack((q[0], q[0] + q[1]))
-    cos_a, sin_a = angles.cos(), angles.sin()
-    return torch.stack((cos_a[0] * l1 + cos_a[1] * l2 + base[0], sin_a[0] * l1 + sin_a[1] * l2 + base[1]))
+    elbow_angle, tip_angle = q[0], q[0] + q[1]
+    return (elbow_angle.cos() * l1 + tip_angle.cos() * l2 + base[0],
+            elbow_angle.sin() * l1 + tip_angle.sin() * l2 + base[1])
 
 
-def arm_inverse(p: Tensor, base: tuple[float, float], l1: float, l2: float) -> Tensor:
+def arm_inverse(p: Vec2Like, base: tuple[float, float], l1: float, l2: float) -> Vec2:
     """Analytic elbow-left inverse kinematics (``q2 <= 0``); unreachable points give the stretched arm.
 
     Args:
-        p: ``[2, N]`` tip position.
+        p: Tip position.
         base: Shoulder position ``(x, y)``.
         l1: Upper link length.
         l2: Forearm length.
 
     Returns:
-        ``[2, N]`` joint angles with ``arm_forward(q) == p`` for reachable ``p``.
+        Joint angles ``q`` with ``arm_forward(q) == p`` for reachable ``p``.
     """
     x, y = p[0] - base[0], p[1] - base[1]
     cos_q2 = ((x * x + y * y - l1 * l1 - l2 * l2) / (2.0 * l1 * l2)).clamp(-1.0, 1.0)
     q2 = -torch.acos(cos_q2)
     q1 = torch.atan2(y, x) - torch.atan2(l2 * torch.sin(q2), l1 + l2 * cos_q2)
-    return torch.stack((q1, q2))
+    return q1, q2
 
 
 # --- drawing (numpy, host side) -------------------------------------------------------------------------

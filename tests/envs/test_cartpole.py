@@ -222,6 +222,22 @@ def test_state_dict_round_trip_continues_bit_identically():
         CartPole(num_envs=4).load_state_dict(env.state_dict())
 
 
+@pytest.mark.parametrize("physics_dtype", ["float64", "float32"])
+def test_returned_tensors_are_never_changed_by_later_steps(physics_dtype):
+    """Callers keep what reset and step return (the collector stores an observation after the next step);
+    float32 physics once returned its state buffer itself as obs and final_obs."""
+    env = CartPole(num_envs=8, max_episode_steps=5, physics_dtype=physics_dtype, seed=0)
+    first = env.reset(seed=0)
+    kept = [(first, first.clone())]
+    for act in random_actions(8, 12):
+        step = env.step(act)
+        kept += [(x, x.clone()) for x in step[:5]]
+    snapshot = env.state_dict()
+    kept += [(x, x.clone()) for x in snapshot.values()]
+    env.step(random_actions(8, 1)[0])
+    assert all(torch.equal(x, copy) for x, copy in kept)
+
+
 def test_action_formats_agree():
     actions = random_actions(8, 40, seed=6)
     formats = [lambda a: a, lambda a: a.float().unsqueeze(1), lambda a: a.bool()]
@@ -263,7 +279,7 @@ def test_bad_group_size(group_size):
         env.reset(group_size=group_size)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_matches_cpu_without_host_syncs():
     cpu, gpu = CartPole(num_envs=256, seed=3), CartPole(num_envs=256, seed=3, device="cuda")
     assert torch.equal(cpu.reset(seed=3), gpu.reset(seed=3).cpu())

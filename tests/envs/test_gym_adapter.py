@@ -205,7 +205,7 @@ def test_bad_config(kwargs, key):
         GymEnv(**{"id": "CartPole-v1", **kwargs})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_device():
     env = GymEnv("Pendulum-v1", num_envs=2, device="cuda")
     step = env.step(torch.zeros(2, 1, device="cuda"))

@@ -59,7 +59,7 @@ def scripted_action(obs: torch.Tensor, env: PushCubeArm) -> torch.Tensor:
         obs[:, 25:27]
     cos_t, sin_t = scene.yaw_of(quat)
     p_star, d_goal = planar.push_point(cube[:, :2].T, goal.T, cos_t, sin_t, H, ROD)
-    p_star = torch.cat((p_star.T, torch.full_like(d_goal, H)[:, None]), 1)
+    p_star = torch.stack((p_star[0], p_star[1], torch.full_like(d_goal, H)), 1)
     u = torch.cat(((goal - cube[:, :2]) / d_goal[:, None], torch.zeros_like(d_goal)[:, None]), 1)
     offset = tcp - p_star
     along = (offset * u).sum(1)

@@ -1,0 +1,207 @@
+"""``torch.compile`` of the native envs' ``step``: one graph, no recompiles, compiled equals eager.
+
+Graph breaks and recompiles are decided by dynamo, whatever the backend, so they are checked with
+``backend="eager"`` (a few seconds per env; it runs the traced graph with the same kernels as eager, so its
+results must equal eager's bit for bit). Numerical agreement of generated code is checked with inductor,
+once per env, because a cold inductor compile takes 10-40 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+import torch._inductor.config
+
+from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.cartpole import CartPole
+from embodirl.envs.push_cube import PushCube
+
+NUM_ENVS = 16
+CONFIGS = {  # short episodes, so that auto-resets happen every few steps
+    "cartpole": (CartPole, {"max_episode_steps": 20}),
+    "push_cube": (PushCube, {"max_episode_steps": 8}),
+    "push_cube_joint_aligned": (PushCube, {"control_mode": "joint_delta_pos", "goal_direction": "random_aligned",
+                                           "randomize_yaw": True, "time_obs": True, "reward_mode": "dense",
+                                           "max_episode_steps": 8}),
+    "push_cube_random_terminate": (PushCube, {"goal_direction": "random", "randomize_yaw": True,
+                                              "terminate_on_success": True, "fail_on_leaving_workspace": True,
+                                              "reward_mode": "sparse", "goal_offset": 0.09,
+                                              "table_half_size": (0.12, 0.12), "max_episode_steps": 8}),
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Compiled code and counters of one test never leak into another."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def tolerance(name: str) -> float:
+    """Float tolerance of compiled vs eager (see test_compiled_step_never_recompiles_and_equals_eager)."""
+    return 1e-6 if name == "cartpole" else 1e-4
+
+
+def make(name: str, **overrides) -> BatchedEnv:
+    cls, kwargs = CONFIGS[name]
+    return cls(num_envs=NUM_ENVS, seed=3, **{**kwargs, **overrides})
+
+
+def random_actions(env: BatchedEnv, num_steps: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    if env.is_discrete:
+        return list(torch.randint(0, 2, (num_steps, env.num_envs), generator=gen))
+    actions = torch.rand(num_steps, env.num_envs, 2, generator=gen) * 2 - 1
+    actions[:, ::2] = torch.tensor([1.0, 0.0])  # half the envs push straight ahead: contacts
+    return list(actions)
+
+
+def flatten(step: StepResult) -> dict[str, torch.Tensor]:
+    return {"obs": step.obs, "reward": step.reward, "terminated": step.terminated, "truncated": step.truncated,
+            "final_obs": step.final_obs, **{f"info.{k}": v for k, v in step.info.items()}}
+
+
+def assert_steps_agree(got: StepResult, want: StepResult, tol: float) -> None:
+    """Equal flags and integers; floats within ``tol`` (0: bit for bit)."""
+    got, want = flatten(got), flatten(want)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if value.is_floating_point() and tol > 0:
+            torch.testing.assert_close(got[key], value, rtol=tol, atol=tol, msg=lambda m, key=key: f"{key}: {m}")
+        else:
+            assert torch.equal(got[key], value), key
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_step_traces_into_one_graph_without_breaks(name):
+    env = make(name)
+    explanation = torch._dynamo.explain(env.step)(random_actions(env, 1)[0])
+    assert explanation.graph_break_count == 0, [str(r.reason) for r in explanation.break_reasons]
+    assert explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_compiled_step_never_recompiles_and_equals_eager(name):
+    """Auto-resets, explicit resets, restored snapshots and eager steps in between: one compilation, and the
+    same results as an eager env. Not bit for bit: CartPole's eager CPU path takes cos/sin from the C library
+    (gymnasium parity), compiled code from torch (1 ulp apart); dynamo runs ``addcmul_(..., value=-1)`` as a
+    fused multiply-add (1 ulp), which the contact amplifies to a few 1e-5 within an 8-step episode (measured:
+    float32 perturbed by 2 ulp every step drifts 3e-5 in 9 steps); every episode restarts from identical
+    start states, so 1e-4 bounds the float32 differences, and flags agree exactly."""
+    compiled_env, eager_env = make(name), make(name)
+    step = torch.compile(compiled_env.step, fullgraph=True, backend="eager")
+    tol = tolerance(name)
+    limit = compiled_env.max_episode_steps
+    actions = iter(random_actions(eager_env, 10 * limit + 8))
+
+    def run(num_steps: int, compiled: bool = True) -> None:
+        for _ in range(num_steps):
+            action = next(actions)
+            assert_steps_agree((step if compiled else compiled_env.step)(action), eager_env.step(action), tol)
+
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        run(limit + 1, compiled=False)  # eager steps on the compiled env fill its eager reset memo
+        run(2 * limit + 3)  # compiled steps (auto-resets) advance the episode counters past the memo
+        run(limit + 1, compiled=False)  # eager again, an auto-reset among them: the memo must be refilled first
+        for env in (compiled_env, eager_env):
+            env.reset(seed=5)
+        run(limit)
+        for env in (compiled_env, eager_env):
+            env.reset(group_size=4)
+        run(2 * limit)
+        compiled_env.load_state_dict(eager_env.state_dict())
+        run(2 * limit)
+    assert compiled_env.episode_stats.pop() == pytest.approx(eager_env.episode_stats.pop(), rel=1e-6)
+
+
+def test_compiled_step_writes_state_in_place():
+    """A CUDA graph replays fixed addresses: stepping must update the env's tensors, never rebind them."""
+    env = make("push_cube_random_terminate")
+    step = torch.compile(env.step, fullgraph=True, backend="eager")
+
+    def tensors(obj: object, prefix: str = "") -> dict[str, int]:
+        found = {}
+        for key, value in vars(obj).items():
+            if isinstance(value, torch.Tensor):
+                found[prefix + key] = value.data_ptr()
+            elif key in ("_resets", "_starts", "episode_stats"):
+                found.update(tensors(value, f"{prefix}{key}."))
+        return found
+
+    before = tensors(env)
+    assert {"_state", "_steps", "_ever_success", "_resets.episode", "_resets.key_hash",
+            "episode_stats.running_return"} <= before.keys()
+    for action in random_actions(env, 20):
+        step(action)
+    env.reset(seed=1)
+    env.load_state_dict(env.state_dict())
+    step(action)
+    assert tensors(env) == before
+
+
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("cartpole", {}),
+    # float64: contact amplifies rounding ~2e4-fold over an episode (measured with 2-ulp perturbations per
+    # step), so float32 runs differ by up to ~1e-3 after 50 steps; in float64 the same amplification leaves
+    # ~1e-11. Two substeps and solver sweeps (instead of 5 and 4) keep the cold compile near 40 s; the loop
+    # bodies, hence the generated code per substep, are the same.
+    ("push_cube_joint_aligned", {"physics_dtype": "float64", "substeps": 2, "solver_iterations": 2,
+                                 "max_speed": 0.3, "max_joint_delta": 0.025}),
+])
+def test_inductor_step_matches_eager(name, overrides):
+    """Generated kernels (fused, FMA-contracted, other trig routines) change float64 results by a few ulp per
+    step; with resets every few steps the float32 observations then agree to 1e-6 and every flag exactly."""
+    compiled_env, eager_env = make(name, **overrides), make(name, **overrides)
+    step = torch.compile(compiled_env.step, fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for action in random_actions(eager_env, 3 * compiled_env.max_episode_steps):
+            assert_steps_agree(step(action), eager_env.step(action), tol=1e-6)
+        compiled_env.reset(seed=4, group_size=2)
+        eager_env.reset(seed=4, group_size=2)
+        for action in random_actions(eager_env, compiled_env.max_episode_steps, seed=1):
+            assert_steps_agree(step(action), eager_env.step(action), tol=1e-6)
+    torch.testing.assert_close(compiled_env.state_dict()["state"], eager_env.state_dict()["state"], rtol=0,
+                               atol=1e-9)
+
+
+# --- CUDA graphs ------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", CONFIGS)
+def test_cuda_graph_replays_of_a_captured_step_equal_eager_steps(name):
+    """A collector may capture ``env.step`` (with ``policy.act``) in a CUDA graph once and replay it: the replays
+    must advance the env exactly like eager steps, auto-resets included (capture fails on any host sync)."""
+    graph_env, eager_env = make(name, device="cuda"), make(name, device="cuda")
+    actions = [a.cuda() for a in random_actions(eager_env, 3 * eager_env.max_episode_steps + 2)]
+    static_action = actions[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up steps off the capture, as torch.cuda.graph asks
+        for action in actions[:2]:
+            assert_steps_agree(graph_env.step(action), eager_env.step(action), tolerance(name))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = graph_env.step(static_action)
+    for action in actions[2:]:
+        static_action.copy_(action)
+        graph.replay()
+        assert_steps_agree(captured, eager_env.step(action), tolerance(name))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cartpole", "push_cube_joint_aligned"])
+def test_reduce_overhead_runs_the_step_as_cuda_graphs(name):
+    """``mode="reduce-overhead"``: no cudagraph skip ("mutated inputs": the env's buffers are marked static), no
+    recompile, and eager results (float64 push_cube: see test_inductor_step_matches_eager)."""
+    overrides = {} if name == "cartpole" else {"physics_dtype": "float64"}
+    compiled_env, eager_env = make(name, device="cuda", **overrides), make(name, device="cuda", **overrides)
+    step = torch.compile(compiled_env.step, fullgraph=True, mode="reduce-overhead")
+    torch._dynamo.utils.counters.clear()
+    with torch._inductor.config.patch({"triton.cudagraph_or_error": True}), \
+            torch._dynamo.config.patch(error_on_recompile=True):
+        for action in random_actions(eager_env, 3 * eager_env.max_episode_steps):
+            action = action.cuda()
+            assert_steps_agree(step(action), eager_env.step(action), tol=1e-6)  # before the next replay reuses it
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
