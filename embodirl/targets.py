@@ -25,8 +25,10 @@ __all__ = ["check_config_from_file", "packaged_targets"]
 
 _EXCLUDED = ("hydra",)  # launcher profiles are Hydra's own business, never part of a run config
 # Keys whose value can make a shipped class import a module: gymnasium imports ``module`` for an id
-# ``"module:Env-v0"``. From a file, such a value must be trusted like a target.
+# ``"module:Env-v0"``; TorchVectorEnv imports and calls a ``make`` given as an import path (a ``make`` mapping's
+# ``_target_`` is checked like any other). From a file, such a value must be trusted like a target.
 _IMPORTING_KEYS = {"embodirl.envs.gym.GymEnv": "id"}
+_CALLED_PATH_KEYS = {"embodirl.envs.torch_vector.TorchVectorEnv": "make"}
 
 
 def _yaml_files(folder: Any) -> Iterator[Any]:
@@ -103,6 +105,12 @@ def check_config_from_file(config: Any, where: str, trusted: Iterable[str] = ())
             raise CheckpointError(
                 f"{where}: {path}.{key}={value!r} would make gymnasium import the module before the colon; embodirl "
                 f"never runs code named in a checkpoint. Fix: if you trust it, pass 'trusted_targets=[\"{value}\"]'")
+        key = _CALLED_PATH_KEYS.get(target)
+        value = node.get(key) if key else None
+        if isinstance(value, str) and value not in allowed:
+            raise CheckpointError(
+                f"{where}: {path}.{key}={value!r} names code that embodirl would import and call; a checkpoint is "
+                f"data and embodirl never runs code named in one. Fix: if you trust it, pass 'trusted_targets=[{value}]'")
     for path, text in _strings(config):
         if "${" in text:
             raise CheckpointError(

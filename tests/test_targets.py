@@ -20,6 +20,10 @@ def test_the_shipped_option_files_define_the_allowed_targets():
      "env.x[0]._target_='os.system'"),
     ({**SHIPPED, "policy": {"_target_": "builtins.exec"}}, "policy._target_='builtins.exec'"),
     ({**SHIPPED, "env": {"_target_": "embodirl.envs.gym.GymEnv", "id": "evil_module:Env-v0"}}, "import the module"),
+    ({**SHIPPED, "env": {"_target_": "embodirl.envs.torch_vector.TorchVectorEnv", "make": "os.system"}},
+     "env.make='os.system' names code that embodirl would import and call"),
+    ({**SHIPPED, "env": {"_target_": "embodirl.envs.torch_vector.TorchVectorEnv", "make": {"_target_": "os.system"}}},
+     "env.make._target_='os.system'"),
     ({**SHIPPED, "env": {**SHIPPED["env"], "num_envs": "${oc.env:HOME}"}}, "interpolation at env.num_envs"),
     ({**SHIPPED, "${oc.env:HOME}": 1}, "interpolation"),
     (["not", "a", "mapping"], "not a mapping"),
@@ -35,3 +39,7 @@ def test_trusted_targets_let_your_own_classes_through():
     with pytest.raises(CheckpointError, match=r"trusted_targets=\[mypkg.envs.MyEnv\]"):
         check_config_from_file(config, "checkpoint='x'")
     check_config_from_file(config, "checkpoint='x'", ["mypkg.envs.MyEnv"])
+    simulator = {"env": {"_target_": "embodirl.envs.torch_vector.TorchVectorEnv", "make": "mypkg.sims.make_sim"}}
+    with pytest.raises(CheckpointError, match=r"trusted_targets=\[mypkg.sims.make_sim\]"):
+        check_config_from_file(simulator, "checkpoint='x'")
+    check_config_from_file(simulator, "checkpoint='x'", ["mypkg.sims.make_sim"])

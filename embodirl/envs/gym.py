@@ -2,10 +2,12 @@
 
 The sub-envs step on the host (``"sync"``: in this process, ``"async"``: one subprocess each) and the
 adapter converts at the boundary: actions go to numpy (Box actions clipped to the bounds, Discrete as
-integers), observations come back as float32 tensors on ``device``. Gymnasium's ``SAME_STEP`` autoreset
-returns the next episode's first observation in the step that ends an episode and the true last one in
-``info["final_obs"]``, which becomes :attr:`StepResult.final_obs`. Like the other envs, ``truncated``
-excludes ``terminated`` (gymnasium's ``TimeLimit`` sets both when the last allowed step terminates).
+integers), observations come back as tensors on ``device``: a ``Box`` observation as one float32 tensor, a
+(nested) ``Dict`` of ``Box`` es as a TensorDict with one entry per leaf, each with its own dtype (uint8 images
+stay uint8, floats become float32, other integers int64; :mod:`embodirl.envs.observations`). Gymnasium's
+``SAME_STEP`` autoreset returns the next episode's first observation in the step that ends an episode and the
+true last one in ``info["final_obs"]``, which becomes :attr:`StepResult.final_obs`. Like the other envs,
+``truncated`` excludes ``terminated`` (gymnasium's ``TimeLimit`` sets both when the last allowed step terminates).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDict
 from torch import Tensor
 
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
+from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.observations import ObsKey, observation_spec
 from embodirl.errors import ConfigError, check, check_choice
 
 __all__ = ["GymEnv"]
@@ -32,6 +36,24 @@ _BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _leaf(tree: Any, key: ObsKey) -> Any:
+    for part in key:
+        tree = tree[part]
+    return tree
+
+
+def _contract_space(space: gym.Space) -> gym.Space:
+    """``space`` with every Box leaf in the dtype the adapter returns it in (see :mod:`embodirl.envs.observations`)."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({key: _contract_space(sub) for key, sub in space.spaces.items()})
+    dtype = space.dtype
+    if np.issubdtype(dtype, np.floating):
+        dtype = np.float32
+    elif np.issubdtype(dtype, np.integer) and dtype != np.uint8:
+        dtype = np.int64
+    return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype=dtype)
 
 
 def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -104,25 +126,32 @@ class GymEnv(BatchedEnv):
         self.device = torch.device(device)
         self.max_episode_steps = int(time_limit)
         self.solved_threshold = solved_threshold if solved_threshold is not None else spec.reward_threshold
-        self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32), obs_space.high.astype(np.float32),
-                                                dtype=np.float32)
+        if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
+            self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
+                                                    obs_space.high.astype(np.float32), dtype=np.float32)
+            self._keys = None
+        else:
+            self.observation_space = _contract_space(obs_space)
+            self._keys = observation_spec(self.observation_space)
         if isinstance(act_space, gym.spaces.Discrete):
             self.action_space = gym.spaces.Discrete(int(act_space.n))
             self._action_start = int(act_space.start)
         else:
             self.action_space = act_space
             self._action_low, self._action_high = act_space.low, act_space.high
-        self.episode_stats = EpisodeStats(num_envs, self.device)
         self.seed = seed
         self._num_resets = 0
         self.reset(seed=seed)
 
     @staticmethod
     def _check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
-        check(isinstance(obs_space, gym.spaces.Box), "id", env_id,
-              f"an environment with a Box observation space; {env_id} observes {obs_space}",
-              fix="flatten the observation (e.g. gymnasium.wrappers.FlattenObservation in a registered env) "
-                  "or pick an env with Box observations")
+        try:
+            observation_spec(obs_space)
+        except ConfigError:
+            raise ConfigError("id", env_id, f"an environment whose observation space is a Box or a (nested) Dict of "
+                              f"Boxes; {env_id} observes {obs_space}",
+                              fix="wrap it (e.g. gymnasium.wrappers.FlattenObservation in a registered env) or pick "
+                                  "an env with Box or Dict observations") from None
         check(isinstance(act_space, (gym.spaces.Box, gym.spaces.Discrete)), "id", env_id,
               f"an environment with a Box or Discrete action space; {env_id} acts in {act_space}",
               fix="pick an env with Box or Discrete actions")
@@ -134,7 +163,7 @@ class GymEnv(BatchedEnv):
         members start identically (and, sharing a seed, also share later auto-reset states).
 
         Returns:
-            ``[N, *obs_shape]`` float32 first observations.
+            First observations: ``[N, *obs_shape]`` float32 for a Box space, else a TensorDict with batch ``[N]``.
         """
         check(seed is None or _is_int(seed), "seed", seed, "an int or None")
         check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
@@ -146,7 +175,6 @@ class GymEnv(BatchedEnv):
                  for i in range(self.num_envs)]
         self._num_resets += 1
         obs, _ = self._vec.reset(seed=seeds)
-        self.episode_stats.discard()
         return self._to_tensor(obs)
 
     def step(self, action: Tensor) -> StepResult:
@@ -161,11 +189,7 @@ class GymEnv(BatchedEnv):
             or ``success``.
         """
         obs, reward, terminated, truncated, info = self._vec.step(self._to_numpy(action))
-        final_obs = obs
-        if "final_obs" in info:
-            final_obs = np.array(obs, copy=True)
-            for i in np.flatnonzero(info["_final_obs"]):
-                final_obs[i] = info["final_obs"][i]
+        final_obs = self._final_obs(obs, info) if "final_obs" in info else obs
         terminated_t = torch.as_tensor(terminated, dtype=torch.bool).to(self.device)
         truncated_t = torch.as_tensor(truncated & ~terminated, dtype=torch.bool).to(self.device)
         reward_t = torch.as_tensor(reward, dtype=torch.float32).to(self.device)
@@ -173,7 +197,6 @@ class GymEnv(BatchedEnv):
         success = self._success(info)
         if success is not None:
             extra["success"] = torch.as_tensor(success).to(self.device)
-        self.episode_stats.step(reward_t, terminated_t | truncated_t, success=extra.get("success"))
         return StepResult(self._to_tensor(obs), reward_t, terminated_t, truncated_t, self._to_tensor(final_obs), extra)
 
     def close(self) -> None:
@@ -186,8 +209,29 @@ class GymEnv(BatchedEnv):
         array = action.reshape(self.num_envs, *self.action_space.shape).to(torch.float64).numpy()
         return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
 
-    def _to_tensor(self, obs: np.ndarray) -> Tensor:
-        return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+    def _final_obs(self, obs: Any, info: dict[str, Any]) -> Any:
+        """``obs`` with the true last observation (``info["final_obs"]``, one object per env) where an episode ended."""
+        ended = np.flatnonzero(info["_final_obs"])
+        if self._keys is None:
+            final_obs = np.array(obs, copy=True)
+            for i in ended:
+                final_obs[i] = info["final_obs"][i]
+            return final_obs
+        leaves = {key: np.array(_leaf(obs, key), copy=True) for key in self._keys}
+        for i in ended:
+            for key, array in leaves.items():
+                array[i] = _leaf(info["final_obs"][i], key)
+        return leaves
+
+    def _to_tensor(self, obs: Any) -> Tensor | TensorDict:
+        """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a TensorDict."""
+        if self._keys is None:
+            return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+        out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
+        for key, (_, dtype) in self._keys.items():
+            leaf = obs[key] if isinstance(obs, dict) and key in obs else _leaf(obs, key)
+            out.set(key, torch.tensor(np.asarray(leaf), dtype=dtype, device=self.device))
+        return out
 
     def _success(self, info: dict[str, Any]) -> np.ndarray | None:
         """``[N]`` bool success flags: a finished episode's from ``final_info``, the others' from ``info``."""

@@ -1,4 +1,5 @@
-"""GymEnv: conversion at the boundary, SAME_STEP auto-reset, seeding, success flags and config errors."""
+"""GymEnv: conversion at the boundary (Box and Dict observations), SAME_STEP auto-reset, seeding, success flags
+and config errors."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from embodirl.envs.gym import GymEnv
 from embodirl.errors import ConfigError
@@ -32,6 +34,45 @@ class _MultiDiscreteActionEnv(_SuccessEnv):
     action_space = gym.spaces.MultiDiscrete([2, 2])
 
 
+class _DictReachEnv(gym.Env):
+    """A point moving towards a goal, observed through a nested Dict: float64 and int32 vectors, a uint8 camera.
+
+    Success (and termination) within 0.15 of the goal; the camera draws the point red and the goal green.
+    """
+
+    SIZE = 36  # the smallest square image the default (NatureCNN) encoder takes
+    observation_space = gym.spaces.Dict({
+        "agent": gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float64),
+                                  "steps": gym.spaces.Box(0, 1000, (1,), np.int32)}),
+        "goal": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "camera": gym.spaces.Box(0, 255, (SIZE, SIZE, 3), np.uint8)})
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos, self.goal = self.np_random.uniform(-0.8, 0.8, 2), self.np_random.uniform(-0.8, 0.8, 2)
+        self.steps = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.pos = np.clip(self.pos + 0.2 * np.clip(action, -1.0, 1.0), -1.0, 1.0)
+        self.steps += 1
+        distance = float(np.linalg.norm(self.pos - self.goal))
+        return self._obs(), -distance, distance < 0.15, False, {"is_success": distance < 0.15}
+
+    def _obs(self):
+        camera = np.full((self.SIZE, self.SIZE, 3), 64, np.uint8)
+        for channel, point in ((0, self.pos), (1, self.goal)):
+            row, col = ((point + 1.0) / 2.0 * (self.SIZE - 1)).round().astype(int)
+            camera[row, col, channel] = 255
+        return {"agent": {"pos": self.pos.copy(), "steps": np.array([self.steps], np.int32)},
+                "goal": self.goal.astype(np.float32), "camera": camera}
+
+
+class _DictWithDiscreteEnv(_SuccessEnv):
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (2,)), "flag": gym.spaces.Discrete(2)})
+
+
 def _missing_box2d(**kwargs):
     """What gymnasium's Box2D envs raise when box2d (or pygame) is not installed."""
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
@@ -40,6 +81,7 @@ def _missing_box2d(**kwargs):
 
 _TEST_ENVS = {"EmbodirlTest/Success-v0": (_SuccessEnv, 10), "EmbodirlTest/NoTimeLimit-v0": (_SuccessEnv, None),
               "EmbodirlTest/MultiDiscreteAction-v0": (_MultiDiscreteActionEnv, 10),
+              "EmbodirlTest/DictReach-v0": (_DictReachEnv, 12), "EmbodirlTest/DictWithDiscrete-v0": (_DictWithDiscreteEnv, 10),
               "EmbodirlTest/MissingBox2D-v0": (_missing_box2d, 10)}
 for _id, (_cls, _limit) in _TEST_ENVS.items():
     if _id not in gym.registry:
@@ -104,7 +146,6 @@ def test_pendulum_truncation_final_obs_and_action_clipping_match_gymnasium():
             assert not torch.equal(step.final_obs, step.obs)
         else:
             assert torch.equal(step.final_obs, step.obs)
-    assert env.episode_stats.pop()["episode/length_mean"] == 200.0
     ref.close()
     env.close()
 
@@ -112,18 +153,18 @@ def test_pendulum_truncation_final_obs_and_action_clipping_match_gymnasium():
 def test_success_flags_come_from_the_finished_step():
     env = GymEnv("EmbodirlTest/Success-v0", num_envs=4)
     assert env.max_episode_steps == 10 and env.observation_space.dtype == np.float32
-    for _ in range(2):  # partial episodes, dropped by the reset
+    assert not hasattr(env, "episode_stats"), "episode statistics are the collector's"
+    for _ in range(2):  # partial episodes
         env.step(torch.zeros(4, dtype=torch.int64))
     env.reset()
     last = torch.tensor([1, 0, 1, 1])
     for t in range(3):
         step = env.step(last if t == 2 else torch.zeros(4, dtype=torch.int64))
         assert step.info["success"].dtype == torch.bool
+        assert step.reward.tolist() == [1.0] * 4
     assert step.terminated.all() and not step.truncated.any()
     assert step.info["success"].tolist() == [True, False, True, True]
     assert step.final_obs[:, 0].tolist() == [1.0] * 4 and step.obs.abs().max() == 0
-    assert env.episode_stats.pop() == {"episode/count": 4.0, "episode/return_mean": 3.0,
-                                       "episode/length_mean": 3.0, "episode/success_rate": 0.75}
     env.close()
 
 
@@ -174,7 +215,8 @@ def test_unknown_id_suggests_close_matches():
 
 
 @pytest.mark.parametrize(("env_id", "space"), [("Blackjack-v1", "Tuple("), ("FrozenLake-v1", "Discrete(16)"),
-                                                ("EmbodirlTest/MultiDiscreteAction-v0", "MultiDiscrete(")])
+                                                ("EmbodirlTest/MultiDiscreteAction-v0", "MultiDiscrete("),
+                                                ("EmbodirlTest/DictWithDiscrete-v0", "'flag': Discrete(2)")])
 def test_unsupported_spaces_are_refused(env_id, space):
     with pytest.raises(ConfigError, match="^id=") as info:
         GymEnv(env_id, num_envs=1)
@@ -211,3 +253,62 @@ def test_cuda_device():
     step = env.step(torch.zeros(2, 1, device="cuda"))
     assert step.obs.device.type == step.reward.device.type == step.final_obs.device.type == "cuda"
     env.close()
+
+
+def _numpy_leaf(tree, key):
+    for part in key:
+        tree = tree[part]
+    return tree
+
+
+DICT_KEYS = {("agent", "pos"): torch.float32, ("agent", "steps"): torch.int64, ("goal",): torch.float32,
+             ("camera",): torch.uint8}
+
+
+def test_dict_observations_are_tensordicts_matching_gymnasium_leaf_by_leaf():
+    from embodirl.envs.observations import check_observation, observation_spec
+
+    env = GymEnv("EmbodirlTest/DictReach-v0", num_envs=3)
+    space = env.observation_space
+    assert space["agent"]["pos"].dtype == np.float32 and space["agent"]["steps"].dtype == np.int64
+    assert space["camera"] == gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    spec = observation_spec(space)
+    assert {key: dtype for key, (_, dtype) in spec.items()} == DICT_KEYS
+    resets = spy(env, "reset")
+    obs = env.reset(seed=4)
+    check_observation("reset", obs, spec, 3, torch.device("cpu"))
+    ref = reference_vec("EmbodirlTest/DictReach-v0", 3)
+    ref_obs, _ = ref.reset(seed=resets[0][1]["seed"])
+    for key, dtype in DICT_KEYS.items():
+        assert torch.equal(obs.get(key), torch.from_numpy(_numpy_leaf(ref_obs, key)).to(dtype))
+    actions = torch.from_numpy(np.random.default_rng(1).uniform(-1, 1, size=(14, 3, 2))).float()
+    ended = 0
+    for action in actions:
+        step = env.step(action)
+        ref_obs, _, terminated, truncated, info = ref.step(action.numpy())
+        check_observation("step", step.final_obs, spec, 3, torch.device("cpu"))
+        final = info.get("_final_obs", np.zeros(3, bool))
+        for key, dtype in DICT_KEYS.items():
+            assert torch.equal(step.obs.get(key), torch.from_numpy(_numpy_leaf(ref_obs, key)).to(dtype))
+            for i in range(3):
+                expected = _numpy_leaf(info["final_obs"][i], key) if final[i] else _numpy_leaf(ref_obs, key)[i]
+                assert torch.equal(step.final_obs.get(key)[i], torch.from_numpy(np.asarray(expected)).to(dtype))
+        assert np.array_equal(step.terminated.numpy() | step.truncated.numpy(), terminated | truncated)
+        ended += int(final.sum())
+    assert ended >= 3, "every env ended an episode (the 12-step limit at least)"
+    grouped = env.reset(seed=5, group_size=3)
+    assert all(torch.equal(leaf, leaf[:1].expand_as(leaf)) for leaf in grouped.values(True, True))
+    ref.close()
+    env.close()
+
+
+def test_dict_env_trains_through_the_platform(tmp_path, tiny):
+    from embodirl.experiment import run_training
+    from tests.conftest import compose_config
+
+    cfg = compose_config([*tiny, "env=gym", "env.id=EmbodirlTest/DictReach-v0", "env.num_envs=4",
+                          "trainer.total_env_steps=192", "trainer.eval_every_env_steps=64"])
+    summary = run_training(cfg, tmp_path)
+    assert summary["status"] == "completed" and summary["iterations"] == 3
+    assert summary["solved_metric"] == "eval/return_mean" and 0.0 <= summary["eval/success_rate"] <= 1.0
+    assert 1 <= summary["eval/length_mean"] <= 12
