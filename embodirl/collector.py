@@ -8,7 +8,8 @@ from torch import Tensor
 
 from embodirl.algos.base import CollectPlan
 from embodirl.compiled import Acceleration, capture, compile_step
-from embodirl.envs.base import BatchedEnv, EpisodeStats
+from embodirl.envs.base import BatchedEnv
+from embodirl.episode_stats import EpisodeStats
 from embodirl.envs.observations import allocate, observation_spec
 from embodirl.policies.base import PolicyProtocol
 from embodirl.rollout import allocate_rollout

@@ -71,3 +71,66 @@ def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
     algo_.update(rollout)
     for key, value in algo_.policy.state_dict().items():
         torch.testing.assert_close(value, eager_params[key], rtol=1e-4, atol=1e-6)  # float reassociation only
+
+
+# --- collection and evaluation steps ---------------------------------------------------------------------------
+COLLECTION_CASES = {
+    "cartpole_ppo": ["env=cartpole", "algo=ppo", "algo.num_steps=16"],
+    "push_cube_ppo": ["env=push_cube", "algo=ppo", "algo.num_steps=16"],
+    "push_cube_grpo": ["env=push_cube", "algo=grpo", "algo.group_size=4", "env.max_episode_steps=12"],
+    "cartpole_gru": ["env=cartpole", "algo=ppo", "policy=actor_critic_rnn", "algo.num_steps=16", "algo.seq_len=8"],
+}
+
+
+def _parts(case: str, compile: bool):
+    return build(compose_config(["device=cpu", "env.num_envs=16", f"compile={str(compile).lower()}",
+                                 "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
+
+
+@pytest.mark.parametrize("case", list(COLLECTION_CASES))
+def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
+    parts = _parts(case, compile=False)
+    parts.collector.reset(seed=0)
+    for step in (parts.collector.step, parts.evaluator.step):
+        explain = torch._dynamo.explain(step)()
+        assert (explain.graph_count, explain.graph_break_count) == (1, 0), (step.__qualname__, explain.break_reasons)
+
+
+@pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo"])
+def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(case):
+    """Inductor-compiled steps over several rollouts (auto-resets, group resets among them) against eager ones."""
+    eager, compiled = _parts(case, compile=False), _parts(case, compile=True)
+    assert compiled.compile_s > 0 and compiled.accel.compile
+    compiled.policy.load_state_dict(eager.policy.state_dict())
+    for parts in (eager, compiled):
+        parts.collector.reset(seed=3)
+    for _ in range(3):  # 48 steps: CartPole's random early episodes end; GRPO resets its groups every rollout
+        torch.manual_seed(7)
+        want = eager.collector.collect().clone()
+        torch.manual_seed(7)
+        got = compiled.collector.collect()
+        for key in ROLLOUT_KEYS:
+            torch.testing.assert_close(got.get(key), want.get(key), rtol=1e-5, atol=1e-5, msg=key)
+    assert compiled.collector.episode_stats.pop() == pytest.approx(eager.collector.episode_stats.pop(), rel=1e-5)
+    torch.manual_seed(9)
+    want = eager.evaluator.evaluate(4, seed=5)
+    torch.manual_seed(9)
+    assert compiled.evaluator.evaluate(4, seed=5) == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("case", list(COLLECTION_CASES))
+def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
+    parts = build(compose_config(["device=cuda", "env.num_envs=64", f"compile={str(compile).lower()}",
+                                  "cuda_graphs=false", "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
+    parts.collector.reset(seed=0)
+    parts.collector._step()  # first call: lazy initialisation may sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any synchronising CUDA call raises
+    try:
+        for _ in range(10):  # auto-resets among them
+            parts.collector._step()
+        parts.evaluator._step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)

@@ -7,11 +7,22 @@ Examples::
     embodirl-bench --presets ppo_cartpole -- env.num_envs=512   # extra Hydra overrides
     embodirl-bench --presets ppo_push_cube_arm grpo_push_cube_arm --envs push_cube_arm --env-sizes 1 64 512 2048
 
+    embodirl-bench --presets --envs --costs cartpole push_cube --scaling ppo_cartpole   # the GPU tables
+    embodirl-bench --presets --envs --scaling ppo_cartpole --scaling-sizes 1024 65536 1048576 device=cuda
+
 Progress (one line per measurement, or a bar on a terminal) goes to stderr; the tables to stdout.
-For each preset it measures, on the same machine in one process:
-  * collection env steps/s and update env steps/s (mean over timed iterations after warm-up);
-  * per seed, a full ``embodirl-train`` run (no TensorBoard, no console): wall time and env steps
-    until deterministic evaluation first reached the solved threshold, and end-to-end env steps/s.
+On the same machine in one process it measures:
+  * per env (``--envs``): raw env steps/s with random actions at several sizes;
+  * per env and policy (``--costs``): the work one step launches, eager and compiled: dispatched aten ops
+    (CPU) or CUDA kernels (GPU) of ``env.step``, ``policy.act`` and the whole collection step, the kernels
+    of their compiled versions and the compile time (a cold inductor cache unless ``$TORCHINDUCTOR_CACHE_DIR``
+    holds them);
+  * per preset (``--presets``): collection and update env steps/s (mean over timed iterations after the
+    compile warm-up; the compile time is reported apart) and, per seed, a full ``embodirl-train`` run (no
+    TensorBoard, no console): wall time and env steps until deterministic evaluation first reached the solved
+    threshold (compile time excluded: it happens before training), and end-to-end env steps/s;
+  * per preset (``--scaling``): training throughput (collection + update) over num_envs, rollouts of 16
+    steps in 4 minibatches, until memory runs out.
 """
 
 from __future__ import annotations
@@ -50,13 +61,19 @@ def _compose(overrides: list[str]):
 
 
 def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> dict[str, float]:
-    """Collection and update env steps/s of a built config, timed separately (no eval, no logging)."""
+    """Collection and update env steps/s of a built config, timed separately (no eval, no logging).
+
+    The steps run as in training: compiled when ``compile`` resolves on (the compile time, spent in the build's
+    warm-up, is ``compile_s``) and replayed as CUDA graphs when ``cuda_graphs`` does.
+    """
     import torch
 
     from embodirl.build import build
 
     parts = build(_compose(overrides))
     parts.collector.reset(seed=0)
+    for part in (parts.collector, parts.algo, parts.evaluator):
+        part.use_cuda_graphs()
     collect_s = update_s = 0.0
     steps = 0
     for i in range(warmup + iterations):
@@ -72,7 +89,72 @@ def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> d
             update_s += t2 - t1
             steps += rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
     return {"collect_sps": steps / collect_s, "update_sps": steps / update_s,
-            "collect_update_sps": steps / (collect_s + update_s)}
+            "collect_update_sps": steps / (collect_s + update_s), "compile_s": parts.compile_s}
+
+
+def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
+    """Work per step of ``env.step``, ``policy.act`` and the collection step, eager and compiled.
+
+    Eager: dispatched aten ops that run a kernel (CPU), or CUDA kernels launched (GPU). Compiled: the work
+    items ``torch.profiler`` sees one call of the inductor-compiled function launch (generated kernels plus
+    library calls such as matrix products), and the seconds its first call took (compilation included).
+    """
+    import torch
+    import torch._dynamo
+
+    from embodirl.build import build
+    from embodirl.profiling import count_kernels, count_ops, inductor_kernel_events
+
+    parts = build(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1", "compile=false",
+                            "cuda_graphs=false", *QUIET]))
+    collector, env = parts.collector, parts.env
+    collector.reset(seed=0)
+    action = collector.policy.act(collector.obs, collector.state)[0]
+
+    def collection_step() -> None:
+        collector._t.zero_()  # stay inside the rollout however often it is called
+        collector.step()
+
+    calls = {"env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),
+             "collect": (collection_step, ())}
+    cuda = parts.device.type == "cuda"
+    row: dict[str, Any] = {"device": parts.device.type}
+    with torch.no_grad():
+        for name, (fn, args) in calls.items():
+            fn(*args)  # warm: lazy initialisations are not per-step work
+            row[f"{name}_eager"] = count_kernels(fn, *args) if cuda else count_ops(fn, *args).compute
+            torch._dynamo.reset()
+            with inductor_kernel_events():
+                compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+                start = time.perf_counter()
+                compiled(*args)
+                if cuda:
+                    torch.cuda.synchronize()
+                row[f"{name}_compile_s"] = time.perf_counter() - start
+                row[f"{name}_compiled"] = count_kernels(compiled, *args)
+    torch._dynamo.reset()
+    return row
+
+
+SCALING = ["algo.num_steps=16"]  # with algo.batch_size = num_envs * 4: four minibatches per epoch
+
+
+def scaling(overrides: list[str], sizes: list[int], iterations: int = 3) -> list[dict[str, Any]]:
+    """Training throughput (collection + update) over num_envs; stops at the first size that does not fit."""
+    from embodirl.errors import ConfigError
+
+    rows = []
+    for n in sizes:
+        try:
+            speed = throughput([*overrides, *SCALING, f"env.num_envs={n}", f"algo.batch_size={4 * n}",
+                                "trainer.num_eval_envs=1", *QUIET], iterations=iterations, warmup=1)
+        except (MemoryError, ConfigError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            if "memory" not in str(exc).lower():
+                raise
+            rows.append({"num_envs": n, "error": "out of memory"})
+            break
+        rows.append({"num_envs": n, **speed})
+    return rows
 
 
 def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int = 10) -> float:
@@ -115,20 +197,27 @@ def time_to_solve(overrides: list[str], seed: int) -> dict[str, Any]:
 
 def _median(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
-    return statistics.median(present) if len(present) == len(values) and present else None
+    return statistics.median(present) if present and len(present) == len(values) else None
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="embodirl-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=[p for p in PRESETS if p not in ON_REQUEST],
+    parser.add_argument("--presets", nargs="*", default=[p for p in PRESETS if p not in ON_REQUEST],
                         choices=list(PRESETS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--envs", nargs="*", default=[e for e in ENV_PRESETS if e not in ON_REQUEST],
                         choices=list(ENV_PRESETS),
                         help="raw env speed tables for these envs (pass none to skip)")
     parser.add_argument("--env-sizes", nargs="+", type=int, default=[1, 256, 4096, 16384])
+    parser.add_argument("--costs", nargs="*", default=[], choices=list(ENV_PRESETS),
+                        help="ops/kernels per step and compile times of these envs with the actor-critic policy")
+    parser.add_argument("--costs-envs", type=int, default=4096, help="num_envs of the --costs measurements")
+    parser.add_argument("--scaling", nargs="*", default=[], choices=list(PRESETS),
+                        help="training throughput of these presets over --scaling-sizes")
+    parser.add_argument("--scaling-sizes", nargs="+", type=int, default=None,
+                        help="num_envs of --scaling (default 1k-64k on a CPU, 1k-1M on CUDA)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every preset")
     args = parser.parse_args(argv)
 
@@ -138,8 +227,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from embodirl.console import task_progress
 
-    env_rows, results = [], []
-    num_tasks = len(args.envs) * len(args.env_sizes) + len(args.presets) * (1 + len(args.seeds))
+    sizes = args.scaling_sizes or ([1 << k for k in range(10, 21, 2)] if _wants_cuda(args.overrides)
+                                   else [1024, 4096, 16384, 65536])
+    env_rows, results, cost_rows, scaling_rows = [], [], [], []
+    num_tasks = (len(args.envs) * len(args.env_sizes) + len(args.presets) * (1 + len(args.seeds)) + len(args.costs)
+                 + len(args.scaling))
     with task_progress(num_tasks, "embodirl-bench") as progress:  # on stderr: stdout keeps the tables
         for name in args.envs:
             row = {"env": name}
@@ -148,12 +240,23 @@ def main(argv: list[str] | None = None) -> None:
                 row[str(n)] = env_speed([*ENV_PRESETS[name], *args.overrides], n)
                 progress.finish(f"{name} env speed, {n:,} envs: {row[str(n)]:,.0f} steps/s")
             env_rows.append(row)
+        for name in args.costs:
+            progress.start(f"{name} ops/kernels per step and compile time, {args.costs_envs:,} envs")
+            cost_rows.append({"env": name, "num_envs": args.costs_envs,
+                              **step_costs([*ENV_PRESETS[name], *args.overrides], args.costs_envs)})
+            progress.finish(f"{name}: collection step {cost_rows[-1]['collect_eager']:.0f} eager -> "
+                            f"{cost_rows[-1]['collect_compiled']:.0f} compiled")
+        for name in args.scaling:
+            progress.start(f"{name} training throughput over num_envs")
+            scaling_rows.append({"preset": name, "rows": scaling([*PRESETS[name], *args.overrides], sizes)})
+            progress.finish(f"{name} scaling: " + ", ".join(
+                f"{r['num_envs']:,}: {r['collect_update_sps']:,.0f}" for r in scaling_rows[-1]["rows"] if "error" not in r))
         for name in args.presets:
             overrides = [*PRESETS[name], *args.overrides]
             progress.start(f"{name} throughput")
             speed = throughput([*overrides, *QUIET])
             progress.finish(f"{name} throughput: collect {speed['collect_sps']:,.0f}, update "
-                            f"{speed['update_sps']:,.0f} steps/s")
+                            f"{speed['update_sps']:,.0f} steps/s (compile {speed['compile_s']:.1f} s)")
             runs = []
             for seed in args.seeds:
                 progress.start(f"{name} seed {seed}: training until solved")
@@ -174,21 +277,64 @@ def main(argv: list[str] | None = None) -> None:
         for row in env_rows:
             print(f"| {row['env']} | " + " | ".join(f"{row[str(n)]:,.0f}" for n in args.env_sizes) + " |")
         print()
-    print("| preset | collect sps | update sps | e2e sps (median) | solved in s (median) | solved at steps "
-          "(median) | per seed: s / steps |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    _print_costs(cost_rows)
+    _print_scaling(scaling_rows)
+    if results:
+        _print_presets(results)
+    if args.out:
+        args.out.write_text(json.dumps({"machine": machine, "env_speed": env_rows, "step_costs": cost_rows,
+                                        "scaling": scaling_rows, "results": results}, indent=2) + "\n")
+
+
+def _wants_cuda(overrides: list[str]) -> bool:
+    import torch
+
+    return any(o.startswith("device=cuda") for o in overrides) or (
+        torch.cuda.is_available() and not any(o.startswith("device=") for o in overrides))
+
+
+def _print_costs(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    print("| env (actor-critic policy) | device | num_envs | env.step eager / compiled | policy.act eager / compiled "
+          "| collection step eager / compiled | compile s (env / act / collection step) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        cells = [f"{r[f'{k}_eager']:.0f} / {r[f'{k}_compiled']:.0f}" for k in ("env", "act", "collect")]
+        compile_s = " / ".join(f"{r[f'{k}_compile_s']:.1f}" for k in ("env", "act", "collect"))
+        print(f"| {r['env']} | {r['device']} | {r['num_envs']:,} | " + " | ".join(cells) + f" | {compile_s} |")
+    print("(eager: aten ops dispatched on a CPU, CUDA kernels on a GPU; compiled: kernels and library calls "
+          "one call launches)\n")
+
+
+def _print_scaling(blocks: list[dict[str, Any]]) -> None:
+    for block in blocks:
+        print(f"| {block['preset']}: num_envs | collect sps | update sps | training sps (collect + update) | "
+              "compile s |")
+        print("|---:|---:|---:|---:|---:|")
+        for r in block["rows"]:
+            if "error" in r:
+                print(f"| {r['num_envs']:,} | {r['error']} | | | |")
+            else:
+                print(f"| {r['num_envs']:,} | {r['collect_sps']:,.0f} | {r['update_sps']:,.0f} | "
+                      f"{r['collect_update_sps']:,.0f} | {r['compile_s']:.1f} |")
+        print()
+
+
+def _print_presets(results: list[dict[str, Any]]) -> None:
+    print("| preset | collect sps | update sps | compile s | e2e sps (median) | solved in s (median, compile "
+          "excluded) | solved at steps (median) | per seed: s / steps |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         per_seed = ", ".join(
             f"{x['solved_wall_time_s']:.2f} / {x['solved_env_steps']:,}" if x["solved_wall_time_s"] is not None
             else "not solved" for x in r["runs"])
         solved = r["median_solved_wall_time_s"]
         steps = r["median_solved_env_steps"]
-        print(f"| {r['preset']} | {r['collect_sps']:,.0f} | {r['update_sps']:,.0f} | {r['median_e2e_sps']:,.0f} | "
+        print(f"| {r['preset']} | {r['collect_sps']:,.0f} | {r['update_sps']:,.0f} | {r['compile_s']:.1f} | "
+              f"{r['median_e2e_sps']:,.0f} | "
               f"{'-' if solved is None else f'{solved:.2f}'} | {'-' if steps is None else f'{steps:,.0f}'} | "
               f"{per_seed} |")
-    if args.out:
-        args.out.write_text(json.dumps({"machine": machine, "env_speed": env_rows, "results": results}, indent=2)
-                            + "\n")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """Batched environments: the contract, a pure-torch CartPole, the planar push_cube task, push_cube with a UR10
 arm in MuJoCo, and adapters between gymnasium and the batched contract (both directions)."""
 
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
+from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.envs.gym import GymEnv
 from embodirl.envs.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.push_cube import PushCube
 from embodirl.envs.push_cube_arm import PushCubeArm
 
-__all__ = ["BatchedEnv", "CartPole", "EpisodeStats", "GymEnv", "PushCube", "PushCubeArm", "SingleEnvAdapter",
+__all__ = ["BatchedEnv", "CartPole", "GymEnv", "PushCube", "PushCubeArm", "SingleEnvAdapter",
            "StepResult"]

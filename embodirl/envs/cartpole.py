@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult, mark_static
+from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice
 
@@ -96,7 +96,6 @@ class CartPole(BatchedEnv):
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self.episode_stats = EpisodeStats(num_envs, self.device)
 
         n, dev, dtype = num_envs, self.device, self.physics_dtype
         self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=dtype, device=dev)
@@ -111,7 +110,7 @@ class CartPole(BatchedEnv):
         self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(16, (1 << 14) // n)),
                                   min_length=1)
         mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
-                    self._force_right, self._force_left, self._zeros, *self.episode_stats.buffers())
+                    self._force_right, self._force_left, self._zeros)
         self.reset(seed=seed)
 
     @property
@@ -132,7 +131,6 @@ class CartPole(BatchedEnv):
         self._state.copy_(self._draw_starts(*self._resets.explicit(seed, group_size))[0])
         self._steps.zero_()
         self._starts.invalidate()
-        self.episode_stats.discard()
         return self._state.to(torch.float32, copy=True)
 
     def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor]:
@@ -180,7 +178,6 @@ class CartPole(BatchedEnv):
         obs = self._state.to(torch.float32, copy=True)  # never the state buffer itself (float32 physics)
 
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        self.episode_stats.step(reward, done)
         return StepResult(obs, reward, terminated, truncated, final_obs, {})
 
     def state_dict(self) -> dict[str, Tensor]:
@@ -189,7 +186,6 @@ class CartPole(BatchedEnv):
         state = {"state": self._state.clone(), "obs": self._state.to(torch.float32, copy=True),
                  "steps": self._steps.clone()}
         state.update(self._resets.state_dict())
-        state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -204,5 +200,3 @@ class CartPole(BatchedEnv):
         self._state.copy_(state["state"])
         self._steps.copy_(state["steps"])
         self._starts.invalidate()
-        prefix = "episode_stats."
-        self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from embodirl.envs import push_cube_physics as phys
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult, mark_static
+from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice
 
@@ -232,7 +232,6 @@ class PushCube(BatchedEnv):
         obs_dim = 17 + 4 * self.joint_mode + int(time_obs)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.episode_stats = EpisodeStats(num_envs, self.device)
 
         n, dev, dtype = num_envs, self.device, self.physics_dtype
         self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)
@@ -243,8 +242,7 @@ class PushCube(BatchedEnv):
         min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
         self._starts = StartCache(self._resets, self._draw_starts, dims=(1, 0), depth=max(1, min(16, 4096 // n)),
                                   min_length=min_length)
-        mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash,
-                    *self.episode_stats.buffers())
+        mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash)
         self.reset(seed=seed)
 
     # --- resets --------------------------------------------------------------------------------------
@@ -263,7 +261,6 @@ class PushCube(BatchedEnv):
         self._steps.zero_()
         self._ever_success.zero_()
         self._starts.invalidate()
-        self.episode_stats.discard()
         return self._observe(self._state, self._steps)
 
     def _initial_states(self, key_hash: Tensor, counter: Tensor) -> Tensor:
@@ -326,7 +323,6 @@ class PushCube(BatchedEnv):
         torch.where(done, start, state, out=self._state)
         obs = torch.where(done.unsqueeze(1), start_obs, final_obs)
         self._steps.copy_(steps).masked_fill_(done, 0)
-        self.episode_stats.step(reward, done, success=success)
         once = self._ever_success | success
         torch.logical_and(once, ~done, out=self._ever_success)
         info = {"success": success, "success_once": once, "success_at_end": success & done,
@@ -402,7 +398,6 @@ class PushCube(BatchedEnv):
         state = {"state": self._state.clone(), "obs": self._observe(self._state, self._steps),
                  "steps": self._steps.clone(), "ever_success": self._ever_success.clone()}
         state.update(self._resets.state_dict())
-        state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -420,5 +415,3 @@ class PushCube(BatchedEnv):
         self._steps.copy_(state["steps"])
         self._ever_success.copy_(state["ever_success"])
         self._starts.invalidate()
-        prefix = "episode_stats."
-        self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})

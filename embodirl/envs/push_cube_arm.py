@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from embodirl.envs import push_cube_arm_scene as scene
-from embodirl.envs.base import BatchedEnv, EpisodeStats, StepResult
+from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.mujoco_engine import STATE_FIELDS, BatchEngine, WarpEngine
 from embodirl.envs.rng import ResetStream, hash_uniform
 from embodirl.errors import CheckpointError, check, check_choice
@@ -168,7 +168,6 @@ class PushCubeArm(BatchedEnv):
         self._joint_noise = torch.tensor(joint_noise, dtype=torch.float64, device=self.device)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM + int(time_obs),), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (scene.NUM_JOINTS,), np.float32)
-        self.episode_stats = EpisodeStats(num_envs, self.device)
         self._goal = torch.zeros(num_envs, 2, dtype=dtype, device=self.device)
         self._steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._ever_success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
@@ -192,7 +191,6 @@ class PushCubeArm(BatchedEnv):
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), key, counter)
         self._steps.zero_()
         self._ever_success.zero_()
-        self.episode_stats.discard()
         self._obs = self._observe(*self._kinematics(), self._steps)
         return self._obs
 
@@ -247,7 +245,6 @@ class PushCubeArm(BatchedEnv):
             self._obs = torch.where(done[:, None], self._observe(*self._kinematics(), self._steps), final_obs)
         else:
             self._obs = final_obs
-        self.episode_stats.step(reward, done, success=success)
         once = self._ever_success | success
         self._ever_success = once & ~done
         info = {"success": success, "success_once": once, "success_at_end": success & done,
@@ -339,7 +336,6 @@ class PushCubeArm(BatchedEnv):
         state.update({"steps": self._steps.clone(), "goal": self._goal.clone(),
                       "ever_success": self._ever_success.clone()})
         state.update(self._resets.state_dict())
-        state.update({f"episode_stats.{k}": v for k, v in self.episode_stats.state_dict().items()})
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -358,6 +354,4 @@ class PushCubeArm(BatchedEnv):
         self._steps.copy_(state["steps"])
         self._ever_success.copy_(state["ever_success"])
         self._resets.load_state_dict(state)
-        prefix = "episode_stats."
-        self.episode_stats.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
         self._obs = self._observe(*self._kinematics(), self._steps)

@@ -113,7 +113,6 @@ def test_compiled_step_never_recompiles_and_equals_eager(name):
         run(2 * limit)
         compiled_env.load_state_dict(eager_env.state_dict())
         run(2 * limit)
-    assert compiled_env.episode_stats.pop() == pytest.approx(eager_env.episode_stats.pop(), rel=1e-6)
 
 
 def test_compiled_step_writes_state_in_place():
@@ -126,13 +125,12 @@ def test_compiled_step_writes_state_in_place():
         for key, value in vars(obj).items():
             if isinstance(value, torch.Tensor):
                 found[prefix + key] = value.data_ptr()
-            elif key in ("_resets", "_starts", "episode_stats"):
+            elif key in ("_resets", "_starts"):
                 found.update(tensors(value, f"{prefix}{key}."))
         return found
 
     before = tensors(env)
-    assert {"_state", "_steps", "_ever_success", "_resets.episode", "_resets.key_hash",
-            "episode_stats.running_return"} <= before.keys()
+    assert {"_state", "_steps", "_ever_success", "_resets.episode", "_resets.key_hash"} <= before.keys()
     for action in random_actions(env, 20):
         step(action)
     env.reset(seed=1)

@@ -124,8 +124,7 @@ def test_scripted_push_moves_the_cube_into_the_goal():
     at_end = result.info["success_at_end"]
     assert once.all() and at_end.float().mean() >= 0.95, (once.float().mean(), at_end.float().mean())
     assert torch.equal(result.reward == 1.0, result.info["success"])  # normalised reward is 1 exactly on success
-    stats = env.episode_stats.pop()
-    assert stats["episode/count"] == 32 and stats["episode/success_rate"] == at_end.float().mean().item()
+    assert (result.truncated | result.terminated).all(), "the episode ended at the time limit"
 
 
 def test_terminate_on_success_ends_the_episode_and_starts_the_next():
@@ -249,7 +248,6 @@ def test_state_dict_round_trip_continues_bit_identically():
         for a, b in zip(ref[:5], res[:5]):
             assert torch.equal(a, b)
         assert all(torch.equal(ref.info[k], res.info[k]) for k in ref.info)
-    assert env.episode_stats.pop() == restored.episode_stats.pop()
     with pytest.raises(CheckpointError, match="missing keys"):
         restored.load_state_dict({"steps": snapshot["steps"]})
     with pytest.raises(CheckpointError, match="num_envs"):
