@@ -1,5 +1,7 @@
-"""Config -> objects, in order, each option checked against its class's signature, then a dry run.
+"""The composition root: config -> a ready :class:`~embodirl.trainer.Trainer` (:func:`build`).
 
+Objects are built in order, each option checked against its class's signature, then dry-run: env, eval
+env, policy, algorithm, collector, evaluator (:func:`build_components`), then the loggers and the trainer.
 Every config group option names its class with ``_target_`` and ``_partial_: true``; objects that only
 exist at run time (device, seed, spaces, the policy) are passed here in code. Values are checked
 against the classes' annotations (:mod:`embodirl.checked`) before anything is built.
@@ -11,25 +13,28 @@ import contextlib
 import copy
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from embodirl.algos.base import BaseAlgorithm
 from embodirl.checked import NO_MATCH, conform, conform_int, instantiate_checked
 from embodirl.collector import Collector
 from embodirl.compiled import Acceleration, Stopwatch, configure_cache, resolve_acceleration
 from embodirl.evaluation import Evaluator
-from embodirl.distributed import broadcast_module
+from embodirl.loggers import LoggerSettings, MetricLoggers, build_loggers
+from embodirl.runtime.distributed import DistInfo, broadcast_module
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import PolicyProtocol
 from embodirl.policies.pretrained import freeze, load_pretrained
+from embodirl.trainer import Trainer
 from embodirl.video import VideoSettings
 
-__all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_policy", "build_video_settings",
+__all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_components", "build_env", "build_policy", "build_video_settings",
            "check_top_level", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
 
 log = logging.getLogger(__name__)
@@ -177,7 +182,46 @@ def allocation_guard(key: str, value: Any, fix: str):
         raise
 
 
-def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Components:
+def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_name: tuple[str, str] = ("", ""),
+          dist: DistInfo = DistInfo()) -> Trainer:
+    """A ready trainer for ``cfg`` writing into ``run_dir``: components, loggers (rank 0 only) and the trainer.
+
+    Args:
+        cfg: The composed config.
+        run_dir: The run directory (checkpoints, metrics, videos).
+        config: The resolved config saved with checkpoints and sent to wandb (default: ``cfg`` resolved).
+        run_name: Default wandb ``(name, group)``.
+        dist: This process's rank layout.
+    """
+    run_dir = Path(run_dir)
+    parts = build_components(cfg, dist.rank, dist.local_rank, dist.world_size)
+    if config is None:
+        config = OmegaConf.to_container(cfg, resolve=True)
+    settings: LoggerSettings = instantiate_checked(cfg.logger, "logger.")
+    total = _total_env_steps(cfg)
+    seed = parts.settings.seed
+    trainer: Trainer
+
+    def make_loggers(start_env_steps: int) -> MetricLoggers:
+        if not dist.is_main:  # only rank 0 writes metrics, TensorBoard and wandb
+            return MetricLoggers([])
+        return build_loggers(run_dir, settings, config, total, start_env_steps, *run_name,
+                             solved_metric=parts.env.solved_metric, solved_threshold=parts.env.solved_threshold,
+                             stop_on_solved=trainer.stop_on_solved, max_wall_time_s=trainer.max_wall_time_s)
+
+    trainer = instantiate_checked(
+        cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluator=parts.evaluator,
+        run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank), eval_seed=eval_seed(seed),
+        make_loggers=make_loggers, video=parts.video, num_update_threads=parts.settings.num_update_threads,
+        compile_s=parts.compile_s,
+    )
+    log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
+             type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,
+             parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs, run_dir)
+    return trainer
+
+
+def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Components:
     """Build env, eval env, policy, algorithm, collector and evaluator from a composed config; dry-run them.
 
     Every rank builds the same policy (same seed, then rank 0's weights broadcast); envs and action

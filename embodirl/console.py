@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from embodirl.stats import format_count, format_number
+from embodirl.analysis.stats import format_count, format_number
 
 __all__ = ["ConsoleLogger", "StopGoal", "TaskProgress", "format_duration", "remaining_time", "stop_message",
            "task_progress"]

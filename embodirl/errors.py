@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["CheckpointError", "ConfigError", "NonFiniteLossError", "check", "check_choice"]
+__all__ = ["CheckpointError", "ConfigError", "NonFiniteLossError", "check", "check_choice", "is_int"]
 
 
 class ConfigError(ValueError):
@@ -50,6 +50,11 @@ class CheckpointError(ValueError):
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; the last good checkpoint is kept."""
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an int and not a bool (``True`` is an ``int`` to Python, never a count to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check(condition: bool, key: str, value: Any, expected: str, fix: str | None = None, *,

@@ -25,13 +25,13 @@ from embodirl.checkpoint import (
     set_rng_state,
 )
 from embodirl.collector import Collector
-from embodirl.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
+from embodirl.runtime.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import CheckpointError, NonFiniteLossError, check
 from embodirl.evaluation import Evaluator
-from embodirl.fate import fate_of
+from embodirl.runtime.status import fate_of
 from embodirl.loggers import MetricLoggers
-from embodirl.preemption import Interrupted, StopSignals
+from embodirl.runtime.preemption import Interrupted, StopSignals
 from embodirl.video import VideoSettings, record_episode, save_video
 
 __all__ = ["Trainer", "TrainState"]
@@ -122,8 +122,8 @@ class Trainer:
         resume: Checkpoint to continue from when the run directory has none of its own; the run directory's
             ``checkpoints/last.pt``, when present, always wins (a requeued job keeps its progress).
         allow_config_change: Continue a run directory whose checkpoint was trained with a different config
-            (outside the budget, stop and output keys); checked by :func:`embodirl.experiment.run_training`
-            before anything is written (see :mod:`embodirl.rundir`).
+            (outside the budget, stop and output keys); checked by :func:`embodirl.runtime.run.run_training`
+            before anything is written (see :mod:`embodirl.runtime.rundir`).
     """
 
     def __init__(self, collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator, run_dir: Path,

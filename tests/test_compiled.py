@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from embodirl.build import build
+from embodirl.build import build_components
 from embodirl.compiled import Acceleration, compile_step, resolve_acceleration
 from embodirl.errors import ConfigError
 from tests.conftest import compose_config
@@ -43,7 +43,7 @@ def _fresh_dynamo():
 def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
     overrides = ["device=cpu", "env.num_envs=32", f"algo={algo}", "algo.batch_size=96"]
     overrides += ["algo.num_steps=16"] if algo == "ppo" else ["algo.kl_coef=0.02"]
-    parts = build(compose_config(overrides))
+    parts = build_components(compose_config(overrides))
     parts.collector.reset(seed=0)
     rollout = parts.collector.collect()
     algo_ = parts.algo
@@ -83,7 +83,7 @@ COLLECTION_CASES = {
 
 
 def _parts(case: str, compile: bool):
-    return build(compose_config(["device=cpu", "env.num_envs=16", f"compile={str(compile).lower()}",
+    return build_components(compose_config(["device=cpu", "env.num_envs=16", f"compile={str(compile).lower()}",
                                  "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
 
 
@@ -122,7 +122,7 @@ def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(cas
 @pytest.mark.parametrize("compile", [False, True])
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
 def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
-    parts = build(compose_config(["device=cuda", "env.num_envs=64", f"compile={str(compile).lower()}",
+    parts = build_components(compose_config(["device=cuda", "env.num_envs=64", f"compile={str(compile).lower()}",
                                   "cuda_graphs=false", "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
     parts.collector.reset(seed=0)
     parts.collector._step()  # first call: lazy initialisation may sync

@@ -2,7 +2,7 @@
 
 import pytest
 
-from embodirl.experiment import run_training
+from embodirl.runtime.run import run_training
 from tests.conftest import compose_config
 
 from embodirl.errors import ConfigError
@@ -36,10 +36,10 @@ def test_defaults_are_ppo_actor_critic_cartpole():
 
 
 def test_command_line_overrides_reach_the_objects(tmp_path, tiny):
-    from embodirl.build import build
+    from embodirl.build import build_components
 
     cfg = compose_config([*tiny, "algo.clip_coef=0.1", "env.num_envs=12", "seed=3", "policy.hidden_sizes=[32]"])
-    parts = build(cfg)
+    parts = build_components(cfg)
     assert parts.algo.clip_coef == 0.1 and parts.env.num_envs == 12
     assert parts.policy.actor[0].out_features == 32
 
@@ -59,9 +59,9 @@ def _options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("experiment", _options("experiment"))
 def test_every_experiment_composes_and_builds(experiment):
-    from embodirl.build import build
+    from embodirl.build import build_components
 
-    parts = build(compose_config([f"+experiment={experiment}", "device=cpu"]))
+    parts = build_components(compose_config([f"+experiment={experiment}", "device=cpu"]))
     assert parts.env.num_envs >= 1 and parts.collector.plan.num_steps >= 1
 
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from embodirl.experiment import run_training
-from embodirl.fate import read_status, write_status
+from embodirl.runtime.run import run_training
+from embodirl.runtime.status import read_status, write_status
 from embodirl.loggers import LoggerError
 from tests.conftest import compose_config
 
@@ -79,8 +79,8 @@ def test_a_malformed_status_file_does_not_stop_a_restart(tmp_path):
 
 SIGTERM_DURING_BUILD = """
 import os, signal, sys, time
-import embodirl.experiment as experiment
-from embodirl.preemption import PreemptedError
+import embodirl.runtime.run as experiment
+from embodirl.runtime.preemption import PreemptedError
 from tests.conftest import compose_config, TINY
 
 def build(*args, **kwargs):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from embodirl.experiment import run_training
+from embodirl.runtime.run import run_training
 from tests.conftest import compose_config
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from embodirl.errors import ConfigError
-from embodirl.experiment import run_training, wandb_identity
+from embodirl.runtime.run import run_training, wandb_identity
 from embodirl.loggers import ConsoleLogger, JsonlLogger, LoggerSettings, TensorBoardLogger, WandbLogger, build_loggers
 from tests.conftest import compose_config
 

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from embodirl.preemption import PreemptedError, StopSignals
+from embodirl.runtime.preemption import PreemptedError, StopSignals
 
 
 def _send(signum):

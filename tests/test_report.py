@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from embodirl.cli.report import main
-from embodirl.curves import SeedCurve, draw_curves, mean_curve, seed_curve
-from embodirl.fate import write_status
-from embodirl.report import group_runs, iqm_interval, load_run, load_runs, summarize
-from embodirl.stats import format_estimate, format_interval, format_number, stratified_bootstrap_ci
+from embodirl.analysis.curves import SeedCurve, draw_curves, mean_curve, seed_curve
+from embodirl.runtime.status import write_status
+from embodirl.analysis.report import group_runs, iqm_interval, load_run, load_runs, summarize
+from embodirl.analysis.stats import format_estimate, format_interval, format_number, stratified_bootstrap_ci
 from tests.conftest import run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

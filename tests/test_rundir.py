@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from embodirl.errors import CheckpointError
-from embodirl.rundir import (
+from embodirl.runtime.rundir import (
     RunDirBusyError,
     RunDirLock,
     check_resume_config,

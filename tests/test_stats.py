@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from embodirl.stats import (
+from embodirl.analysis.stats import (
     format_count,
     format_estimate,
     format_interval,

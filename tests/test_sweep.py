@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from embodirl.sweep import report_command
+from embodirl.runtime.sweep import report_command
 from tests.conftest import TINY
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from embodirl.checkpoint import load_checkpoint
-from embodirl.experiment import run_training
+from embodirl.runtime.run import run_training
 from tests.conftest import compose_config
 
 REQUIRED_ITERATION_KEYS = {"env_steps", "wall_time_s", "sps", "episode/return_mean", "episode/length_mean",

@@ -7,7 +7,7 @@ import torch
 
 from embodirl.envs.push_cube import PushCube
 from embodirl.errors import ConfigError
-from embodirl.experiment import run_training
+from embodirl.runtime.run import run_training
 from embodirl.policies import ActorCritic
 from embodirl.video import record_episode, save_video, tile
 from tests.conftest import compose_config

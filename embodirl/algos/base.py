@@ -14,7 +14,7 @@ from torch import Tensor
 
 from embodirl.algos.functional import scheduled_value
 from embodirl.compiled import Acceleration, capture, compile_step
-from embodirl.distributed import allreduce_grads, allreduce_mean
+from embodirl.runtime.distributed import allreduce_grads, allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy

@@ -19,7 +19,7 @@ from torch import Tensor
 from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
 from embodirl.compiled import Acceleration
-from embodirl.distributed import allreduce_max
+from embodirl.runtime.distributed import allreduce_max
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import ConfigError, check, check_choice
 from embodirl.policies.base import Policy

@@ -14,7 +14,7 @@ from embodirl.algos import functional as F
 from embodirl.algos.base import BaseAlgorithm, CollectPlan
 from embodirl.algos.reward_scaling import RewardScaler
 from embodirl.compiled import Acceleration, compile_step
-from embodirl.distributed import allreduce_mean
+from embodirl.runtime.distributed import allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import check, check_choice
 from embodirl.policies.base import Policy

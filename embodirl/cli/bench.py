@@ -68,9 +68,9 @@ def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> d
     """
     import torch
 
-    from embodirl.build import build
+    from embodirl.build import build_components
 
-    parts = build(_compose(overrides))
+    parts = build_components(_compose(overrides))
     parts.collector.reset(seed=0)
     for part in (parts.collector, parts.algo, parts.evaluator):
         part.use_cuda_graphs()
@@ -102,10 +102,10 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     import torch
     import torch._dynamo
 
-    from embodirl.build import build
+    from embodirl.build import build_components
     from embodirl.profiling import count_kernels, count_ops, inductor_kernel_events
 
-    parts = build(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1", "compile=false",
+    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1", "compile=false",
                             "cuda_graphs=false", *QUIET]))
     collector, env = parts.collector, parts.env
     collector.reset(seed=0)
@@ -186,7 +186,7 @@ def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int
 
 def time_to_solve(overrides: list[str], seed: int) -> dict[str, Any]:
     """One full training run; returns its summary's timing fields."""
-    from embodirl.experiment import run_training
+    from embodirl.runtime.run import run_training
 
     with tempfile.TemporaryDirectory(prefix="embodirl-bench-") as run_dir:
         summary = run_training(_compose([*overrides, f"seed={seed}", *QUIET]), run_dir)

@@ -72,8 +72,8 @@ def exit_code(exc: BaseException) -> int:
     """The exit status for ``exc`` (see the module table)."""
     from hydra.errors import HydraException
 
-    from embodirl.preemption import PreemptedError
-    from embodirl.rundir import RunDirBusyError
+    from embodirl.runtime.preemption import PreemptedError
+    from embodirl.runtime.rundir import RunDirBusyError
 
     if isinstance(exc, KeyboardInterrupt):
         return 130
@@ -92,8 +92,8 @@ def message(exc: BaseException) -> str | None:
     from omegaconf.errors import OmegaConfBaseException
 
     from embodirl.loggers import LoggerError
-    from embodirl.preemption import Interrupted, PreemptedError
-    from embodirl.rundir import RunDirBusyError
+    from embodirl.runtime.preemption import Interrupted, PreemptedError
+    from embodirl.runtime.rundir import RunDirBusyError
 
     if isinstance(exc, Interrupted | PreemptedError):
         return one_line(str(exc))

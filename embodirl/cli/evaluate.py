@@ -72,7 +72,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 def _evaluate(cfg: DictConfig) -> float:
     from embodirl.checkpoint import atomic_write_json
     from embodirl.cli.errors import fail
-    from embodirl.summary import print_eval
+    from embodirl.analysis.summary import print_eval
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

@@ -10,8 +10,8 @@ Writes ``report.md`` (the sweep directory, the overrides common to every run, on
 with mean ± std and IQM [95 % bootstrap CI] over seeds, one row per run), ``curves_return.png`` and,
 when any run reports success, ``curves_success.png`` (each seed thin, their mean bold, a completed run
 that stopped early held at its final value). Prints the grouped table and the paths written. Runs may
-still be running, preempted or failed: the report shows each as it is (see :mod:`embodirl.report` and
-:mod:`embodirl.curves` for the conventions). Unreadable files get one warning line each on stderr.
+still be running, preempted or failed: the report shows each as it is (see :mod:`embodirl.analysis.report` and
+:mod:`embodirl.analysis.curves` for the conventions). Unreadable files get one warning line each on stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import logging
 import sys
 from pathlib import Path
 
-from embodirl.report import (
+from embodirl.analysis.report import (
     RETURN_KEY,
     SUCCESS_KEY,
     ReportError,
@@ -49,7 +49,7 @@ def write_report(root: Path, out: Path) -> tuple[str, str, list[Path]]:
     runs = load_runs(root)  # bad input fails here, before the slow imports
 
     from embodirl.checkpoint import atomic_write_bytes
-    from embodirl.curves import plot_curves
+    from embodirl.analysis.curves import plot_curves
 
     groups = group_runs(runs)
     keys, _ = varying_keys(groups)

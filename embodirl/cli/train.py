@@ -29,11 +29,11 @@ PROG = "embodirl-train"
 
 def _share_run_time() -> None:
     """Under torchrun, join the process group now and adopt rank 0's start time before Hydra names the run dir."""
-    from embodirl.resolvers import RUN_TIME_ENV, START
+    from embodirl.runtime.resolvers import RUN_TIME_ENV, START
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ or RUN_TIME_ENV in os.environ:
         return
-    from embodirl.distributed import broadcast_object, init_distributed
+    from embodirl.runtime.distributed import broadcast_object, init_distributed
 
     init_distributed(use_cuda=None)
     os.environ[RUN_TIME_ENV] = broadcast_object(START.isoformat())
@@ -48,10 +48,10 @@ def _train(cfg: DictConfig) -> float:
     status of :mod:`embodirl.cli.errors`. Ctrl-C and preemption stop a sweep too.
     """
     from embodirl.cli.errors import fail, message
-    from embodirl.distributed import env_rank
-    from embodirl.experiment import run_training, wandb_identity  # after parsing: fast --help
-    from embodirl.preemption import PreemptedError
-    from embodirl.summary import print_summary
+    from embodirl.runtime.distributed import env_rank
+    from embodirl.runtime.run import run_training, wandb_identity  # after parsing: fast --help
+    from embodirl.runtime.preemption import PreemptedError
+    from embodirl.analysis.summary import print_summary
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

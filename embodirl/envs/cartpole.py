@@ -38,7 +38,7 @@ from torch import Tensor
 
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
-from embodirl.errors import CheckpointError, check, check_choice
+from embodirl.errors import CheckpointError, check, check_choice, is_int
 
 __all__ = ["CartPole"]
 
@@ -58,9 +58,6 @@ _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed"}
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
 
 class CartPole(BatchedEnv):
     """``num_envs`` CartPole-v1 copies stepped as tensors on one device.
@@ -70,6 +67,8 @@ class CartPole(BatchedEnv):
         max_episode_steps: Time limit; ``truncated`` is set on the step that reaches it.
         physics_dtype: dtype of the physics state; float64 reproduces gymnasium's numpy state.
             Observations are float32 either way.
+        hide_velocities: Observe only the cart position and pole angle ``[N, 2]`` (a partially observed task:
+            a memoryless policy cannot tell which way the pole is falling; a recurrent one can).
         device: Device of every tensor.
         seed: Seed of the reset-state stream (see the module docstring).
     """
@@ -81,19 +80,23 @@ class CartPole(BatchedEnv):
         num_envs: int = 256,
         max_episode_steps: int = 500,
         physics_dtype: Literal["float64", "float32"] = "float64",
+        hide_velocities: bool = False,
         *,
         device: str | torch.device = "cpu",
         seed: int = 0,
     ) -> None:
-        check(_is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1")
-        check(_is_int(max_episode_steps) and max_episode_steps >= 1, "max_episode_steps", max_episode_steps,
+        check(is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1")
+        check(is_int(max_episode_steps) and max_episode_steps >= 1, "max_episode_steps", max_episode_steps,
               "an int >= 1 (gymnasium's CartPole-v1 uses 500)")
         check_choice("physics_dtype", physics_dtype, _DTYPES)
+        check(isinstance(hide_velocities, bool), "hide_velocities", hide_velocities, "true or false")
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
         self.device = torch.device(device)
         self.physics_dtype = _DTYPES[physics_dtype]
-        high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
+        self.hide_velocities = hide_velocities
+        observed = [0, 2] if hide_velocities else [0, 1, 2, 3]
+        high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)[observed]
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
 
@@ -126,12 +129,18 @@ class CartPole(BatchedEnv):
             group_size: Envs ``[k*g, (k+1)*g)`` start from one shared state per group.
 
         Returns:
-            ``[N, 4]`` float32 first observations.
+            ``[N, 4]`` float32 first observations (``[N, 2]`` with ``hide_velocities``).
         """
         self._state.copy_(self._draw_starts(*self._resets.explicit(seed, group_size))[0])
         self._steps.zero_()
         self._starts.invalidate()
-        return self._state.to(torch.float32, copy=True)
+        return self._observe(self._state)
+
+    def _observe(self, state: Tensor) -> Tensor:
+        """A fresh float32 observation of ``state`` (never the state buffer itself, even with float32 physics)."""
+        if self.hide_velocities:
+            return state[:, 0::2].to(torch.float32, copy=True)  # x, theta
+        return state.to(torch.float32, copy=True)
 
     def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor]:
         """``[M, 4]`` start states of rows ``(key_hash, counter)`` in the physics dtype."""
@@ -144,7 +153,7 @@ class CartPole(BatchedEnv):
             action: ``[N]`` or ``[N, 1]``; 1 pushes right, anything else left (int64, float or bool).
 
         Returns:
-            :class:`StepResult` with ``[N, 4]`` float32 observations and ``[N]`` reward and flags.
+            :class:`StepResult` with ``[N, 4]`` (``[N, 2]``) float32 observations and ``[N]`` reward and flags.
         """
         if action.shape != self._state.shape[:1] and action.shape != (self.num_envs, 1):
             raise ValueError(f"CartPole.step: action has shape {tuple(action.shape)}, expected ({self.num_envs},) "
@@ -170,20 +179,20 @@ class CartPole(BatchedEnv):
         time_up = self._steps >= self.max_episode_steps
         truncated = time_up & ~terminated
         done = terminated | time_up
-        final_obs = state.to(torch.float32)
+        final_obs = self._observe(state)
 
         (init,) = self._starts.next(done)
         torch.where(done.unsqueeze(1), init, state, out=self._state)
         self._steps.masked_fill_(done, 0)
-        obs = self._state.to(torch.float32, copy=True)  # never the state buffer itself (float32 physics)
+        obs = self._observe(self._state)
 
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         return StepResult(obs, reward, terminated, truncated, final_obs, {})
 
     def state_dict(self) -> dict[str, Tensor]:
         """Physics, counters, seed and episode statistics (all cloned), and the current observation (for reference:
-        it is ``state`` in float32, and :meth:`load_state_dict` ignores it)."""
-        state = {"state": self._state.clone(), "obs": self._state.to(torch.float32, copy=True),
+        it follows from ``state``, and :meth:`load_state_dict` ignores it)."""
+        state = {"state": self._state.clone(), "obs": self._observe(self._state),
                  "steps": self._steps.clone()}
         state.update(self._resets.state_dict())
         return state

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import ObsKey, observation_spec
-from embodirl.errors import ConfigError, check, check_choice
+from embodirl.errors import ConfigError, check, check_choice, is_int
 
 __all__ = ["GymEnv"]
 
@@ -33,9 +33,6 @@ MAX_NUM_ENVS = 65_536
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
 _BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 2.3.10 and pygame, from wheels)'
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _leaf(tree: Any, key: ObsKey) -> Any:
@@ -94,11 +91,11 @@ class GymEnv(BatchedEnv):
         seed: int = 0,
     ) -> None:
         check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
-        check(_is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
+        check(is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
               f"an int in [1, {MAX_NUM_ENVS}] (gymnasium sub-envs are Python objects stepped one by one on the host)",
               fix=f"pass env.num_envs=8 (up to {MAX_NUM_ENVS}); for more, write a batched torch env")
         check_choice("vectorization_mode", vectorization_mode, ["sync", "async"])
-        check(max_episode_steps is None or (_is_int(max_episode_steps) and max_episode_steps >= 1),
+        check(max_episode_steps is None or (is_int(max_episode_steps) and max_episode_steps >= 1),
               "max_episode_steps", max_episode_steps, "an int >= 1, or null for the spec's time limit")
         check(env_kwargs is None or isinstance(env_kwargs, Mapping), "env_kwargs", env_kwargs,
               "a mapping of constructor arguments, or null")
@@ -165,8 +162,8 @@ class GymEnv(BatchedEnv):
         Returns:
             First observations: ``[N, *obs_shape]`` float32 for a Box space, else a TensorDict with batch ``[N]``.
         """
-        check(seed is None or _is_int(seed), "seed", seed, "an int or None")
-        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+        check(seed is None or is_int(seed), "seed", seed, "an int or None")
+        check(is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
               f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
         if seed is not None:
             self.seed, self._num_resets = seed, 0

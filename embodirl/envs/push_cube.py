@@ -34,7 +34,7 @@ from torch import Tensor
 from embodirl.envs import push_cube_physics as phys
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
-from embodirl.errors import CheckpointError, check, check_choice
+from embodirl.errors import CheckpointError, check, check_choice, is_int
 
 __all__ = ["PushCube"]
 
@@ -49,9 +49,6 @@ _POSITIVE = ("cube_half_size", "cube_mass", "pusher_radius", "gravity", "control
 _NON_NEGATIVE = ("table_friction", "push_friction", "speculative_slack")
 _PAIRS = ("arm_base", "link_lengths", "workspace_low", "workspace_high", "table_half_size")
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_num(value: object) -> bool:
@@ -77,7 +74,7 @@ def _check_arguments(args: dict) -> None:
     for key in _FLAGS:
         check(isinstance(args[key], bool), key, args[key], "true or false")
     for key in _COUNTS:
-        check(_is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
+        check(is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
     for key in _POSITIVE:
         check(_is_num(args[key]) and args[key] > 0, key, args[key], "a finite number > 0")
     for key in _NON_NEGATIVE:
@@ -384,7 +381,7 @@ class PushCube(BatchedEnv):
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         """Top views of the current states of the given envs (all when None) as uint8 ``[k, size, size, 3]``;
         after an auto-reset, the next episode's start (picture: :func:`.push_cube_physics.draw_scene`)."""
-        check(_is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
+        check(is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
         index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
         state = self._state[:, index].cpu().numpy().astype(np.float64)

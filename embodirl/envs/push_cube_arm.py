@@ -29,7 +29,7 @@ from embodirl.envs import push_cube_arm_scene as scene
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.mujoco_engine import STATE_FIELDS, BatchEngine, WarpEngine
 from embodirl.envs.rng import ResetStream, hash_uniform
-from embodirl.errors import CheckpointError, check, check_choice
+from embodirl.errors import CheckpointError, check, check_choice, is_int
 
 __all__ = ["PushCubeArm"]
 
@@ -39,9 +39,6 @@ _POSITIVE = ("action_scale", "timestep", "goal_radius", "goal_offset")
 _FLAGS = ("terminate_on_success", "randomize_yaw", "time_obs")
 _STATE_KEYS = {"steps", "goal", "ever_success", "episode", "num_resets", "seed", *(f"sim.{k}" for k in STATE_FIELDS)}
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_num(value: object) -> bool:
@@ -62,10 +59,10 @@ def _check_arguments(args: dict) -> None:
     for key in _FLAGS:
         check(isinstance(args[key], bool), key, args[key], "true or false")
     for key in _COUNTS:
-        check(_is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
+        check(is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
     for key in _POSITIVE:
         check(_is_num(args[key]) and args[key] > 0, key, args[key], "a finite number > 0")
-    check(_is_int(args["num_threads"]) and args["num_threads"] >= 0, "num_threads", args["num_threads"],
+    check(is_int(args["num_threads"]) and args["num_threads"] >= 0, "num_threads", args["num_threads"],
           "an int >= 0 (0 = one thread per CPU core)")
     check(args["action_scale"] <= 0.2, "action_scale", args["action_scale"], "at most 0.2 rad per step",
           fix="use e.g. action_scale=0.025 (about 2.5 cm of tip motion per step at the arm's reach)")
@@ -286,7 +283,7 @@ class PushCubeArm(BatchedEnv):
         display) and can be made; otherwise :func:`~embodirl.envs.push_cube_arm_scene.draw_arm_scene` draws top
         views with numpy.
         """
-        check(_is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
+        check(is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
         index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
         qpos = self._sim["qpos"][index].double().cpu().numpy()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from embodirl.errors import check
+from embodirl.errors import check, is_int
 
 __all__ = ["EXPLICIT_RESET_COUNTER", "ResetStream", "StartCache", "hash_key", "hash_uniform", "in_graph",
            "uniform_from_key"]
@@ -118,8 +118,8 @@ class ResetStream:
         Returns:
             ``hash_key(seed, i // group_size)`` and ``2**31 + r``, both ``[N]`` int64 (for :func:`uniform_from_key`).
         """
-        check(seed is None or (_is_int(seed) and -(2**63) <= seed < 2**63), "seed", seed, "an int64 or None")
-        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+        check(seed is None or (is_int(seed) and -(2**63) <= seed < 2**63), "seed", seed, "an int64 or None")
+        check(is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
               f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
         if seed is not None:
             self._reseed(seed)
@@ -213,6 +213,3 @@ class StartCache:
         torch.sub(self.stream.env_ids * self.depth, base, out=self._shift)
         self.age = 0
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -53,7 +53,7 @@ from torch import Tensor
 
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import STATE_KEY, ObsKey, key_name, observation_spec
-from embodirl.errors import ConfigError, check, check_choice
+from embodirl.errors import ConfigError, check, check_choice, is_int
 
 __all__ = ["TorchVectorEnv"]
 
@@ -63,9 +63,6 @@ _FINAL_OBS_KEYS = (("final_observation", "_final_observation"), ("final_obs", "_
 _EXAMPLE = "see the ManiSkill3 example in conf/env/torch_vector.yaml"
 DEFAULT_SUCCESS_THRESHOLD = 0.9  #: eval/success_rate that counts as solved when the simulator reports success
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _sim_seed(seed: int) -> int:
@@ -188,8 +185,8 @@ class TorchVectorEnv(BatchedEnv):
         device: str | torch.device = "cpu",
         seed: int = 0,
     ) -> None:
-        check(_is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1", "pass env.num_envs=16")
-        check(max_episode_steps is None or (_is_int(max_episode_steps) and max_episode_steps >= 1),
+        check(is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1", "pass env.num_envs=16")
+        check(max_episode_steps is None or (is_int(max_episode_steps) and max_episode_steps >= 1),
               "max_episode_steps", max_episode_steps, "an int >= 1, or null for the simulator's own limit")
         check(success_key is None or isinstance(success_key, str), "success_key", success_key,
               "an info key such as success, or null")
@@ -260,8 +257,8 @@ class TorchVectorEnv(BatchedEnv):
             ConfigError: ``group_size > 1`` for a simulator without per-env seeds, or whose group members did not
                 start equal.
         """
-        check(seed is None or _is_int(seed), "seed", seed, "an int or None")
-        check(_is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+        check(seed is None or is_int(seed), "seed", seed, "an int or None")
+        check(is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
               f"an int >= 1 that divides num_envs={self.num_envs}", "pick a divisor of num_envs, e.g. group_size=1")
         if group_size > 1 and not self.per_env_seeds:
             raise ConfigError("algo.group_shared_reset", True, "false with this simulator: group members can start "

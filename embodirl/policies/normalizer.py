@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from embodirl.distributed import allreduce_sum
+from embodirl.runtime.distributed import allreduce_sum
 
 __all__ = ["RunningNormalizer"]
 

@@ -8,7 +8,7 @@ import torch
 
 from embodirl.algos import functional as F
 from embodirl.algos.grpo import GRPO
-from embodirl.build import build
+from embodirl.build import build_components
 from embodirl.collector import Collector
 from embodirl.envs.cartpole import CartPole
 from embodirl.errors import ConfigError
@@ -135,11 +135,11 @@ def test_update_reports_valid_fraction_and_ref_kl():
 def test_grpo_selects_actor_only_and_refuses_bad_settings(tmp_path):
     assert compose_config(["algo=grpo"]).policy._target_ == "embodirl.policies.actor_only.ActorOnly"
     with pytest.raises(ConfigError, match=r"algo.group_size=1.*>= 2"):
-        build(compose_config(["algo=grpo", "algo.group_size=1", "device=cpu"]))
+        build_components(compose_config(["algo=grpo", "algo.group_size=1", "device=cpu"]))
     with pytest.raises(ConfigError, match=r"env.num_envs=6.*multiple of algo.group_size=4"):
-        build(compose_config(["algo=grpo", "env.num_envs=6", "device=cpu"]))
+        build_components(compose_config(["algo=grpo", "env.num_envs=6", "device=cpu"]))
     with pytest.raises(ConfigError, match=r"policy='ActorCritic'.*actor_only"):
-        build(compose_config(["algo=grpo", "policy=actor_critic", "device=cpu"]))
+        build_components(compose_config(["algo=grpo", "policy=actor_critic", "device=cpu"]))
     with pytest.raises(ConfigError, match="actor_only"):
         GRPO(ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), device=torch.device("cpu"),
              total_env_steps=1)

@@ -303,7 +303,7 @@ def test_dict_observations_are_tensordicts_matching_gymnasium_leaf_by_leaf():
 
 
 def test_dict_env_trains_through_the_platform(tmp_path, tiny):
-    from embodirl.experiment import run_training
+    from embodirl.runtime.run import run_training
     from tests.conftest import compose_config
 
     cfg = compose_config([*tiny, "env=gym", "env.id=EmbodirlTest/DictReach-v0", "env.num_envs=4",

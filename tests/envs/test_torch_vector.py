@@ -350,7 +350,7 @@ def test_grpo_group_resets_are_refused_in_one_line_without_per_env_seeds(tmp_pat
     ("grpo", ["env.per_env_seeds=true"]),
 ])
 def test_ppo_and_grpo_learn_the_fake_task_through_the_adapter(tmp_path, algo, overrides):
-    from embodirl.experiment import run_training
+    from embodirl.runtime.run import run_training
     from tests.conftest import compose_config
 
     make = f"{{_target_:{FAKE},obs_mode:state_dict,ignore_terminations:true,max_episode_steps:20,rng:batched}}"

@@ -77,10 +77,10 @@ def test_unknown_keys_are_refused_naming_the_choices():
 
 
 def test_an_encoder_is_chosen_per_key_from_the_command_line():
-    from embodirl.build import build
+    from embodirl.build import build_components
     from tests.conftest import compose_config
 
     cfg = compose_config(["+policy/encoder@policy.encoders.state=mlp", "policy.encoders.state.hidden_sizes=[32]",
                           "device=cpu", "env.num_envs=4"])
-    policy = build(cfg).policy
+    policy = build_components(cfg).policy
     assert isinstance(policy.encoders["state"], MLPEncoder) and policy.feature_dim(["state"]) == 32

@@ -20,8 +20,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from embodirl.fate import read_status
-from embodirl.stats import format_count, format_number
+from embodirl.runtime.status import read_status
+from embodirl.analysis.stats import format_count, format_number
 
 __all__ = ["SweepFate", "report_command", "sweep_fates", "sweep_table"]
 
@@ -43,14 +43,14 @@ def _varying(overrides: list[list[str]]) -> tuple[list[str], list[list[str]]]:
 def sweep_table(sweep_dir: Path, objective: str) -> Table:
     """One row per job of the sweep: overrides (those that vary), status, ``objective``, env steps, wall time.
 
-    Numbers to significant digits (:mod:`embodirl.stats`); a failed job shows its exception's class
+    Numbers to significant digits (:mod:`embodirl.analysis.stats`); a failed job shows its exception's class
     (the message follows in :class:`SweepFate`'s failure lines), a job still running (or never
     started) its latest values.
 
     Raises:
         ReportError: ``sweep_dir`` holds no job.
     """
-    from embodirl.report import discover_runs, load_run
+    from embodirl.analysis.report import discover_runs, load_run
 
     runs = [load_run(run, sweep_dir) for run in discover_runs(sweep_dir)]
     common, varying = _varying([_overrides(run.path) for run in runs])

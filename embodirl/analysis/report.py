@@ -10,10 +10,10 @@ Conventions (also stated in the report):
 * Statistics of a configuration are over its **completed** runs only (a running, preempted or failed
   run's last values are not final): mean ± sample standard deviation (n - 1) over seeds; no ± for a
   single seed; and the interquartile mean (IQM) with a 95 % stratified-bootstrap percentile interval
-  (rliable's method, 10,000 resamples, seeded: see :mod:`embodirl.stats`). Solved wall time and env
+  (rliable's method, 10,000 resamples, seeded: see :mod:`embodirl.analysis.stats`). Solved wall time and env
   steps are over the completed runs that solved ("k/n solved"). Steps/s is end to end: the run's env
-  steps over its training wall time. Numbers are formatted by :mod:`embodirl.stats`.
-* Learning curves (:mod:`embodirl.curves`) use every run with evaluations, running ones included, and
+  steps over its training wall time. Numbers are formatted by :mod:`embodirl.analysis.stats`.
+* Learning curves (:mod:`embodirl.analysis.curves`) use every run with evaluations, running ones included, and
   hold a completed run's final value so that a seed that stopped early does not pull the mean down.
 
 Every loader tolerates missing, partial, torn or corrupt files: a run may be completed, failed, running
@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from embodirl.stats import (
+from embodirl.analysis.stats import (
     finite,
     format_count,
     format_estimate,

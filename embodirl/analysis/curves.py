@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodirl.report import RETURN_KEY, ReportError, Run, solved_threshold
-from embodirl.stats import finite
+from embodirl.analysis.report import RETURN_KEY, ReportError, Run, solved_threshold
+from embodirl.analysis.stats import finite
 
 __all__ = ["Curve", "SeedCurve", "draw_curves", "mean_curve", "plot_curves", "seed_curve"]
 

@@ -29,7 +29,7 @@ _JOB_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_
 
 def fate_of(exc: BaseException | None) -> str:
     """The state a run ends in when ``exc`` (None: nothing) ended it."""
-    from embodirl.preemption import PreemptedError, was_preempted
+    from embodirl.runtime.preemption import PreemptedError, was_preempted
 
     if exc is None:
         return "completed"

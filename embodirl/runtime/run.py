@@ -1,4 +1,5 @@
-"""One training run from a composed config: take the run directory, build, dry-run, train, record the fate."""
+"""The lifecycle of one training run: lock the run directory, check a resumed config, build, train, record the
+run's fate in ``status.json``."""
 
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from embodirl.build import build, eval_seed, rank_seed, wants_cuda
-from embodirl.checked import instantiate_checked
+from embodirl.build import build, wants_cuda
 from embodirl.checkpoint import load_checkpoint
-from embodirl.distributed import env_rank, init_distributed, shutdown
+from embodirl.runtime.distributed import env_rank, init_distributed, shutdown
 from embodirl.errors import ConfigError, check
-from embodirl.fate import fate_of, write_status
-from embodirl.loggers import LoggerSettings, MetricLoggers, build_loggers
-from embodirl.preemption import StopSignals
-from embodirl.rundir import RunDirLock, check_resume_config, remove_temp_files, write_hydra_files
+from embodirl.runtime.status import fate_of, write_status
+from embodirl.runtime.preemption import StopSignals
+from embodirl.runtime.rundir import RunDirLock, check_resume_config, remove_temp_files, write_hydra_files
 from embodirl.trainer import SUMMARY_KEYS
 
 __all__ = ["OBJECTIVES", "check_objective", "run_training", "wandb_identity"]
@@ -81,7 +80,7 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         ConfigError: A bad value; raised before any training.
         CheckpointError: A missing, corrupt or incompatible checkpoint, or a changed config for an existing run.
         NonFiniteLossError: Training diverged; the last good checkpoint is kept.
-        PreemptedError, Interrupted, KeyboardInterrupt: Stopped by a signal (see :mod:`embodirl.preemption`).
+        PreemptedError, Interrupted, KeyboardInterrupt: Stopped by a signal (see :mod:`embodirl.runtime.preemption`).
     """
     run_dir = Path(run_dir)
     main_rank = env_rank() == 0
@@ -124,32 +123,11 @@ def _record(run_dir: Path, status: str, **fields: Any) -> None:
 def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:
     dist = init_distributed(use_cuda=wants_cuda(cfg.device))
     try:
-        parts = build(cfg, dist.rank, dist.local_rank, dist.world_size)
-        settings: LoggerSettings = instantiate_checked(cfg.logger, "logger.")
-        total = int(cfg.trainer.total_env_steps)  # checked by build
-
-        def make_loggers(start_env_steps: int) -> MetricLoggers:
-            if not dist.is_main:  # only rank 0 writes metrics, TensorBoard and wandb
-                return MetricLoggers([])
-            return build_loggers(run_dir, settings, config, total, start_env_steps, *run_name,
-                                 solved_metric=parts.env.solved_metric, solved_threshold=parts.env.solved_threshold,
-                                 stop_on_solved=trainer.stop_on_solved, max_wall_time_s=trainer.max_wall_time_s)
-
-        seed = parts.settings.seed
-        trainer = instantiate_checked(
-            cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluator=parts.evaluator,
-            run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank), eval_seed=eval_seed(seed),
-            make_loggers=make_loggers, video=parts.video, num_update_threads=parts.settings.num_update_threads,
-            compile_s=parts.compile_s,
-        )
-        log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
-                 type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,
-                 parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs,
-                 run_dir)
+        trainer = build(cfg, run_dir, config, run_name, dist)
         try:
             return trainer.train()
         finally:
-            parts.env.close()
-            parts.eval_env.close()
+            trainer.collector.env.close()
+            trainer.evaluator.env.close()
     finally:
         shutdown()
