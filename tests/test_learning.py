@@ -68,3 +68,14 @@ def test_ppo_push_cube_arm_learns_to_push_the_cube(tmp_path):
                           "trainer.eval_every_env_steps=262144"])
     summary = run_training(cfg, tmp_path)
     assert summary["eval/success_once"] >= 0.2 and summary["eval/return_mean"] >= 14, summary
+
+
+def test_a_recurrent_policy_solves_partially_observed_cartpole_and_an_mlp_does_not(tmp_path):
+    # env.hide_velocities=true: only cart position and pole angle. The GRU policy (default recurrent PPO)
+    # solved seed 0 at 1.06M env steps; the MLP ended at 46 after 1.5M (about 2.5 min together on 2 busy cores).
+    quiet = ["seed=0", "device=cpu", "logger.console=none", "logger.tensorboard=false", "env.hide_velocities=true"]
+    gru = run_training(compose_config([*quiet, "policy=actor_critic_rnn", "trainer.total_env_steps=2000000"]),
+                       tmp_path / "gru")
+    assert gru["stop_reason"] == "solved" and gru["eval/return_mean"] >= 475, gru
+    mlp = run_training(compose_config([*quiet, "trainer.total_env_steps=1000000"]), tmp_path / "mlp")
+    assert mlp["stop_reason"] != "solved" and mlp["eval/return_mean"] < 200, mlp

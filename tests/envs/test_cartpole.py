@@ -273,3 +273,16 @@ def test_cuda_matches_cpu_without_host_syncs():
         assert s_gpu.obs.device.type == "cuda"
         torch.testing.assert_close(s_gpu.final_obs.cpu(), s_cpu.final_obs, rtol=0, atol=1e-5)
         assert torch.equal(s_gpu.terminated.cpu(), s_cpu.terminated)
+
+
+def test_hidden_velocities_observe_position_and_angle_of_the_same_trajectory():
+    full, hidden = CartPole(num_envs=8, seed=4), CartPole(num_envs=8, seed=4, hide_velocities=True)
+    assert hidden.observation_space.shape == (2,)
+    obs_full, obs_hidden = full.reset(seed=4), hidden.reset(seed=4)
+    assert torch.equal(obs_hidden, obs_full[:, [0, 2]])
+    for act in random_actions(8, 60, seed=6):  # random play: episodes end and auto-reset
+        a, b = full.step(act), hidden.step(act)
+        assert torch.equal(b.obs, a.obs[:, [0, 2]]) and torch.equal(b.final_obs, a.final_obs[:, [0, 2]])
+        assert torch.equal(a.terminated, b.terminated) and torch.equal(a.truncated, b.truncated)
+    with pytest.raises(ConfigError, match="hide_velocities='yes'"):
+        CartPole(num_envs=2, hide_velocities="yes")
