@@ -332,7 +332,7 @@ def _print_presets(results: list[dict[str, Any]]) -> None:
         solved = r["median_solved_wall_time_s"]
         steps = r["median_solved_env_steps"]
         print(f"| {r['preset']} | {r['collect_sps']:,.0f} | {r['update_sps']:,.0f} | {r['compile_s']:.1f} | "
-              f"{r['median_e2e_sps']:,.0f} | "
+              f"{'-' if r['median_e2e_sps'] is None else format(r['median_e2e_sps'], ',.0f')} | "
               f"{'-' if solved is None else f'{solved:.2f}'} | {'-' if steps is None else f'{steps:,.0f}'} | "
               f"{per_seed} |")
 

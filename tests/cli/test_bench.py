@@ -15,3 +15,24 @@ def test_bench_shows_progress_on_stderr_and_keeps_stdout_for_the_tables(capsys):
         "embodirl-bench [3/3] ppo_cartpole seed 0: training until solved"]
     assert progress[-1] == "embodirl-bench [3/3] ppo_cartpole seed 0: not solved"  # 256 steps cannot solve it
     assert "embodirl-bench" not in out and "| ppo_cartpole |" in out and "| cartpole |" in out
+
+
+def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, capsys):
+    import json
+
+    out_file = tmp_path / "bench.json"
+    main(["--presets", "ppo_cartpole", "--seeds", "--envs", "--costs", "cartpole", "--costs-envs", "16", "--scaling",
+          "ppo_cartpole", "--scaling-sizes", "8", "16", "--out", str(out_file), "--", "trainer.num_eval_envs=2"])
+    out, _ = capsys.readouterr()
+    result = json.loads(out_file.read_text())
+    (costs,) = result["step_costs"]
+    assert costs["env"] == "cartpole" and costs["device"] == "cpu" and costs["num_envs"] == 16
+    # CartPole's eager step dispatches tens of aten ops; compiled, the same step is a handful of kernels.
+    assert costs["env_eager"] > 20 and 1 <= costs["env_compiled"] < costs["env_eager"]
+    assert costs["collect_eager"] > costs["env_eager"] + costs["act_eager"] / 2
+    assert all(costs[f"{k}_compile_s"] > 0 for k in ("env", "act", "collect"))
+    rows = result["scaling"][0]["rows"]
+    assert [r["num_envs"] for r in rows] == [8, 16] and all(r["collect_update_sps"] > 0 for r in rows)
+    (preset,) = result["results"]
+    assert preset["runs"] == [] and preset["median_e2e_sps"] is None and preset["collect_sps"] > 0
+    assert "| cartpole | cpu | 16 |" in out and "| ppo_cartpole: num_envs |" in out and "| ppo_cartpole | " in out
