@@ -89,11 +89,30 @@ def configure_torch(seed: int, num_threads: int) -> None:
 
 # --- components ---------------------------------------------------------------------------------------
 def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: int | None = None) -> BatchedEnv:
-    """Instantiate an env from the ``env`` group, optionally overriding ``num_envs`` (eval envs)."""
+    """Instantiate an env from the ``env`` group, optionally overriding ``num_envs`` (eval envs).
+
+    ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
+    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null.
+    """
     node = env_cfg.copy()
     if num_envs is not None:
         node.num_envs = num_envs
-    return instantiate_checked(node, "env.", device=device, seed=seed)
+    with open_dict(node):
+        solved = {key: node.pop(key, None) for key in ("solved_metric", "solved_threshold")}
+    _check_solved(**solved)
+    env = instantiate_checked(node, "env.", device=device, seed=seed)
+    for key, value in solved.items():
+        if value is not None:
+            setattr(env, key, float(value) if key == "solved_threshold" else value)
+    return env
+
+
+def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
+    check(solved_metric is None or (isinstance(solved_metric, str) and solved_metric.startswith("eval/")),
+          "env.solved_metric", solved_metric, "null (the env's own) or an evaluation metric such as eval/return_mean",
+          "pass env.solved_metric=eval/return_mean (or eval/success_rate for envs that report success)", absolute=True)
+    check(solved_threshold is None or conform(solved_threshold, float) is not NO_MATCH, "env.solved_threshold",
+          solved_threshold, "null (the env's own) or a number", "pass e.g. env.solved_threshold=400", absolute=True)
 
 
 def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> PolicyProtocol:

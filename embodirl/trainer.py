@@ -32,6 +32,7 @@ from embodirl.evaluation import Evaluator
 from embodirl.fate import fate_of
 from embodirl.loggers import MetricLoggers
 from embodirl.preemption import Interrupted, StopSignals
+from embodirl.stopping import MetricNames, StopConditions, parse_stop_on
 from embodirl.video import VideoSettings, record_episode, save_video
 
 __all__ = ["Trainer", "TrainState"]
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 EVAL_KEYS = ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/success_rate",
              "eval/success_once", "eval/success_at_end")
 SUMMARY_KEYS = ("episode/return_mean", "episode/length_mean", "episode/success_rate", *EVAL_KEYS)
+# Metrics every run logs (every iteration, or at every evaluation); others depend on the algorithm or the env.
+ALWAYS_LOGGED = ("iteration", "env_steps", "wall_time_s", "sps", "perf/collect_sps", "perf/update_sps",
+                 "episode/count", "episode/return_mean", "episode/length_mean", "eval/return_mean",
+                 "eval/return_std", "eval/length_mean", "eval/num_episodes")
+SUCCESS_KEYS = ("episode/success_rate", "eval/success_rate", "eval/success_once", "eval/success_at_end")
 
 
 @dataclass
@@ -55,6 +61,8 @@ class TrainState:
     solved_env_steps: int | None = None
     solved_wall_time_s: float | None = None
     last: dict[str, Any] = field(default_factory=dict)
+    stop_condition: str | None = None  # the trainer.stop_on condition that held
+    stop_state: dict[str, list] = field(default_factory=dict)  # plateau bookkeeping of trainer.stop_on
 
 
 @contextlib.contextmanager
@@ -118,6 +126,8 @@ class Trainer:
         checkpoint_every_env_steps: Save ``last.pt`` and a periodic checkpoint when crossing a multiple.
         keep_checkpoints: Periodic checkpoints kept (oldest deleted first); ``last.pt`` is always kept.
         stop_on_solved: Stop once deterministic evaluation meets the env's solved criterion.
+        stop_on: More stop conditions on logged metrics, thresholds ``{metric, op, value}`` and plateaus
+            ``{metric, plateau: {patience_evals, min_delta, mode}}`` (see :mod:`embodirl.stopping`).
         max_wall_time_s: Stop after this much training wall time (None = no limit).
         resume: Checkpoint to continue from when the run directory has none of its own; the run directory's
             ``checkpoints/last.pt``, when present, always wins (a requeued job keeps its progress).
@@ -131,8 +141,8 @@ class Trainer:
                  video: VideoSettings | None = None, num_update_threads: int | None = None, compile_s: float = 0.0,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
-                 stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None,
-                 allow_config_change: bool = False) -> None:
+                 stop_on_solved: bool = True, stop_on: list[dict] | None = None, max_wall_time_s: float | None = None,
+                 resume: str | None = None, allow_config_change: bool = False) -> None:
         check(total_env_steps >= 1, "total_env_steps", total_env_steps, "an int >= 1")
         check(eval_every_env_steps >= 1, "eval_every_env_steps", eval_every_env_steps, "an int >= 1")
         check(num_eval_envs >= 1, "num_eval_envs", num_eval_envs, "an int >= 1")
@@ -152,6 +162,10 @@ class Trainer:
         self.checkpoint_every = checkpoint_every_env_steps
         self.keep_checkpoints = keep_checkpoints
         self.stop_on_solved = stop_on_solved
+        self.stops = StopConditions(parse_stop_on(stop_on))
+        self.metric_names = MetricNames(
+            [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(self.stops.conditions)],
+            known=ALWAYS_LOGGED, after_record=("loss/", "diag/", "perf/"), after_evaluation=SUCCESS_KEYS)
         self.max_wall_time_s = max_wall_time_s
         self.resume_path = resume
         self.allow_config_change = allow_config_change
@@ -184,7 +198,9 @@ class Trainer:
         with StopSignals(defer=True) as signals:
             try:
                 while (reason := self._agreed_stop(signals)) is None:
-                    loggers.log(self._iteration(origin))
+                    record = self._iteration(origin)
+                    loggers.log(record)
+                    self._account(record)
                     if self.state.env_steps >= self.state.next_checkpoint:
                         self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
                         self.save(periodic=True)
@@ -267,6 +283,13 @@ class Trainer:
         st.last.update({k: v for k, v in record.items() if v is not None})
         return record
 
+    def _account(self, record: dict[str, Any]) -> None:
+        """After a logged record: check the configured metric names, update the stop conditions."""
+        self.metric_names.observe(record, evaluated="eval/return_mean" in record)
+        met = self.stops.update(record, self.state.stop_state)
+        if met is not None and self.state.stop_condition is None:
+            self.state.stop_condition = met
+
     def _evaluate(self, origin: float) -> dict[str, Any]:
         metrics = self.evaluator.evaluate(self.num_eval_episodes, seed=self.eval_seed)
         out = {key: None for key in EVAL_KEYS}
@@ -291,6 +314,8 @@ class Trainer:
         """Why training should stop now, or None to go on."""
         if self.stop_on_solved and self.state.solved_env_steps is not None:
             return "solved"
+        if self.state.stop_condition is not None:
+            return "stop_on"
         if self.state.env_steps >= self.total_env_steps:
             return "total_env_steps"
         if self.max_wall_time_s is not None and self.state.wall_time_s >= self.max_wall_time_s:
@@ -366,6 +391,9 @@ class Trainer:
         if self.dist.is_main:
             set_rng_state(state["rng"])
             self._set_aside_checkpoints_after(trainer_state.env_steps)
+        if trainer_state.stop_condition and not any(trainer_state.stop_condition.startswith(c.describe())
+                                                     for c in self.stops.conditions):
+            trainer_state.stop_condition = None  # trainer.stop_on changed: the condition that held is gone
         self.state = trainer_state
         log.info("resumed from %s at env_steps=%d (iteration %d)", path, self.state.env_steps, self.state.iteration)
         return True
@@ -382,7 +410,9 @@ class Trainer:
     def summary(self, status: str, reason: str | None) -> dict[str, Any]:
         """The run's final record (``summary.json``)."""
         st = self.state
-        out: dict[str, Any] = {"status": status, "stop_reason": reason, "env_steps": st.env_steps,
+        out: dict[str, Any] = {"status": status, "stop_reason": reason,
+                               "stop_condition": st.stop_condition if reason == "stop_on" else None,
+                               "env_steps": st.env_steps,
                                "iterations": st.iteration, "wall_time_s": st.wall_time_s,
                                "sps": st.env_steps / st.wall_time_s if st.wall_time_s > 0 else None}
         out.update({k: st.last.get(k) for k in SUMMARY_KEYS})
