@@ -29,8 +29,8 @@ from embodirl.policies.base import PolicyProtocol
 from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.video import VideoSettings
 
-__all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_policy", "build_video_settings",
-           "check_top_level", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
+__all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_eval_env", "build_policy",
+           "build_video_settings", "check_top_level", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,31 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
         if value is not None:
             setattr(env, key, float(value) if key == "solved_threshold" else value)
     return env
+
+
+def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: int) -> BatchedEnv:
+    """The periodic-evaluation env: ``env`` with ``trainer.eval_env_overrides`` applied, each checked like an env key
+    (errors name ``trainer.eval_env_overrides.<key>``)."""
+    overrides = cfg.trainer.get("eval_env_overrides") or {}
+    fix = "pass e.g. trainer.eval_env_overrides={max_episode_steps: 1000}"
+    check(isinstance(overrides, DictConfig | dict), "trainer.eval_env_overrides", overrides, "a mapping of env keys",
+          fix, absolute=True)
+    node = cfg.env.copy()
+    with open_dict(node):
+        for key, value in overrides.items():
+            check(key not in ("num_envs", "_target_", "_partial_"), f"trainer.eval_env_overrides.{key}", value,
+                  "an env key other than num_envs and _target_", "set the number with trainer.num_eval_envs; "
+                  "evaluate another env with embodirl-eval", absolute=True)
+            node[key] = value
+    try:
+        return build_env(node, device, seed, num_envs=num_envs)
+    except ConfigError as exc:
+        key = exc.key.removeprefix("env.")
+        if key not in overrides:
+            raise
+        raise ConfigError(f"trainer.eval_env_overrides.{key}", exc.value, exc.expected,
+                          (exc.fix or "").replace(f"env.{key}", f"trainer.eval_env_overrides.{key}"),
+                          absolute=True) from None
 
 
 def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
@@ -213,7 +238,7 @@ def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int =
     num_eval_envs = conform_int("trainer.num_eval_envs", cfg.trainer.get("num_eval_envs"), 1,
                                 "pass trainer.num_eval_envs=20")
     with allocation_guard("trainer.num_eval_envs", num_eval_envs, "lower trainer.num_eval_envs"):
-        eval_env = build_env(cfg.env, device, eval_seed(top.seed), num_envs=num_eval_envs)
+        eval_env = build_eval_env(cfg, device, eval_seed(top.seed), num_eval_envs)
     policy = build_policy(cfg.policy, env, device)
     broadcast_module(policy)
     if rank:
@@ -248,6 +273,7 @@ def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> 
     policy.load_state_dict(saved[0])
     algo.load_state_dict(saved[1])
     collector.episode_stats.pop()
+    collector.info_metrics.zero()
     collector.started = False
     log.info("compiled the collection, update and evaluation steps in %.1f s (cache: %s)", watch.seconds,
              configure_cache())

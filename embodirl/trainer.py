@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import sys
@@ -11,11 +12,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from embodirl.algos.base import BaseAlgorithm
+from embodirl.callbacks import Callbacks
 from embodirl.checkpoint import (
     atomic_write_bytes,
     atomic_write_json,
@@ -27,7 +29,7 @@ from embodirl.checkpoint import (
 from embodirl.collector import Collector
 from embodirl.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import CheckpointError, NonFiniteLossError, check
+from embodirl.errors import CheckpointError, NonFiniteLossError, check, check_choice
 from embodirl.evaluation import Evaluator
 from embodirl.fate import fate_of
 from embodirl.loggers import MetricLoggers
@@ -63,6 +65,9 @@ class TrainState:
     last: dict[str, Any] = field(default_factory=dict)
     stop_condition: str | None = None  # the trainer.stop_on condition that held
     stop_state: dict[str, list] = field(default_factory=dict)  # plateau bookkeeping of trainer.stop_on
+    best_metric: str | None = None  # the metric checkpoints/best.pt was chosen by, its value and env steps
+    best_value: float | None = None
+    best_env_steps: int | None = None
 
 
 @contextlib.contextmanager
@@ -129,6 +134,13 @@ class Trainer:
         stop_on: More stop conditions on logged metrics, thresholds ``{metric, op, value}`` and plateaus
             ``{metric, plateau: {patience_evals, min_delta, mode}}`` (see :mod:`embodirl.stopping`).
         max_wall_time_s: Stop after this much training wall time (None = no limit).
+        best_metric: ``checkpoints/best.pt`` holds the state with the best value of this metric so far (None:
+            the env's ``solved_metric``); saved whenever a record improves on it.
+        best_mode: ``max`` (higher is better) or ``min``.
+        callbacks: Objects with ``on_iteration``, ``on_evaluation``, ``on_checkpoint``, ``on_end`` (see
+            :mod:`embodirl.callbacks`), called on rank 0.
+        eval_env_overrides: Env keys that differ for the evaluation envs (applied by
+            :func:`embodirl.build.build`, which builds them; kept here as the schema of the ``trainer`` node).
         resume: Checkpoint to continue from when the run directory has none of its own; the run directory's
             ``checkpoints/last.pt``, when present, always wins (a requeued job keeps its progress).
         allow_config_change: Continue a run directory whose checkpoint was trained with a different config
@@ -142,6 +154,8 @@ class Trainer:
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
                  stop_on_solved: bool = True, stop_on: list[dict] | None = None, max_wall_time_s: float | None = None,
+                 best_metric: str | None = None, best_mode: Literal["max", "min"] = "max",
+                 callbacks: list[Any] | None = None, eval_env_overrides: dict | None = None,
                  resume: str | None = None, allow_config_change: bool = False) -> None:
         check(total_env_steps >= 1, "total_env_steps", total_env_steps, "an int >= 1")
         check(eval_every_env_steps >= 1, "eval_every_env_steps", eval_every_env_steps, "an int >= 1")
@@ -163,9 +177,17 @@ class Trainer:
         self.keep_checkpoints = keep_checkpoints
         self.stop_on_solved = stop_on_solved
         self.stops = StopConditions(parse_stop_on(stop_on))
+        check(best_metric is None or bool(best_metric), "best_metric", best_metric, "null or a metric name")
+        check_choice("best_mode", best_mode, ["max", "min"])
+        self.best_metric = best_metric or self.env.solved_metric
+        self.best_mode = best_mode
+        self.callbacks = Callbacks(callbacks)
+        self.eval_env_overrides = dict(eval_env_overrides or {})
+        info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in self.env.info_metrics]
         self.metric_names = MetricNames(
-            [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(self.stops.conditions)],
-            known=ALWAYS_LOGGED, after_record=("loss/", "diag/", "perf/"), after_evaluation=SUCCESS_KEYS)
+            [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(self.stops.conditions)]
+            + [("trainer.best_metric" if best_metric else "env.solved_metric", self.best_metric)],
+            known=(*ALWAYS_LOGGED, *info), after_record=("loss/", "diag/", "perf/"), after_evaluation=SUCCESS_KEYS)
         self.max_wall_time_s = max_wall_time_s
         self.resume_path = resume
         self.allow_config_change = allow_config_change
@@ -203,8 +225,8 @@ class Trainer:
                     self._account(record)
                     if self.state.env_steps >= self.state.next_checkpoint:
                         self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
-                        self.save(periodic=True)
-                self.save()
+                        self._saved(self.save(periodic=True), record)
+                self._saved(self.save(), self.state.last)
                 status = reason if reason in ("preempted", "interrupted") else "completed"
                 self.sync = sync_report(self.policy, self.collector.rollout["obs"])
                 if not self.sync["params_identical"]:
@@ -218,6 +240,10 @@ class Trainer:
                 raise
             finally:
                 summary = self._write_summary(status, reason)
+                if self.dist.is_main and sys.exc_info()[0] is not None:
+                    self.callbacks.end_quietly(summary)
+                elif self.dist.is_main:
+                    self.callbacks.call("on_end", summary)
             if status == "preempted":
                 signals.hand_over(call_previous=self.dist.is_main)  # submitit: requeue + exit; else PreemptedError
         if status == "interrupted":
@@ -267,6 +293,7 @@ class Trainer:
         record: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
                                   "episode/return_mean": None, "episode/length_mean": None}
         record.update(self.collector.episode_stats.pop(reduce=allreduce_sum))
+        record.update(self.collector.info_metrics.pop("episode/metrics/", reduce=allreduce_sum))
         record.update(metrics)
         out_of_time = self.max_wall_time_s is not None and time.perf_counter() - origin >= self.max_wall_time_s
         if st.env_steps >= st.next_eval or st.env_steps >= self.total_env_steps or out_of_time:
@@ -284,11 +311,26 @@ class Trainer:
         return record
 
     def _account(self, record: dict[str, Any]) -> None:
-        """After a logged record: check the configured metric names, update the stop conditions."""
-        self.metric_names.observe(record, evaluated="eval/return_mean" in record)
+        """After a logged record: check the configured metric names, update the stop conditions, keep
+        ``best.pt``, call the callbacks."""
+        evaluated = record.get("eval/return_mean") is not None
+        self.metric_names.observe(record, evaluated)
         met = self.stops.update(record, self.state.stop_state)
         if met is not None and self.state.stop_condition is None:
             self.state.stop_condition = met
+        if self.dist.is_main:
+            if evaluated:
+                self.callbacks.call("on_evaluation", record)
+            self.callbacks.call("on_iteration", record)
+        value, st = record.get(self.best_metric), self.state
+        if isinstance(value, int | float) and math.isfinite(value) and (
+                st.best_value is None or (value > st.best_value if self.best_mode == "max" else value < st.best_value)):
+            st.best_metric, st.best_value, st.best_env_steps = self.best_metric, float(value), st.env_steps
+            self._saved(self.save(best=True), record)
+
+    def _saved(self, paths: list[Path], record: dict[str, Any]) -> None:
+        for path in paths:
+            self.callbacks.call("on_checkpoint", path, record)
 
     def _evaluate(self, origin: float) -> dict[str, Any]:
         metrics = self.evaluator.evaluate(self.num_eval_episodes, seed=self.eval_seed)
@@ -339,23 +381,25 @@ class Trainer:
             "rng": rng_state(),
         }
 
-    def save(self, periodic: bool = False) -> Path:
-        """Atomically write ``checkpoints/last.pt`` (and a periodic ``step_*.pt``); prune old periodic ones.
+    def save(self, periodic: bool = False, best: bool = False) -> list[Path]:
+        """Atomically write ``checkpoints/last.pt`` (and a periodic ``step_*.pt``), or only ``best.pt``; prune
+        old periodic ones; return the files written.
 
         Rank 0 only. Pruning keeps the ``keep_checkpoints`` highest step counts; periodic checkpoints from
         beyond a resumed run's start were moved aside when it resumed, so they are never counted.
         """
-        path = self.ckpt_dir / "last.pt"
         if not self.dist.is_main:
-            return path
+            return []
         data = serialize_checkpoint(self.checkpoint_state())
-        atomic_write_bytes(path, data)
+        written = [self.ckpt_dir / ("best.pt" if best else "last.pt")]
+        atomic_write_bytes(written[0], data)
         if periodic and self.keep_checkpoints > 0:
-            atomic_write_bytes(self.ckpt_dir / f"step_{self.state.env_steps:012d}.pt", data)
+            written.append(self.ckpt_dir / f"step_{self.state.env_steps:012d}.pt")
+            atomic_write_bytes(written[1], data)
             periodic_files = sorted(_periodic_checkpoints(self.ckpt_dir).items())
             for _, old in periodic_files[: -self.keep_checkpoints]:
                 old.unlink()
-        return path
+        return written
 
     def _resume(self) -> bool:
         """Continue from the run directory's ``last.pt`` if present, else from ``resume``; False if neither."""
@@ -394,6 +438,8 @@ class Trainer:
         if trainer_state.stop_condition and not any(trainer_state.stop_condition.startswith(c.describe())
                                                      for c in self.stops.conditions):
             trainer_state.stop_condition = None  # trainer.stop_on changed: the condition that held is gone
+        if trainer_state.best_metric != self.best_metric:
+            trainer_state.best_value = trainer_state.best_env_steps = None  # trainer.best_metric changed
         self.state = trainer_state
         log.info("resumed from %s at env_steps=%d (iteration %d)", path, self.state.env_steps, self.state.iteration)
         return True
@@ -420,6 +466,8 @@ class Trainer:
         out.update({"solved_metric": self.env.solved_metric, "solved_threshold": self.env.solved_threshold,
                     "solved_env_steps": st.solved_env_steps,
                     "solved_wall_time_s": st.solved_wall_time_s, "compile_s": self.compile_s,
+                    "best_metric": self.best_metric, "best_value": st.best_value, "best_env_steps": st.best_env_steps,
+                    "best_checkpoint": str((self.ckpt_dir / "best.pt").resolve()) if st.best_value is not None else None,
                     "run_dir": str(self.run_dir.resolve()),
                     "checkpoint": str((self.ckpt_dir / "last.pt").resolve()),
                     "distributed": self.sync or {"world_size": self.dist.world_size}})

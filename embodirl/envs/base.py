@@ -158,6 +158,9 @@ class BatchedEnv(ABC):
             default; ``eval/success_rate`` for tasks with a success criterion).
         solved_threshold: Value of ``solved_metric`` at which the task counts as solved (None: never).
         episode_stats: The :class:`EpisodeStats` the env updates in ``step``.
+        info_metrics: Keys of ``StepResult.info`` (present on every step, ``[N]`` numbers or bools) logged as
+            ``episode/metrics/<key>`` and ``eval/metrics/<key>``: the mean over finished episodes of the value
+            on each one's last step (:mod:`embodirl.info_metrics`).
     """
 
     num_envs: int
@@ -167,6 +170,7 @@ class BatchedEnv(ABC):
     max_episode_steps: int
     solved_metric: str = "eval/return_mean"
     solved_threshold: float | None = None
+    info_metrics: tuple[str, ...] = ()
     episode_stats: EpisodeStats
 
     @abstractmethod
