@@ -212,3 +212,24 @@ def test_solved_threshold_and_metric_come_from_the_env_config(tmp_path, tiny):
     summary = run_training(cfg, tmp_path / "b")
     assert (summary["solved_metric"], summary["solved_threshold"], summary["solved_env_steps"]) == \
         ("eval/length_mean", 1e9, None)
+
+
+@pytest.mark.parametrize(("mode", "pick"), [("max", max), ("min", min)])
+def test_best_checkpoint_keeps_the_best_evaluation(tmp_path, tiny, mode, pick):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=640", "trainer.eval_every_env_steps=128",
+                          f"trainer.best_mode={mode}", "seed=2"])
+    summary = run_training(cfg, tmp_path)
+    evals = [(r["eval/return_mean"], r["env_steps"]) for r in _records(tmp_path)]
+    best_value = pick(v for v, _ in evals)
+    best_steps = next(s for v, s in evals if v == best_value)  # the first to reach it (ties do not replace)
+    assert (summary["best_metric"], summary["best_value"], summary["best_env_steps"]) == \
+        ("eval/return_mean", best_value, best_steps)
+    best = load_checkpoint(tmp_path / "checkpoints" / "best.pt")
+    assert best["trainer"]["env_steps"] == best_steps and best["trainer"]["best_value"] == best_value
+    assert summary["best_checkpoint"] == str((tmp_path / "checkpoints" / "best.pt").resolve())
+
+
+def test_eval_env_overrides_change_the_periodic_evaluation(tmp_path, tiny):
+    cfg = compose_config([*tiny, "trainer.eval_env_overrides={max_episode_steps: 5}"])
+    run_training(cfg, tmp_path)
+    assert all(r["eval/length_mean"] <= 5 for r in _records(tmp_path) if "eval/length_mean" in r)
