@@ -35,6 +35,39 @@ def test_eval_cli_rebuilds_from_the_checkpoint(tmp_path):
     assert "eval/return_mean" in result.stdout
 
 
+def test_eval_of_a_run_directory_writes_next_to_the_run(tmp_path):
+    from embodirl.report import discover_runs
+
+    run_dir = tmp_path / "runs" / "a"
+    assert run_cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
+    for args, name in ((["run=runs/a", "checkpoint=best"], "best.pt"), (["run=runs/a"], "last.pt"),
+                       ([f"checkpoint={run_dir / 'checkpoints' / 'step_000000000128.pt'}"], "step_000000000128.pt")):
+        result = run_cli("embodirl-eval", [*args, "num_episodes=2", "device=cpu"], cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        out = sorted((run_dir / "eval").glob("*/eval.json"), key=lambda p: p.stat().st_mtime)[-1]
+        record = json.loads(out.read_text())
+        assert record["checkpoint"] == str((run_dir / "checkpoints" / name).resolve())
+        assert record["run"] == str(run_dir.resolve()) and str(out) in result.stdout
+    assert not (tmp_path / "outputs").exists()
+    assert discover_runs(tmp_path / "runs") == [run_dir]  # evaluations are not taken for runs
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["run=runs/nope"], ["run='runs/nope'", "a run directory", "Fix:"]),
+    (["checkpoint=best"], ["checkpoint='best'", "run=RUN_DIR", "Fix:"]),
+    ([], ["checkpoint='last'", "run=RUN_DIR", "Fix:"]),
+    (["run=runs/a", "checkpoint=step_9.pt"], ["checkpoint='step_9.pt'", "found: ", "last.pt", "Fix:"]),
+    (["run=runs/a", "checkpoint=/x/y.pt"], ["checkpoint='/x/y.pt'", "without run=", "Fix:"]),
+])
+def test_eval_run_and_checkpoint_mistakes_get_one_line(tmp_path, args, fragments):
+    (tmp_path / "runs" / "a" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "checkpoints" / "last.pt").write_bytes(b"")
+    result = run_cli("embodirl-eval", args, cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert all(f in result.stderr for f in fragments), result.stderr
+    assert not (tmp_path / "runs" / "a" / "eval").exists()
+
+
 def test_corrupt_checkpoint_is_refused_by_eval_and_train(tmp_path):
     bad = tmp_path / "last.pt"
     bad.write_bytes(b"not a checkpoint at all")
