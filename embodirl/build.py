@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, open_dict
 
 from embodirl.algos.base import BaseAlgorithm
@@ -88,8 +90,12 @@ def configure_torch(seed: int, num_threads: int) -> None:
 
 
 # --- components ---------------------------------------------------------------------------------------
-def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: int | None = None) -> BatchedEnv:
+def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: int | None = None,
+              render: bool = False) -> BatchedEnv:
     """Instantiate an env from the ``env`` group, optionally overriding ``num_envs`` (eval envs).
+
+    ``render=True`` (videos requested) passes ``render_mode="rgb_array"`` to envs whose class takes a
+    ``render_mode`` (gymnasium ids); the native envs always draw.
 
     ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
     the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null.
@@ -100,14 +106,17 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     with open_dict(node):
         solved = {key: node.pop(key, None) for key in ("solved_metric", "solved_threshold")}
     _check_solved(**solved)
-    env = instantiate_checked(node, "env.", device=device, seed=seed)
+    runtime: dict[str, Any] = {"device": device, "seed": seed}
+    if render and _takes_render_mode(node):
+        runtime["render_mode"] = "rgb_array"
+    env = instantiate_checked(node, "env.", **runtime)
     for key, value in solved.items():
         if value is not None:
             setattr(env, key, float(value) if key == "solved_threshold" else value)
     return env
 
 
-def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: int) -> BatchedEnv:
+def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: int, render: bool = False) -> BatchedEnv:
     """The periodic-evaluation env: ``env`` with ``trainer.eval_env_overrides`` applied, each checked like an env key
     (errors name ``trainer.eval_env_overrides.<key>``)."""
     overrides = cfg.trainer.get("eval_env_overrides") or {}
@@ -122,7 +131,7 @@ def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: i
                   "evaluate another env with embodirl-eval", absolute=True)
             node[key] = value
     try:
-        return build_env(node, device, seed, num_envs=num_envs)
+        return build_env(node, device, seed, num_envs=num_envs, render=render)
     except ConfigError as exc:
         key = exc.key.removeprefix("env.")
         if key not in overrides:
@@ -130,6 +139,13 @@ def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: i
         raise ConfigError(f"trainer.eval_env_overrides.{key}", exc.value, exc.expected,
                           (exc.fix or "").replace(f"env.{key}", f"trainer.eval_env_overrides.{key}"),
                           absolute=True) from None
+
+
+def _takes_render_mode(node: DictConfig) -> bool:
+    try:
+        return "render_mode" in inspect.signature(get_class(node._target_)).parameters
+    except Exception:  # a bad _target_ is reported by instantiate_checked
+        return False
 
 
 def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
@@ -238,7 +254,8 @@ def build(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int =
     num_eval_envs = conform_int("trainer.num_eval_envs", cfg.trainer.get("num_eval_envs"), 1,
                                 "pass trainer.num_eval_envs=20")
     with allocation_guard("trainer.num_eval_envs", num_eval_envs, "lower trainer.num_eval_envs"):
-        eval_env = build_eval_env(cfg, device, eval_seed(top.seed), num_eval_envs)
+        eval_env = build_eval_env(cfg, device, eval_seed(top.seed), num_eval_envs,
+                                  render=cfg.eval.get("video") is True)
     policy = build_policy(cfg.policy, env, device)
     broadcast_module(policy)
     if rank:
@@ -288,7 +305,7 @@ def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings
             env.render([0], 16)
         except NotImplementedError as exc:
             raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
-                              "pass eval.video=false, or use an env that renders (e.g. env=push_cube)") from None
+                              "pass eval.video=false, or use an env that renders (cartpole, push_cube, gym ids with rgb_array frames)") from None
     return settings
 
 

@@ -98,7 +98,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     configure_torch(cfg.seed, cfg.num_threads)
     device = resolve_device(cfg.device)
     num_envs = overrides.get("num_envs", train_cfg.trainer.num_eval_envs)
-    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs)
+    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=cfg.eval.get("video") is True)
     policy = build_policy(train_cfg.policy, env, device)
     try:
         policy.load_state_dict(state["policy"])
