@@ -1,6 +1,7 @@
 """embodirl-train and embodirl-eval as a user runs them: subprocesses, files, messages, exit codes."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,27 @@ def test_eval_of_a_run_directory_writes_next_to_the_run(tmp_path):
         assert record["run"] == str(run_dir.resolve()) and str(out) in result.stdout
     assert not (tmp_path / "outputs").exists()
     assert discover_runs(tmp_path / "runs") == [run_dir]  # evaluations are not taken for runs
+
+
+def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path):
+    calls = tmp_path / "calls.jsonl"
+    target = "tests.recording_callback.RecordingCallback"
+    repo = Path(__file__).resolve().parents[2]  # where the tests package (the callback's module) imports from
+    run_dir = tmp_path / "run"
+    result = run_cli("embodirl-train", [*TINY, f"trainer.callbacks=[{{_target_: {target}, path: '{calls}'}}]",
+                                        "eval.video=true", "eval.video_size=32", "eval.video_num_envs=1",
+                                        f"hydra.run.dir={run_dir}"], cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().count("on_end") == 1 and list((run_dir / "videos").glob("eval_*.mp4"))
+    calls.unlink()
+    result = run_cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu"], cwd=repo)
+    assert result.returncode == 2 and f"trusted_targets=[{target}]" in result.stderr, result.stderr
+    result = run_cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu", f"trusted_targets=[{target}]",
+                                       "eval.video=true", "eval.video_size=32"], cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert not calls.exists()  # the callback named in the checkpoint was checked, never built
+    (out,) = (run_dir / "eval").glob("*/eval.json")
+    assert json.loads(out.read_text())["video"] == str(out.parent / "video.mp4") and (out.parent / "video.mp4").is_file()
 
 
 @pytest.mark.parametrize(("args", "fragments"), [
