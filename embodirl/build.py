@@ -32,7 +32,7 @@ from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.video import VideoSettings
 
 __all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_env", "build_eval_env", "build_policy",
-           "build_video_settings", "check_top_level", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
+           "build_video_settings", "check_top_level", "ENV_BUILD_KEYS", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     if num_envs is not None:
         node.num_envs = num_envs
     with open_dict(node):
-        solved = {key: node.pop(key, None) for key in ("solved_metric", "solved_threshold")}
+        solved = {key: node.pop(key, None) for key in ENV_BUILD_KEYS}
     _check_solved(**solved)
     runtime: dict[str, Any] = {"device": device, "seed": seed}
     if render and _takes_render_mode(node):
@@ -185,6 +185,8 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
 RANK_SEED_STRIDE = 1_000_003
 EVAL_SEED_OFFSET = 7_919_000_017
 
+# Keys every env option accepts besides its class's arguments; build_env applies them to the built env.
+ENV_BUILD_KEYS = ("solved_metric", "solved_threshold")
 TOP_LEVEL_KEYS = ("policy", "algo", "env", "trainer", "logger", "eval", "seed", "device", "num_threads",
                   "num_update_threads", "objective", "compile", "cuda_graphs")
 

@@ -107,7 +107,7 @@ BAD_INPUTS = [
     (["+logger.wandb.projekt=x"], ["logger.wandb.projekt='x'", "project", "Fix:"]),
     # --- evaluation videos ---
     (["eval.video=maybe"], ["eval.video='maybe'", "bool", "Fix:"]),
-    (["eval.video=true"], ["eval.video=True", "renders frames", "Fix:"]),
+    (["eval.video=true", "eval.video_size=8"], ["eval.video_size=8", "[16, 2048]", "Fix:"]),
     (["env=push_cube", "eval.video=true", "eval.video_format=avi"], ["eval.video_format='avi'", "mp4", "Fix:"]),
 ]
 
