@@ -231,6 +231,8 @@ class Trainer:
                 self.sync = sync_report(self.policy, self.collector.rollout["obs"])
                 if not self.sync["params_identical"]:
                     log.error("ranks hold different parameters after training: %s", self.sync)
+                if reason == "stop_on":
+                    loggers.note_stop_condition(self.state.stop_condition)
                 loggers.close()
             except BaseException as exc:
                 status = fate_of(exc)

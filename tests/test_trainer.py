@@ -173,10 +173,12 @@ def test_integral_floats_from_the_command_line_are_accepted(tmp_path, tiny):
     assert summary["env_steps"] == 256 and summary["status"] == "completed"
 
 
-def test_stop_on_threshold_stops_the_run_and_names_the_condition(tmp_path, tiny):
+def test_stop_on_threshold_stops_the_run_and_names_the_condition(tmp_path, tiny, caplog):
     cfg = compose_config([*tiny, "trainer.total_env_steps=100000", "trainer.eval_every_env_steps=256",
-                          "trainer.stop_on=[{metric: eval/return_mean, op: '>=', value: 1}]"])
-    summary = run_training(cfg, tmp_path)
+                          "trainer.stop_on=[{metric: eval/return_mean, op: '>=', value: 1}]", "logger.console=lines"])
+    with caplog.at_level("INFO", logger="embodirl.console"):
+        summary = run_training(cfg, tmp_path)
+    assert f"stopped: {summary['stop_condition']} at 256 steps" in caplog.text  # the progress line's last words
     assert summary["stop_reason"] == "stop_on" and summary["env_steps"] == 256  # the first evaluation meets it
     value = _records(tmp_path)[-1]["eval/return_mean"]
     assert summary["stop_condition"] == f"eval/return_mean >= 1 (value {value:g})"
