@@ -183,7 +183,7 @@ class Trainer:
         self.best_mode = best_mode
         self.callbacks = Callbacks(callbacks)
         self.eval_env_overrides = dict(eval_env_overrides or {})
-        info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in self.env.info_metrics]
+        info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in getattr(self.env, "info_metrics", ())]
         self.metric_names = MetricNames(
             [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(self.stops.conditions)]
             + [("trainer.best_metric" if best_metric else "env.solved_metric", self.best_metric)],
