@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from embodirl.algos.base import BaseAlgorithm
@@ -34,8 +36,9 @@ from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.trainer import Trainer
 from embodirl.video import VideoSettings
 
-__all__ = ["Components", "RunSettings", "allocation_guard", "build", "build_components", "build_env", "build_policy", "build_video_settings",
-           "check_top_level", "configure_torch", "eval_seed", "rank_seed", "resolve_device", "wants_cuda"]
+__all__ = ["ENV_BUILD_KEYS", "Components", "RunSettings", "allocation_guard", "build", "build_components", "build_env",
+           "build_eval_env", "build_policy", "build_video_settings", "check_top_level", "configure_torch", "eval_seed",
+           "rank_seed", "resolve_device", "wants_cuda"]
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +96,70 @@ def configure_torch(seed: int, num_threads: int) -> None:
 
 
 # --- components ---------------------------------------------------------------------------------------
-def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: int | None = None) -> BatchedEnv:
-    """Instantiate an env from the ``env`` group, optionally overriding ``num_envs`` (eval envs)."""
+def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: int | None = None,
+              render: bool = False) -> BatchedEnv:
+    """Instantiate an env from the ``env`` group, optionally overriding ``num_envs`` (eval envs).
+
+    ``render=True`` (videos requested) passes ``render_mode="rgb_array"`` to envs whose class takes a
+    ``render_mode`` (gymnasium ids); the native envs always draw.
+
+    ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
+    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null.
+    """
     node = env_cfg.copy()
     if num_envs is not None:
         node.num_envs = num_envs
-    return instantiate_checked(node, "env.", device=device, seed=seed)
+    with open_dict(node):
+        solved = {key: node.pop(key, None) for key in ENV_BUILD_KEYS}
+    _check_solved(**solved)
+    runtime: dict[str, Any] = {"device": device, "seed": seed}
+    if render and _takes_render_mode(node):
+        runtime["render_mode"] = "rgb_array"
+    env = instantiate_checked(node, "env.", **runtime)
+    for key, value in solved.items():
+        if value is not None:
+            setattr(env, key, float(value) if key == "solved_threshold" else value)
+    return env
+
+
+def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: int, render: bool = False) -> BatchedEnv:
+    """The periodic-evaluation env: ``env`` with ``trainer.eval_env_overrides`` applied, each checked like an env key
+    (errors name ``trainer.eval_env_overrides.<key>``)."""
+    overrides = cfg.trainer.get("eval_env_overrides") or {}
+    fix = "pass e.g. trainer.eval_env_overrides={max_episode_steps: 1000}"
+    check(isinstance(overrides, DictConfig | dict), "trainer.eval_env_overrides", overrides, "a mapping of env keys",
+          fix, absolute=True)
+    node = cfg.env.copy()
+    with open_dict(node):
+        for key, value in overrides.items():
+            check(key not in ("num_envs", "_target_", "_partial_"), f"trainer.eval_env_overrides.{key}", value,
+                  "an env key other than num_envs and _target_", "set the number with trainer.num_eval_envs; "
+                  "evaluate another env with embodirl-eval", absolute=True)
+            node[key] = value
+    try:
+        return build_env(node, device, seed, num_envs=num_envs, render=render)
+    except ConfigError as exc:
+        key = exc.key.removeprefix("env.")
+        if key not in overrides:
+            raise
+        raise ConfigError(f"trainer.eval_env_overrides.{key}", exc.value, exc.expected,
+                          (exc.fix or "").replace(f"env.{key}", f"trainer.eval_env_overrides.{key}"),
+                          absolute=True) from None
+
+
+def _takes_render_mode(node: DictConfig) -> bool:
+    try:
+        return "render_mode" in inspect.signature(get_class(node._target_)).parameters
+    except Exception:  # a bad _target_ is reported by instantiate_checked
+        return False
+
+
+def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
+    check(solved_metric is None or (isinstance(solved_metric, str) and solved_metric.startswith("eval/")),
+          "env.solved_metric", solved_metric, "null (the env's own) or an evaluation metric such as eval/return_mean",
+          "pass env.solved_metric=eval/return_mean (or eval/success_rate for envs that report success)", absolute=True)
+    check(solved_threshold is None or conform(solved_threshold, float) is not NO_MATCH, "env.solved_threshold",
+          solved_threshold, "null (the env's own) or a number", "pass e.g. env.solved_threshold=400", absolute=True)
 
 
 def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> PolicyProtocol:
@@ -130,6 +191,8 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
 RANK_SEED_STRIDE = 1_000_003
 EVAL_SEED_OFFSET = 7_919_000_017
 
+# Keys every env option accepts besides its class's arguments; build_env applies them to the built env.
+ENV_BUILD_KEYS = ("solved_metric", "solved_threshold")
 TOP_LEVEL_KEYS = ("policy", "algo", "env", "trainer", "logger", "eval", "seed", "device", "num_threads",
                   "num_update_threads", "objective", "compile", "cuda_graphs")
 
@@ -238,7 +301,8 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     num_eval_envs = conform_int("trainer.num_eval_envs", cfg.trainer.get("num_eval_envs"), 1,
                                 "pass trainer.num_eval_envs=20")
     with allocation_guard("trainer.num_eval_envs", num_eval_envs, "lower trainer.num_eval_envs"):
-        eval_env = build_env(cfg.env, device, eval_seed(top.seed), num_envs=num_eval_envs)
+        eval_env = build_eval_env(cfg, device, eval_seed(top.seed), num_eval_envs,
+                                  render=cfg.eval.get("video") is True)
     policy = build_policy(cfg.policy, env, device)
     broadcast_module(policy)
     if rank:
@@ -273,6 +337,7 @@ def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> 
     policy.load_state_dict(saved[0])
     algo.load_state_dict(saved[1])
     collector.episode_stats.pop()
+    collector.info_metrics.zero()
     collector.started = False
     log.info("compiled the collection, update and evaluation steps in %.1f s (cache: %s)", watch.seconds,
              configure_cache())
@@ -287,7 +352,7 @@ def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings
             env.render([0], 16)
         except NotImplementedError as exc:
             raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
-                              "pass eval.video=false, or use an env that renders (e.g. env=push_cube)") from None
+                              "pass eval.video=false, or use an env that renders (cartpole, push_cube, gym ids with rgb_array frames)") from None
     return settings
 
 

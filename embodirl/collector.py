@@ -11,6 +11,7 @@ from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.envs.base import BatchedEnv
 from embodirl.episode_stats import EpisodeStats
 from embodirl.envs.observations import allocate, observation_spec
+from embodirl.info_metrics import InfoMetrics
 from embodirl.policies.base import PolicyProtocol
 from embodirl.rollout import allocate_rollout
 
@@ -66,6 +67,7 @@ class Collector:
         if policy.has_critic and not self.recurrent:  # only a critic bootstraps from the true final observation
             self._final_obs = allocate(spec, (n, plan.num_steps), dev)
         self.episode_stats = EpisodeStats(n, dev)
+        self.info_metrics = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # episode/metrics/*
         self._finished = torch.zeros(n, dtype=torch.bool, device=dev)  # env ended an episode in this rollout
         self._t = torch.zeros(1, dtype=torch.int64, device=dev)  # the rollout slot the next step writes
         self.started = False
@@ -101,6 +103,7 @@ class Collector:
         if self.recurrent:
             self._step_state(t, step, next_state, done)
         self.episode_stats.step(step.reward, done, step.info.get("success"))
+        self.info_metrics.step(step.info, done)
         if self.plan.stop_when_all_done:
             self._finished |= done
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):

@@ -108,8 +108,9 @@ def _threshold(value: float | None) -> str:
 
 
 def stop_message(goal: StopGoal, env_steps: int, elapsed_s: float, solved_at: int | None, solved_value: float | None,
-                 wall_time_s: float | None, failed: bool) -> str:
-    """The closing words of the progress line: why the run ended, at how many steps, after how long."""
+                 wall_time_s: float | None, failed: bool, condition: str | None = None) -> str:
+    """The closing words of the progress line: why the run ended, at how many steps, after how long
+    (``condition``: the ``trainer.stop_on`` condition that stopped it)."""
     after = f"after {format_duration(elapsed_s)}"
     steps = f"{format_count(env_steps)} steps"
     if failed:
@@ -117,6 +118,8 @@ def stop_message(goal: StopGoal, env_steps: int, elapsed_s: float, solved_at: in
     if goal.stop_on_solved and solved_at is not None:
         return (f"stopped: solved at {format_count(solved_at)} steps ({goal.solved_metric} "
                 f"{format_number(solved_value, 3)} >= {_threshold(goal.solved_threshold)}) {after}")
+    if condition is not None:
+        return f"stopped: {condition} at {steps} {after}"
     if env_steps >= goal.total_env_steps:
         return f"done: the budget of {steps} {after}"
     if goal.max_wall_time_s is not None and wall_time_s is not None and wall_time_s >= goal.max_wall_time_s:
@@ -150,6 +153,7 @@ class ConsoleLogger:
         self._metric: float | None = None
         self._solved_at: int | None = None
         self._solved_value: float | None = None
+        self._condition: str | None = None
         self._progress = None
         if self.mode == "bar":
             from rich.console import Console
@@ -191,11 +195,15 @@ class ConsoleLogger:
             self._last_line = self.clock()
             log.info("%s | %s", self.label, self.text())
 
+    def note_stop_condition(self, condition: str) -> None:
+        """The ``trainer.stop_on`` condition that stopped the run (named by the closing words)."""
+        self._condition = condition
+
     def close(self) -> None:
         """Finish the line: full bar and why the run stopped (``failed`` while an exception propagates)."""
         failed = sys.exc_info()[0] is not None  # closed from an ``except`` block: the run is failing
         end = stop_message(self.goal, self._steps, self.clock() - self._start, self._solved_at, self._solved_value,
-                           self._wall_time_s, failed)
+                           self._wall_time_s, failed, self._condition)
         if self._progress is not None:
             if failed:
                 self._progress.update(self._task, text=end)

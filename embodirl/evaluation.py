@@ -10,6 +10,7 @@ from embodirl.collector import leaves
 from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.envs.base import BatchedEnv
 from embodirl.envs.observations import allocate, observation_spec
+from embodirl.info_metrics import InfoMetrics
 from embodirl.policies.base import PolicyProtocol
 
 __all__ = ["Evaluator", "evaluate_policy"]
@@ -47,6 +48,7 @@ class Evaluator:
         # Per env sums over its recorded episodes: return, return^2, length, success at end, success once.
         self._sums = torch.zeros(5, n, dtype=torch.float64, device=dev)
         self._reports_success = torch.zeros((), dtype=torch.bool, device=dev)
+        self._info = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # eval/metrics/*
         self.accel = accel
         self._step = compile_step(self.step, accel.compile)
 
@@ -73,6 +75,7 @@ class Evaluator:
         ret = running[0]
         self._sums += record * torch.stack((ret, ret * ret, running[1], success_now, self._ever_success.double()))
         self._finished += record.long()
+        self._info.step(step.info, record.bool())
         running *= ~done
         self._ever_success &= ~done
         keep = ~done
@@ -88,13 +91,15 @@ class Evaluator:
             ``eval/return_mean``, ``eval/return_std`` (population), ``eval/length_mean``,
             ``eval/num_episodes``, and when the env reports ``success``: ``eval/success_at_end`` (success
             on the episode's last step), ``eval/success_once`` (success at any step) and
-            ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved").
+            ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved"), and
+            ``eval/metrics/<key>`` for the env's ``info_metrics`` (mean of the value on each episode's last step).
         """
         n = self.env.num_envs
         index = torch.arange(n, device=self.env.device)
         self._target.copy_(num_episodes // n + (index < num_episodes % n))
         for buffer in (self._finished, self._running, self._ever_success, self._sums, self._reports_success):
             buffer.zero_()
+        self._info.zero()
         for buffer, leaf in zip(self._obs, leaves(self.env.reset(seed=seed), self._keys), strict=True):
             buffer.copy_(leaf)
         self.state.zero_()
@@ -113,6 +118,7 @@ class Evaluator:
         }
         if bool(self._reports_success):
             metrics.update({"eval/success_rate": at_end, "eval/success_at_end": at_end, "eval/success_once": once})
+        metrics.update(self._info.pop("eval/metrics/"))
         return metrics
 
 

@@ -248,6 +248,12 @@ class MetricLoggers:
             if hasattr(logger, "log_video"):
                 self._call(logger, "log_video", tag, frames, path, step, fps)
 
+    def note_stop_condition(self, condition: str) -> None:
+        """Tell loggers that show why a run ended (the console) which ``trainer.stop_on`` condition held."""
+        for logger in self.loggers:
+            if hasattr(logger, "note_stop_condition"):
+                logger.note_stop_condition(condition)
+
     def close(self) -> None:
         for logger in self.loggers:
             self._call(logger, "close")

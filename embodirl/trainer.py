@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import sys
@@ -11,11 +12,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from embodirl.algos.base import BaseAlgorithm
+from embodirl.callbacks import Callbacks
 from embodirl.checkpoint import (
     atomic_write_bytes,
     atomic_write_json,
@@ -27,11 +29,12 @@ from embodirl.checkpoint import (
 from embodirl.collector import Collector
 from embodirl.runtime.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import CheckpointError, NonFiniteLossError, check
+from embodirl.errors import CheckpointError, NonFiniteLossError, check, check_choice
 from embodirl.evaluation import Evaluator
 from embodirl.runtime.status import fate_of
 from embodirl.loggers import MetricLoggers
 from embodirl.runtime.preemption import Interrupted, StopSignals
+from embodirl.stopping import MetricNames, StopConditions, parse_stop_on
 from embodirl.video import VideoSettings, record_episode, save_video
 
 __all__ = ["Trainer", "TrainState"]
@@ -41,6 +44,11 @@ log = logging.getLogger(__name__)
 EVAL_KEYS = ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/success_rate",
              "eval/success_once", "eval/success_at_end")
 SUMMARY_KEYS = ("episode/return_mean", "episode/length_mean", "episode/success_rate", *EVAL_KEYS)
+# Metrics every run logs (every iteration, or at every evaluation); others depend on the algorithm or the env.
+ALWAYS_LOGGED = ("iteration", "env_steps", "wall_time_s", "sps", "perf/collect_sps", "perf/update_sps",
+                 "episode/count", "episode/return_mean", "episode/length_mean", "eval/return_mean",
+                 "eval/return_std", "eval/length_mean", "eval/num_episodes")
+SUCCESS_KEYS = ("episode/success_rate", "eval/success_rate", "eval/success_once", "eval/success_at_end")
 
 
 @dataclass
@@ -55,6 +63,11 @@ class TrainState:
     solved_env_steps: int | None = None
     solved_wall_time_s: float | None = None
     last: dict[str, Any] = field(default_factory=dict)
+    stop_condition: str | None = None  # the trainer.stop_on condition that held
+    stop_state: dict[str, list] = field(default_factory=dict)  # plateau bookkeeping of trainer.stop_on
+    best_metric: str | None = None  # the metric checkpoints/best.pt was chosen by, its value and env steps
+    best_value: float | None = None
+    best_env_steps: int | None = None
 
 
 @contextlib.contextmanager
@@ -118,7 +131,16 @@ class Trainer:
         checkpoint_every_env_steps: Save ``last.pt`` and a periodic checkpoint when crossing a multiple.
         keep_checkpoints: Periodic checkpoints kept (oldest deleted first); ``last.pt`` is always kept.
         stop_on_solved: Stop once deterministic evaluation meets the env's solved criterion.
+        stop_on: More stop conditions on logged metrics, thresholds ``{metric, op, value}`` and plateaus
+            ``{metric, plateau: {patience_evals, min_delta, mode}}`` (see :mod:`embodirl.stopping`).
         max_wall_time_s: Stop after this much training wall time (None = no limit).
+        best_metric: ``checkpoints/best.pt`` holds the state with the best value of this metric so far (None:
+            the env's ``solved_metric``); saved whenever a record improves on it.
+        best_mode: ``max`` (higher is better) or ``min``.
+        callbacks: Objects with ``on_iteration``, ``on_evaluation``, ``on_checkpoint``, ``on_end`` (see
+            :mod:`embodirl.callbacks`), called on rank 0.
+        eval_env_overrides: Env keys that differ for the evaluation envs (applied by
+            :func:`embodirl.build.build`, which builds them; kept here as the schema of the ``trainer`` node).
         resume: Checkpoint to continue from when the run directory has none of its own; the run directory's
             ``checkpoints/last.pt``, when present, always wins (a requeued job keeps its progress).
         allow_config_change: Continue a run directory whose checkpoint was trained with a different config
@@ -131,8 +153,10 @@ class Trainer:
                  video: VideoSettings | None = None, num_update_threads: int | None = None, compile_s: float = 0.0,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,
                  num_eval_episodes: int = 20, checkpoint_every_env_steps: int = 250_000, keep_checkpoints: int = 3,
-                 stop_on_solved: bool = True, max_wall_time_s: float | None = None, resume: str | None = None,
-                 allow_config_change: bool = False) -> None:
+                 stop_on_solved: bool = True, stop_on: list[dict] | None = None, max_wall_time_s: float | None = None,
+                 best_metric: str | None = None, best_mode: Literal["max", "min"] = "max",
+                 callbacks: list[Any] | None = None, eval_env_overrides: dict | None = None,
+                 resume: str | None = None, allow_config_change: bool = False) -> None:
         check(total_env_steps >= 1, "total_env_steps", total_env_steps, "an int >= 1")
         check(eval_every_env_steps >= 1, "eval_every_env_steps", eval_every_env_steps, "an int >= 1")
         check(num_eval_envs >= 1, "num_eval_envs", num_eval_envs, "an int >= 1")
@@ -152,6 +176,18 @@ class Trainer:
         self.checkpoint_every = checkpoint_every_env_steps
         self.keep_checkpoints = keep_checkpoints
         self.stop_on_solved = stop_on_solved
+        self.stops = StopConditions(parse_stop_on(stop_on))
+        check(best_metric is None or bool(best_metric), "best_metric", best_metric, "null or a metric name")
+        check_choice("best_mode", best_mode, ["max", "min"])
+        self.best_metric = best_metric or self.env.solved_metric
+        self.best_mode = best_mode
+        self.callbacks = Callbacks(callbacks)
+        self.eval_env_overrides = dict(eval_env_overrides or {})
+        info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in getattr(self.env, "info_metrics", ())]
+        self.metric_names = MetricNames(
+            [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(self.stops.conditions)]
+            + [("trainer.best_metric" if best_metric else "env.solved_metric", self.best_metric)],
+            known=(*ALWAYS_LOGGED, *info), after_record=("loss/", "diag/", "perf/"), after_evaluation=SUCCESS_KEYS)
         self.max_wall_time_s = max_wall_time_s
         self.resume_path = resume
         self.allow_config_change = allow_config_change
@@ -184,15 +220,19 @@ class Trainer:
         with StopSignals(defer=True) as signals:
             try:
                 while (reason := self._agreed_stop(signals)) is None:
-                    loggers.log(self._iteration(origin))
+                    record = self._iteration(origin)
+                    loggers.log(record)
+                    self._account(record)
                     if self.state.env_steps >= self.state.next_checkpoint:
                         self.state.next_checkpoint = next_threshold(self.state.env_steps, self.checkpoint_every)
-                        self.save(periodic=True)
-                self.save()
+                        self._saved(self.save(periodic=True), record)
+                self._saved(self.save(), self.state.last)
                 status = reason if reason in ("preempted", "interrupted") else "completed"
                 self.sync = sync_report(self.policy, self.collector.rollout["obs"])
                 if not self.sync["params_identical"]:
                     log.error("ranks hold different parameters after training: %s", self.sync)
+                if reason == "stop_on":
+                    loggers.note_stop_condition(self.state.stop_condition)
                 loggers.close()
             except BaseException as exc:
                 status = fate_of(exc)
@@ -202,6 +242,10 @@ class Trainer:
                 raise
             finally:
                 summary = self._write_summary(status, reason)
+                if self.dist.is_main and sys.exc_info()[0] is not None:
+                    self.callbacks.end_quietly(summary)
+                elif self.dist.is_main:
+                    self.callbacks.call("on_end", summary)
             if status == "preempted":
                 signals.hand_over(call_previous=self.dist.is_main)  # submitit: requeue + exit; else PreemptedError
         if status == "interrupted":
@@ -251,6 +295,7 @@ class Trainer:
         record: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
                                   "episode/return_mean": None, "episode/length_mean": None}
         record.update(self.collector.episode_stats.pop(reduce=allreduce_sum))
+        record.update(self.collector.info_metrics.pop("episode/metrics/", reduce=allreduce_sum))
         record.update(metrics)
         out_of_time = self.max_wall_time_s is not None and time.perf_counter() - origin >= self.max_wall_time_s
         if st.env_steps >= st.next_eval or st.env_steps >= self.total_env_steps or out_of_time:
@@ -266,6 +311,28 @@ class Trainer:
             record["perf/compile_s"] = self.compile_s
         st.last.update({k: v for k, v in record.items() if v is not None})
         return record
+
+    def _account(self, record: dict[str, Any]) -> None:
+        """After a logged record: check the configured metric names, update the stop conditions, keep
+        ``best.pt``, call the callbacks."""
+        evaluated = record.get("eval/return_mean") is not None
+        self.metric_names.observe(record, evaluated)
+        met = self.stops.update(record, self.state.stop_state)
+        if met is not None and self.state.stop_condition is None:
+            self.state.stop_condition = met
+        if self.dist.is_main:
+            if evaluated:
+                self.callbacks.call("on_evaluation", record)
+            self.callbacks.call("on_iteration", record)
+        value, st = record.get(self.best_metric), self.state
+        if isinstance(value, int | float) and math.isfinite(value) and (
+                st.best_value is None or (value > st.best_value if self.best_mode == "max" else value < st.best_value)):
+            st.best_metric, st.best_value, st.best_env_steps = self.best_metric, float(value), st.env_steps
+            self._saved(self.save(best=True), record)
+
+    def _saved(self, paths: list[Path], record: dict[str, Any]) -> None:
+        for path in paths:
+            self.callbacks.call("on_checkpoint", path, record)
 
     def _evaluate(self, origin: float) -> dict[str, Any]:
         metrics = self.evaluator.evaluate(self.num_eval_episodes, seed=self.eval_seed)
@@ -291,6 +358,8 @@ class Trainer:
         """Why training should stop now, or None to go on."""
         if self.stop_on_solved and self.state.solved_env_steps is not None:
             return "solved"
+        if self.state.stop_condition is not None:
+            return "stop_on"
         if self.state.env_steps >= self.total_env_steps:
             return "total_env_steps"
         if self.max_wall_time_s is not None and self.state.wall_time_s >= self.max_wall_time_s:
@@ -314,23 +383,25 @@ class Trainer:
             "rng": rng_state(),
         }
 
-    def save(self, periodic: bool = False) -> Path:
-        """Atomically write ``checkpoints/last.pt`` (and a periodic ``step_*.pt``); prune old periodic ones.
+    def save(self, periodic: bool = False, best: bool = False) -> list[Path]:
+        """Atomically write ``checkpoints/last.pt`` (and a periodic ``step_*.pt``), or only ``best.pt``; prune
+        old periodic ones; return the files written.
 
         Rank 0 only. Pruning keeps the ``keep_checkpoints`` highest step counts; periodic checkpoints from
         beyond a resumed run's start were moved aside when it resumed, so they are never counted.
         """
-        path = self.ckpt_dir / "last.pt"
         if not self.dist.is_main:
-            return path
+            return []
         data = serialize_checkpoint(self.checkpoint_state())
-        atomic_write_bytes(path, data)
+        written = [self.ckpt_dir / ("best.pt" if best else "last.pt")]
+        atomic_write_bytes(written[0], data)
         if periodic and self.keep_checkpoints > 0:
-            atomic_write_bytes(self.ckpt_dir / f"step_{self.state.env_steps:012d}.pt", data)
+            written.append(self.ckpt_dir / f"step_{self.state.env_steps:012d}.pt")
+            atomic_write_bytes(written[1], data)
             periodic_files = sorted(_periodic_checkpoints(self.ckpt_dir).items())
             for _, old in periodic_files[: -self.keep_checkpoints]:
                 old.unlink()
-        return path
+        return written
 
     def _resume(self) -> bool:
         """Continue from the run directory's ``last.pt`` if present, else from ``resume``; False if neither."""
@@ -366,6 +437,11 @@ class Trainer:
         if self.dist.is_main:
             set_rng_state(state["rng"])
             self._set_aside_checkpoints_after(trainer_state.env_steps)
+        if trainer_state.stop_condition and not any(trainer_state.stop_condition.startswith(c.describe())
+                                                     for c in self.stops.conditions):
+            trainer_state.stop_condition = None  # trainer.stop_on changed: the condition that held is gone
+        if trainer_state.best_metric != self.best_metric:
+            trainer_state.best_value = trainer_state.best_env_steps = None  # trainer.best_metric changed
         self.state = trainer_state
         log.info("resumed from %s at env_steps=%d (iteration %d)", path, self.state.env_steps, self.state.iteration)
         return True
@@ -382,7 +458,9 @@ class Trainer:
     def summary(self, status: str, reason: str | None) -> dict[str, Any]:
         """The run's final record (``summary.json``)."""
         st = self.state
-        out: dict[str, Any] = {"status": status, "stop_reason": reason, "env_steps": st.env_steps,
+        out: dict[str, Any] = {"status": status, "stop_reason": reason,
+                               "stop_condition": st.stop_condition if reason == "stop_on" else None,
+                               "env_steps": st.env_steps,
                                "iterations": st.iteration, "wall_time_s": st.wall_time_s,
                                "sps": st.env_steps / st.wall_time_s if st.wall_time_s > 0 else None}
         out.update({k: st.last.get(k) for k in SUMMARY_KEYS})
@@ -390,6 +468,8 @@ class Trainer:
         out.update({"solved_metric": self.env.solved_metric, "solved_threshold": self.env.solved_threshold,
                     "solved_env_steps": st.solved_env_steps,
                     "solved_wall_time_s": st.solved_wall_time_s, "compile_s": self.compile_s,
+                    "best_metric": self.best_metric, "best_value": st.best_value, "best_env_steps": st.best_env_steps,
+                    "best_checkpoint": str((self.ckpt_dir / "best.pt").resolve()) if st.best_value is not None else None,
                     "run_dir": str(self.run_dir.resolve()),
                     "checkpoint": str((self.ckpt_dir / "last.pt").resolve()),
                     "distributed": self.sync or {"world_size": self.dist.world_size}})

@@ -1,7 +1,12 @@
-"""Evaluation videos: a grid of a few envs running the deterministic policy, saved with imageio."""
+"""Evaluation videos: a grid of a few envs running the deterministic policy, saved with imageio.
+
+Each env's frame carries an overlay (:func:`annotate`): the step, the return so far and, for envs that report
+``success``, whether the episode has succeeded (drawn with Pillow, which imageio and matplotlib already need).
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import tempfile
@@ -17,7 +22,7 @@ from embodirl.errors import ConfigError, check, check_choice
 from embodirl.envs.observations import as_tensordict
 from embodirl.policies.base import PolicyProtocol
 
-__all__ = ["VideoSettings", "record_episode", "save_video", "tile"]
+__all__ = ["VideoSettings", "annotate", "record_episode", "save_video", "tile"]
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,56 @@ def tile(frames: np.ndarray) -> np.ndarray:
     return grid
 
 
+@functools.cache
+def _font(pixels: int):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=pixels)
+    except (TypeError, ImportError, OSError):  # Pillow without FreeType: its fixed bitmap font
+        return ImageFont.load_default()
+
+
+def annotate(frames: np.ndarray, steps: np.ndarray, returns: np.ndarray, success: np.ndarray | None) -> np.ndarray:
+    """Draw ``t <step>  R <return>`` (and ``success`` in green / ``no success`` in red) in each frame's top-left
+    corner on a dark band.
+
+    Args:
+        frames: ``[k, H, W, 3]`` uint8.
+        steps: ``[k]`` steps into each episode.
+        returns: ``[k]`` returns so far.
+        success: ``[k]`` bool whether each episode has succeeded (None: the env reports no success).
+
+    Returns:
+        New ``[k, H, W, 3]`` uint8 frames.
+    """
+    from PIL import Image, ImageDraw
+
+    k, h, w, _ = frames.shape
+    font = _font(max(8, min(h, w) // 14))
+    out = np.empty_like(frames)
+    for i in range(k):
+        image = Image.fromarray(frames[i])
+        draw = ImageDraw.Draw(image, "RGBA")
+        lines = [(f"t {int(steps[i])}  R {returns[i]:.4g}", (255, 255, 255, 255))]
+        if success is not None:
+            lines.append(("success", (80, 230, 80, 255)) if success[i] else ("no success", (255, 110, 110, 255)))
+        y = 1
+        for text, colour in lines:
+            left, top, right, bottom = draw.textbbox((2, y), text, font=font)
+            draw.rectangle((0, top - 1, right + 2, bottom + 1), fill=(0, 0, 0, 150))
+            draw.text((2, y), text, fill=colour, font=font)
+            y = bottom + 2
+        out[i] = np.asarray(image)
+    return out
+
+
 @torch.no_grad()
 def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size: int, seed: int) -> np.ndarray:
     """Run one deterministic episode from a seeded reset and return the tiled frames ``[T+1, H, W, 3]``.
 
-    The first ``num_envs`` envs are drawn; each keeps showing its last frame once its episode ended.
+    The first ``num_envs`` envs are drawn, each with its step / return / success overlay (:func:`annotate`);
+    each keeps showing its last frame once its episode ended.
 
     Raises:
         ConfigError: The env cannot render.
@@ -73,20 +123,26 @@ def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size:
     except NotImplementedError as exc:
         raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
                           "pass eval.video=false for this env") from None
-    frames = [tile(first)]
-    last = first
-    alive = np.ones(len(ids), dtype=bool)
+    k = len(ids)
+    steps, returns, success = np.zeros(k, dtype=np.int64), np.zeros(k), None
+    raw = first
+    frames = [tile(annotate(raw, steps, returns, success))]
+    alive = np.ones(k, dtype=bool)
     state = policy.initial_state(env.num_envs)
     for _ in range(env.max_episode_steps):
         action, state = policy.mode(obs, state)
         step = env.step(action)
-        done = (step.terminated | step.truncated)[: len(ids)].cpu().numpy()
-        # A finished env has auto-reset, so its current frame is the next episode's start: keep its
-        # last frame of the episode instead.
+        done = (step.terminated | step.truncated)[:k].cpu().numpy()
+        steps += alive
+        returns += np.where(alive, step.reward[:k].double().cpu().numpy(), 0.0)
+        if "success" in step.info:  # success now (on the last step: at the episode's end, as evaluation counts it)
+            now = step.info["success"][:k].cpu().numpy().astype(bool)
+            success = now if success is None else np.where(alive, now, success)
+        # A finished env has auto-reset, so its current picture is the next episode's start: keep its
+        # last picture of the episode instead (with the final step, return and success written on it).
         alive &= ~done
-        current = env.render(ids, size)
-        last = np.where(alive[:, None, None, None], current, last)
-        frames.append(tile(last))
+        raw = np.where(alive[:, None, None, None], env.render(ids, size), raw)
+        frames.append(tile(annotate(raw, steps, returns, success)))
         obs = as_tensordict(step.obs, env.num_envs)
         if not alive.any():
             break

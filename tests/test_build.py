@@ -44,3 +44,29 @@ def test_an_impossible_allocation_is_a_config_error():
     with pytest.raises(ConfigError, match=r"env.num_envs=1000000000000 is invalid.*fit in memory.*lower env.num_envs"):
         with allocation_guard("env.num_envs", 10**12, "lower env.num_envs"):
             torch.zeros(10**12, 4)
+
+
+def test_eval_env_overrides_apply_to_the_evaluation_env_only():
+    import torch
+
+    from embodirl.build import build_eval_env
+
+    cfg = compose_config(["trainer.eval_env_overrides={max_episode_steps: 7}", "env.solved_threshold=3"])
+    eval_env = build_eval_env(cfg, torch.device("cpu"), seed=0, num_envs=2)
+    assert eval_env.max_episode_steps == 7 and eval_env.num_envs == 2 and eval_env.solved_threshold == 3.0
+    assert cfg.env.max_episode_steps == 500  # the caller's config is not changed
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("{max_episode_steps: -1}", "trainer.eval_env_overrides.max_episode_steps=-1"),
+    ("{max_episode_stepz: 9}", "trainer.eval_env_overrides.max_episode_stepz=9"),
+    ("{num_envs: 4}", "trainer.eval_env_overrides.num_envs=4"),
+])
+def test_bad_eval_env_overrides_name_their_key(override, key):
+    import torch
+
+    from embodirl.build import build_eval_env
+
+    with pytest.raises(ConfigError) as info:
+        build_eval_env(compose_config([f"trainer.eval_env_overrides={override}"]), torch.device("cpu"), 0, 2)
+    assert str(info.value).startswith(key) and "Fix:" in str(info.value)

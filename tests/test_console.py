@@ -49,6 +49,8 @@ def test_stop_message_names_why_the_run_ended():
     assert stop_message(goal, 7_000, 31.0, None, None, 30.5, False) == "stopped: time limit of 30s at 7,000 steps"
     assert stop_message(goal, 3_000, 5.0, None, None, 5.0, False) == "stopped at 3,000 steps of 10,000 after 5s"
     assert stop_message(goal, 3_000, 5.0, 2_000, 0.95, 5.0, True) == "failed at 3,000 steps after 5s"
+    assert stop_message(goal, 3_000, 5.0, None, None, 5.0, False, "eval/return_mean >= 400 (value 412)") == \
+        "stopped: eval/return_mean >= 400 (value 412) at 3,000 steps after 5s"
     solved_but_going_on = StopGoal(10_000, "eval/success_rate", 0.9, stop_on_solved=False)
     assert stop_message(solved_but_going_on, 10_000, 9.0, 6_000, 0.93, 9.0, False).startswith("done: the budget")
 

@@ -65,3 +65,12 @@ def test_hydra_files_keep_their_earlier_versions(tmp_path):
     assert (tmp_path / ".hydra" / "config.yaml").read_text() == "a: 2\n"
     (history,) = (tmp_path / ".hydra" / "history").iterdir()
     assert (history / "config.yaml").read_text() == "a: 1\n" and (history / "overrides.yaml").read_text() == "[]\n"
+
+
+def test_a_run_from_before_the_stop_and_eval_keys_can_be_continued_with_them(tmp_path):
+    # A checkpoint written before trainer.stop_on / callbacks / best_* / eval_env_overrides and env.solved_* existed.
+    old = {"env": {"num_envs": 8}, "trainer": {"total_env_steps": 100}}
+    new = {"env": {"num_envs": 8, "solved_metric": None, "solved_threshold": 400.0},
+           "trainer": {"total_env_steps": 100, "stop_on": [], "callbacks": [], "best_metric": None, "best_mode": "max",
+                       "eval_env_overrides": {"max_episode_steps": 1000}}}
+    assert len(check_resume_config(tmp_path, old, new, allow=False)) == 7

@@ -171,3 +171,67 @@ def test_nan_parameters_in_a_checkpoint_are_refused(tmp_path, tiny):
 def test_integral_floats_from_the_command_line_are_accepted(tmp_path, tiny):
     summary = run_training(compose_config([*tiny, "trainer.total_env_steps=2.56e2", "env.num_envs=8.0"]), tmp_path)
     assert summary["env_steps"] == 256 and summary["status"] == "completed"
+
+
+def test_stop_on_threshold_stops_the_run_and_names_the_condition(tmp_path, tiny, caplog):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=100000", "trainer.eval_every_env_steps=256",
+                          "trainer.stop_on=[{metric: eval/return_mean, op: '>=', value: 1}]", "logger.console=lines"])
+    with caplog.at_level("INFO", logger="embodirl.console"):
+        summary = run_training(cfg, tmp_path)
+    assert f"stopped: {summary['stop_condition']} at 256 steps" in caplog.text  # the progress line's last words
+    assert summary["stop_reason"] == "stop_on" and summary["env_steps"] == 256  # the first evaluation meets it
+    value = _records(tmp_path)[-1]["eval/return_mean"]
+    assert summary["stop_condition"] == f"eval/return_mean >= 1 (value {value:g})"
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["stop_reason"] == "stop_on" and status["stop_condition"] == summary["stop_condition"]
+
+
+def test_stop_on_plateau_of_a_training_metric(tmp_path, tiny):
+    # episode/count is 0 until an episode ends: never above 1e9, so it plateaus after 2 + 1 records.
+    cfg = compose_config([*tiny, "trainer.total_env_steps=100000",
+                          "trainer.stop_on=[{metric: env_steps, plateau: {patience_evals: 2, min_delta: 1e9}}]"])
+    summary = run_training(cfg, tmp_path)
+    assert summary["stop_reason"] == "stop_on" and summary["env_steps"] == 384
+    assert summary["stop_condition"] == "env_steps plateau: no gain > 1e+09 in 2 values (best 128)"
+
+
+def test_stop_on_an_unknown_metric_is_refused_before_training(tmp_path, tiny):
+    from embodirl.errors import ConfigError
+
+    cfg = compose_config([*tiny, "trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]"])
+    with pytest.raises(ConfigError, match=r"trainer.stop_on\[0\].metric='eval/retrun_mean'.*eval/return_mean"):
+        run_training(cfg, tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_solved_threshold_and_metric_come_from_the_env_config(tmp_path, tiny):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=100000", "trainer.stop_on_solved=true",
+                          "trainer.eval_every_env_steps=256", "env.solved_threshold=1"])
+    summary = run_training(cfg, tmp_path / "a")
+    assert summary["stop_reason"] == "solved" and summary["solved_env_steps"] == 256
+    assert summary["solved_threshold"] == 1.0 and summary["solved_metric"] == "eval/return_mean"
+    cfg = compose_config([*tiny, "env.solved_metric=eval/length_mean", "env.solved_threshold=1e9"])
+    summary = run_training(cfg, tmp_path / "b")
+    assert (summary["solved_metric"], summary["solved_threshold"], summary["solved_env_steps"]) == \
+        ("eval/length_mean", 1e9, None)
+
+
+@pytest.mark.parametrize(("mode", "pick"), [("max", max), ("min", min)])
+def test_best_checkpoint_keeps_the_best_evaluation(tmp_path, tiny, mode, pick):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=640", "trainer.eval_every_env_steps=128",
+                          f"trainer.best_mode={mode}", "seed=2"])
+    summary = run_training(cfg, tmp_path)
+    evals = [(r["eval/return_mean"], r["env_steps"]) for r in _records(tmp_path)]
+    best_value = pick(v for v, _ in evals)
+    best_steps = next(s for v, s in evals if v == best_value)  # the first to reach it (ties do not replace)
+    assert (summary["best_metric"], summary["best_value"], summary["best_env_steps"]) == \
+        ("eval/return_mean", best_value, best_steps)
+    best = load_checkpoint(tmp_path / "checkpoints" / "best.pt")
+    assert best["trainer"]["env_steps"] == best_steps and best["trainer"]["best_value"] == best_value
+    assert summary["best_checkpoint"] == str((tmp_path / "checkpoints" / "best.pt").resolve())
+
+
+def test_eval_env_overrides_change_the_periodic_evaluation(tmp_path, tiny):
+    cfg = compose_config([*tiny, "trainer.eval_env_overrides={max_episode_steps: 5}"])
+    run_training(cfg, tmp_path)
+    assert all(r["eval/length_mean"] <= 5 for r in _records(tmp_path) if "eval/length_mean" in r)

@@ -1,8 +1,10 @@
-"""``embodirl-eval checkpoint=PATH``: deterministic episodes with a trained policy.
+"""``embodirl-eval run=RUN_DIR checkpoint=best|last`` (or ``checkpoint=PATH``): deterministic episodes with a
+trained policy.
 
 Rebuilds the env and policy from the checkpoint's stored config (so no training flags need to be
-repeated), runs ``num_episodes`` deterministic episodes, prints a table and writes ``eval.json``
-into this command's run directory. The checkpoint is data: it is loaded with ``weights_only=True`` and
+repeated), runs ``num_episodes`` deterministic episodes, prints a table and writes ``eval.json`` (and the
+video) into ``RUN_DIR/eval/<date>_<time>/`` when the checkpoint belongs to a run directory, else into
+``outputs/eval/<date>/<time>/`` (``hydra.run.dir`` overrides both). The checkpoint is data: it is loaded with ``weights_only=True`` and
 its config may only name classes embodirl ships (or ``trusted_targets`` given on the command line);
 see :mod:`embodirl.targets`.
 """
@@ -19,6 +21,57 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from embodirl.errors import CheckpointError, ConfigError
 
 PROG = "embodirl-eval"
+NAMED = ("best", "last")  # checkpoint=best|last: checkpoints/best.pt or last.pt of run=RUN_DIR
+
+
+def _owning_run(run: Any, checkpoint: Any) -> Path | None:
+    """The run directory an evaluation belongs to: the run whose ``checkpoints/`` folder holds the checkpoint
+    file (named in ``run`` and ``checkpoint``, or a path in ``checkpoint``); None when there is no such file."""
+    path = Path(str(checkpoint))
+    if run is not None:
+        name = f"{checkpoint}.pt" if checkpoint in NAMED else str(checkpoint)
+        path = Path(str(run)) / "checkpoints" / name
+    return path.parent.parent if path.parent.name == "checkpoints" and path.is_file() else None
+
+
+def eval_dir(run: Any, checkpoint: Any, day: str, time: str) -> str:
+    """``hydra.run.dir`` of an evaluation: ``RUN/eval/<day>_<time>`` next to its run, else ``outputs/eval/<day>/<time>``."""
+    owner = _owning_run(run, checkpoint)
+    return str(owner / "eval" / f"{day}_{time}") if owner is not None else f"outputs/eval/{day}/{time}"
+
+
+OmegaConf.register_new_resolver("embodirl_eval_dir", eval_dir, replace=True)
+
+
+def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
+    """The checkpoint file ``run`` and ``checkpoint`` name (see ``conf/eval.yaml``).
+
+    Raises:
+        ConfigError: ``run`` is no directory, a named checkpoint without ``run``, or a path with ``run``.
+    """
+    if not isinstance(checkpoint, str) or not checkpoint:
+        raise ConfigError("checkpoint", checkpoint, "best, last, a file name in RUN_DIR/checkpoints/, or a .pt path",
+                          "pass run=outputs/<date>/<time> checkpoint=best (or checkpoint=<path>.pt)")
+    if run is None:
+        if checkpoint in NAMED and not Path(checkpoint).is_file():
+            raise ConfigError("checkpoint", checkpoint, f"a .pt path ({checkpoint} names a run's checkpoint: add run=RUN_DIR)",
+                              f"pass run=outputs/<date>/<time> checkpoint={checkpoint}, or checkpoint=<path of a .pt file>")
+        return Path(checkpoint)
+    folder = Path(str(run)) / "checkpoints"
+    if not Path(str(run)).is_dir() or not folder.is_dir():
+        raise ConfigError("run", run, "a run directory of embodirl-train (one that holds checkpoints/)",
+                          "pass run=outputs/<date>/<time>, the directory the training printed")
+    if "/" in checkpoint or "\\" in checkpoint:
+        raise ConfigError("checkpoint", checkpoint, "with run=, best, last or a file name in RUN_DIR/checkpoints/ (a path goes without run=)",
+                          f"pass checkpoint=best, or drop run= to evaluate {checkpoint}")
+    name = f"{checkpoint}.pt" if checkpoint in NAMED else checkpoint
+    path = folder / name
+    if not path.is_file():
+        found = ", ".join(sorted(p.name for p in folder.glob("*.pt"))) or "none"
+        why = " (best.pt is written at the run's first evaluation)" if checkpoint == "best" else ""
+        raise ConfigError("checkpoint", checkpoint, f"a checkpoint present in {folder} (found: {found}){why}",
+                          "pass checkpoint=last, or one of the files found")
+    return path
 
 
 def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
@@ -33,8 +86,9 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if not isinstance(trusted, ListConfig | list) or not all(isinstance(t, str) for t in trusted):
         raise ConfigError("trusted_targets", trusted, "a list of class paths, e.g. [mypkg.envs.MyEnv]",
                           "pass 'trusted_targets=[mypkg.envs.MyEnv]' or leave it empty")
-    state = load_checkpoint(cfg.checkpoint, key="checkpoint")
-    check_config_from_file(state["config"], f"checkpoint={cfg.checkpoint!r}", list(trusted))
+    path = resolve_checkpoint(cfg.run, cfg.checkpoint)
+    state = load_checkpoint(path, key="checkpoint")
+    check_config_from_file(state["config"], f"checkpoint={str(path)!r}", list(trusted))
     train_cfg = OmegaConf.create(state["config"])
     train_cfg.policy.init_from = None  # the checkpoint's own weights are evaluated, not the ones it started from
     overrides = {k: v for k, v in OmegaConf.to_container(cfg.env).items() if v is not None}
@@ -44,12 +98,12 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     configure_torch(cfg.seed, cfg.num_threads)
     device = resolve_device(cfg.device)
     num_envs = overrides.get("num_envs", train_cfg.trainer.num_eval_envs)
-    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs)
+    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=cfg.eval.get("video") is True)
     policy = build_policy(train_cfg.policy, env, device)
     try:
         policy.load_state_dict(state["policy"])
     except (RuntimeError, KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint={cfg.checkpoint!r}: its policy weights do not fit its own config "
+        raise CheckpointError(f"checkpoint={str(path)!r}: its policy weights do not fit its own config "
                               f"({str(exc).splitlines()[0]})") from exc
     policy.eval()
     video = build_video_settings(cfg.eval, env)
@@ -63,7 +117,9 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         env.close()
     solved = env.is_solved(metrics)
     trained = state["trainer"].get("env_steps") if isinstance(state["trainer"], dict) else None
-    return {"checkpoint": str(Path(cfg.checkpoint).resolve()), "env": train_cfg.env._target_,
+    owner = _owning_run(cfg.run, cfg.checkpoint)
+    return {"checkpoint": str(path.resolve()), "run": str(owner.resolve()) if owner else None,
+            "env": train_cfg.env._target_,
             "num_envs": env.num_envs, "env_steps_trained": trained if isinstance(trained, int) else None, **metrics,
             "solved_metric": env.solved_metric, "solved_threshold": env.solved_threshold, "solved": solved, **extra}
 

@@ -34,7 +34,8 @@ EXAMPLES = (
     ("embodirl-train -m hydra/launcher=slurm hydra.launcher.partition=gpu +sweep=seeds", "one SLURM job per run"),
     ("embodirl-train -m --config-dir launch +site=<site> +sweep=seeds", "your site's SLURM profile (launch/)"),
     ("embodirl-train hydra.run.dir=outputs/<date>/<time>", "resume that run from its checkpoints/last.pt"),
-    ("embodirl-eval checkpoint=outputs/<date>/<time>/checkpoints/last.pt", "evaluate a trained policy"),
+    ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
+    ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
 )
 

@@ -74,6 +74,9 @@ class BatchedEnv(ABC):
         solved_metric: The deterministic-eval metric that decides "solved" (``eval/return_mean`` by
             default; ``eval/success_rate`` for tasks with a success criterion).
         solved_threshold: Value of ``solved_metric`` at which the task counts as solved (None: never).
+        info_metrics: Keys of ``StepResult.info`` (present on every step, ``[N]`` numbers or bools) logged as
+            ``episode/metrics/<key>`` and ``eval/metrics/<key>``: the mean over finished episodes of the value
+            on each one's last step (:mod:`embodirl.info_metrics`).
     """
 
     num_envs: int
@@ -83,6 +86,7 @@ class BatchedEnv(ABC):
     max_episode_steps: int
     solved_metric: str = "eval/return_mean"
     solved_threshold: float | None = None
+    info_metrics: tuple[str, ...] = ()
 
     @abstractmethod
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:

@@ -189,6 +189,14 @@ class CartPole(BatchedEnv):
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         return StepResult(obs, reward, terminated, truncated, final_obs, {})
 
+    def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
+        """Side views of the given envs (all when None) as uint8 ``[k, size, size, 3]`` (:func:`draw_cartpole`);
+        after an auto-reset, the next episode's start."""
+        check(is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
+        ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
+        index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
+        return draw_cartpole(self._state[index].to(torch.float32), size).cpu().numpy()
+
     def state_dict(self) -> dict[str, Tensor]:
         """Physics, counters, seed and episode statistics (all cloned), and the current observation (for reference:
         it follows from ``state``, and :meth:`load_state_dict` ignores it)."""
@@ -209,3 +217,44 @@ class CartPole(BatchedEnv):
         self._state.copy_(state["state"])
         self._steps.copy_(state["steps"])
         self._starts.invalidate()
+
+
+# Picture proportions of gymnasium's CartPole renderer, in world units (its 600 px span 4.8 m).
+_CART_WIDTH, _CART_HEIGHT, _POLE_WIDTH = 0.4, 0.24, 0.08
+_TRACK_Y = 0.7  # track height as a fraction of the frame, from the top
+_CART_RGB, _POLE_RGB, _AXLE_RGB = (0, 0, 0), (202, 152, 101), (129, 132, 203)
+
+
+def draw_cartpole(state: Tensor, size: int) -> Tensor:
+    """Draw CartPoles side by side in one batch of tensor ops (no display, any device).
+
+    The frame spans the track's ``[-2.4, 2.4]`` m; the track is a line, the cart a black box on it, the pole
+    (1 m) a brown bar pivoting on the cart's blue axle, leaning right for ``theta > 0``.
+
+    Args:
+        state: ``[k, 4]`` (x, x_dot, theta, theta_dot).
+        size: Pixels per side of each square frame.
+
+    Returns:
+        ``[k, size, size, 3]`` uint8 frames on ``state``'s device.
+    """
+    k, dev = state.shape[0], state.device
+    scale = size / (2 * X_THRESHOLD)  # pixels per metre
+    centres = torch.arange(size, device=dev, dtype=torch.float32) + 0.5
+    ys, xs = centres.view(1, size, 1), centres.view(1, 1, size)
+    x, theta = state[:, 0].view(k, 1, 1) * scale + size / 2, state[:, 2].view(k, 1, 1)
+    track_y = size * _TRACK_Y
+    cart_y = track_y - _CART_HEIGHT * scale / 2
+    track = (ys - track_y).abs() <= max(0.5, size / 256)
+    cart = ((xs - x).abs() <= _CART_WIDTH * scale / 2) & ((ys - cart_y).abs() <= _CART_HEIGHT * scale / 2)
+    axle_y = cart_y - _CART_HEIGHT * scale / 4
+    # Distance of each pixel from the pole's segment axle -> axle + L (sin theta, -cos theta) (image y points down).
+    dx, dy = xs - x, ys - axle_y
+    ux, uy = theta.sin(), -theta.cos()
+    along = (dx * ux + dy * uy).clamp(0.0, 2 * LENGTH * scale)
+    pole = (dx - along * ux).square() + (dy - along * uy).square() <= (_POLE_WIDTH * scale / 2) ** 2
+    axle = dx.square() + dy.square() <= (_POLE_WIDTH * scale / 2) ** 2
+    frames = torch.full((k, size, size, 3), 255, dtype=torch.uint8, device=dev)
+    for mask, rgb in ((track | cart, _CART_RGB), (pole, _POLE_RGB), (axle, _AXLE_RGB)):
+        frames[mask.expand(k, size, size)] = torch.tensor(rgb, dtype=torch.uint8, device=dev)
+    return frames

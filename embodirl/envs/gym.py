@@ -76,6 +76,8 @@ class GymEnv(BatchedEnv):
         env_kwargs: Keyword arguments of the gymnasium environment's constructor.
         device: Device of the tensors going in and out.
         seed: Seed of the first reset.
+        render_mode: ``"rgb_array"`` makes :meth:`render` work (set by the build only when videos are
+            requested: some envs pay for it on every step); None: no pictures.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class GymEnv(BatchedEnv):
         *,
         device: str | torch.device = "cpu",
         seed: int = 0,
+        render_mode: Literal["rgb_array"] | None = None,
     ) -> None:
         check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
         check(is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
@@ -103,6 +106,10 @@ class GymEnv(BatchedEnv):
         kwargs: dict[str, Any] = dict(env_kwargs or {})
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
+        check(render_mode in (None, "rgb_array"), "render_mode", render_mode, "None or rgb_array")
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
+        self.render_mode = render_mode
         try:
             self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
                                      vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
@@ -199,6 +206,22 @@ class GymEnv(BatchedEnv):
     def close(self) -> None:
         self._vec.close()
 
+    def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
+        """The sub-envs' own ``rgb_array`` pictures, letterboxed to squares, as uint8 ``[k, size, size, 3]``.
+
+        Raises:
+            NotImplementedError: Built without ``render_mode="rgb_array"``, or the env draws no pictures.
+        """
+        if self.render_mode != "rgb_array":
+            raise NotImplementedError("GymEnv draws frames only when built with render_mode='rgb_array' "
+                                      "(eval.video=true builds the evaluation env that way)")
+        ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
+        pictures = self._vec.call("render")
+        if any(pictures[i] is None for i in ids):
+            raise NotImplementedError(f"{self._vec.spec.id if self._vec.spec else 'this env'} returns no rgb_array "
+                                      "frames")
+        return np.stack([square_frame(np.asarray(pictures[i]), size) for i in ids])
+
     def _to_numpy(self, action: Tensor) -> np.ndarray:
         action = action.detach().cpu()
         if self.is_discrete:
@@ -242,3 +265,18 @@ class GymEnv(BatchedEnv):
                     success = np.where(source[f"_{key}"], np.asarray(source[key], dtype=bool), success)
             return success
         return None
+
+
+def square_frame(picture: np.ndarray, size: int) -> np.ndarray:
+    """An ``[H, W, 3]`` picture scaled to fit a black ``[size, size, 3]`` uint8 square, centred (Pillow)."""
+    from PIL import Image
+
+    h, w = picture.shape[:2]
+    scale = size / max(h, w)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    image = Image.fromarray(np.ascontiguousarray(picture[..., :3]).astype(np.uint8)).resize((new_w, new_h),
+                                                                                           Image.BILINEAR)
+    out = np.zeros((size, size, 3), dtype=np.uint8)
+    top, left = (size - new_h) // 2, (size - new_w) // 2
+    out[top:top + new_h, left:left + new_w] = np.asarray(image)
+    return out

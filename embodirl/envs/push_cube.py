@@ -163,6 +163,7 @@ class PushCube(BatchedEnv):
 
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
+    info_metrics = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
 
     def __init__(
         self,

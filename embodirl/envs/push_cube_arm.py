@@ -119,6 +119,7 @@ class PushCubeArm(BatchedEnv):
 
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
+    info_metrics = ("dist_to_goal", "is_reached", "on_table")  # logged as episode/metrics/* and eval/metrics/*
 
     def __init__(
         self,

@@ -108,7 +108,8 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         if main_rank:
             objective = summary.get(cfg.objective)
             _record(run_dir, "completed", objective_key=cfg.objective,
-                    objective=None if objective is None else float(objective), stop_reason=summary["stop_reason"])
+                    objective=None if objective is None else float(objective), stop_reason=summary["stop_reason"],
+                    stop_condition=summary.get("stop_condition"))
         return summary
 
 

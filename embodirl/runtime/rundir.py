@@ -34,8 +34,10 @@ _TEMP_DIRS = (".", "checkpoints", ".hydra", "videos")
 #: Keys (or key prefixes ending in ".") that may differ when a run directory is continued: the budget,
 #: the stop conditions and where output goes. Anything else changes what is being trained.
 CHANGEABLE_ON_RESUME = (
-    "trainer.total_env_steps", "trainer.max_wall_time_s", "trainer.stop_on_solved", "trainer.resume",
-    "trainer.allow_config_change", "trainer.eval_every_env_steps", "trainer.num_eval_episodes",
+    "trainer.total_env_steps", "trainer.max_wall_time_s", "trainer.stop_on_solved", "trainer.stop_on",
+    "env.solved_metric", "env.solved_threshold", "trainer.resume", "trainer.callbacks", "trainer.best_metric",
+    "trainer.best_mode", "trainer.eval_env_overrides", "trainer.eval_env_overrides.", "trainer.allow_config_change",
+    "trainer.eval_every_env_steps", "trainer.num_eval_episodes",
     "trainer.checkpoint_every_env_steps", "trainer.keep_checkpoints", "logger.", "eval.", "objective",
     "num_threads", "num_update_threads",
 )

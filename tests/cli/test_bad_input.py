@@ -90,6 +90,13 @@ BAD_INPUTS = [
     (["trainer.max_wall_time_s=-5"], ["trainer.max_wall_time_s=-5", "Fix:"]),
     (["trainer.stop_on_solved=maybe"], ["trainer.stop_on_solved='maybe'", "bool", "Fix:"]),
     (["trainer.resume=/nonexistent/last.pt"], ["trainer.resume='/nonexistent/last.pt'", "does not exist", "Fix:"]),
+    (["trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]"],
+     ["trainer.stop_on[0].metric='eval/retrun_mean'", "eval/return_mean", "Fix:"]),
+    (["trainer.stop_on=[{metric: eval/return_mean, op: '=>', value: 1}]"], ["trainer.stop_on[0].op='=>'", ">=", "Fix:"]),
+    (["trainer.stop_on=[{metric: eval/return_mean, plateau: {patience_evals: 0}}]"],
+     ["trainer.stop_on[0].plateau.patience_evals=0", "an int >= 1", "Fix:"]),
+    (["env.solved_threshold=abc"], ["env.solved_threshold='abc'", "a number", "Fix:"]),
+    (["env.solved_metric=return"], ["env.solved_metric='return'", "eval/return_mean", "Fix:"]),
     # --- logger ---
     (["logger.console=fancy"], ["logger.console='fancy'", "auto, bar, lines, none", "Fix:"]),
     (["logger.tensorboard=maybe"], ["logger.tensorboard='maybe'", "bool", "Fix:"]),
@@ -100,7 +107,7 @@ BAD_INPUTS = [
     (["+logger.wandb.projekt=x"], ["logger.wandb.projekt='x'", "project", "Fix:"]),
     # --- evaluation videos ---
     (["eval.video=maybe"], ["eval.video='maybe'", "bool", "Fix:"]),
-    (["eval.video=true"], ["eval.video=True", "renders frames", "Fix:"]),
+    (["eval.video=true", "eval.video_size=8"], ["eval.video_size=8", "[16, 2048]", "Fix:"]),
     (["env=push_cube", "eval.video=true", "eval.video_format=avi"], ["eval.video_format='avi'", "mp4", "Fix:"]),
 ]
 

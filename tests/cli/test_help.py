@@ -80,7 +80,8 @@ def test_every_key_of_the_eval_config_has_a_comment():
 def test_help_page_shows_examples_groups_and_commented_keys():
     page = help_page([])
     assert page.startswith("embodirl-train: ") and "Usage: embodirl-train" in page
-    for command in ("embodirl-train -m algo.learning_rate=1e-3,2e-3", "hydra/launcher=slurm", "embodirl-eval checkpoint=",
+    for command in ("embodirl-train -m algo.learning_rate=1e-3,2e-3", "hydra/launcher=slurm", "embodirl-eval run=",
+                    "embodirl-eval checkpoint=",
                     "embodirl-report multirun/"):
         assert command in page
     lines = page.splitlines()

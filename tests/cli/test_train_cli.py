@@ -1,6 +1,7 @@
 """embodirl-train and embodirl-eval as a user runs them: subprocesses, files, messages, exit codes."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,60 @@ def test_eval_cli_rebuilds_from_the_checkpoint(tmp_path):
     assert record["env_steps_trained"] == 256
     assert 1 <= record["eval/return_mean"] <= 500
     assert "eval/return_mean" in result.stdout
+
+
+def test_eval_of_a_run_directory_writes_next_to_the_run(tmp_path):
+    from embodirl.analysis.report import discover_runs
+
+    run_dir = tmp_path / "runs" / "a"
+    assert run_cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
+    for args, name in ((["run=runs/a", "checkpoint=best"], "best.pt"), (["run=runs/a"], "last.pt"),
+                       ([f"checkpoint={run_dir / 'checkpoints' / 'step_000000000128.pt'}"], "step_000000000128.pt")):
+        result = run_cli("embodirl-eval", [*args, "num_episodes=2", "device=cpu"], cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        out = sorted((run_dir / "eval").glob("*/eval.json"), key=lambda p: p.stat().st_mtime)[-1]
+        record = json.loads(out.read_text())
+        assert record["checkpoint"] == str((run_dir / "checkpoints" / name).resolve())
+        assert record["run"] == str(run_dir.resolve()) and str(out) in result.stdout
+    assert not (tmp_path / "outputs").exists()
+    assert discover_runs(tmp_path / "runs") == [run_dir]  # evaluations are not taken for runs
+
+
+def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path):
+    calls = tmp_path / "calls.jsonl"
+    target = "tests.recording_callback.RecordingCallback"
+    repo = Path(__file__).resolve().parents[2]  # where the tests package (the callback's module) imports from
+    run_dir = tmp_path / "run"
+    result = run_cli("embodirl-train", [*TINY, f"trainer.callbacks=[{{_target_: {target}, path: '{calls}'}}]",
+                                        "eval.video=true", "eval.video_size=32", "eval.video_num_envs=1",
+                                        f"hydra.run.dir={run_dir}"], cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().count("on_end") == 1 and list((run_dir / "videos").glob("eval_*.mp4"))
+    calls.unlink()
+    result = run_cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu"], cwd=repo)
+    assert result.returncode == 2 and f"trusted_targets=[{target}]" in result.stderr, result.stderr
+    result = run_cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu", f"trusted_targets=[{target}]",
+                                       "eval.video=true", "eval.video_size=32"], cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert not calls.exists()  # the callback named in the checkpoint was checked, never built
+    (out,) = (run_dir / "eval").glob("*/eval.json")
+    assert json.loads(out.read_text())["video"] == str(out.parent / "video.mp4") and (out.parent / "video.mp4").is_file()
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["run=runs/nope"], ["run='runs/nope'", "a run directory", "Fix:"]),
+    (["checkpoint=best"], ["checkpoint='best'", "run=RUN_DIR", "Fix:"]),
+    ([], ["checkpoint='last'", "run=RUN_DIR", "Fix:"]),
+    (["run=runs/a", "checkpoint=step_9.pt"], ["checkpoint='step_9.pt'", "found: ", "last.pt", "Fix:"]),
+    (["run=runs/a", "checkpoint=/x/y.pt"], ["checkpoint='/x/y.pt'", "without run=", "Fix:"]),
+])
+def test_eval_run_and_checkpoint_mistakes_get_one_line(tmp_path, args, fragments):
+    (tmp_path / "runs" / "a" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "checkpoints" / "last.pt").write_bytes(b"")
+    result = run_cli("embodirl-eval", args, cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert all(f in result.stderr for f in fragments), result.stderr
+    assert not (tmp_path / "runs" / "a" / "eval").exists()
 
 
 def test_corrupt_checkpoint_is_refused_by_eval_and_train(tmp_path):

@@ -286,3 +286,24 @@ def test_hidden_velocities_observe_position_and_angle_of_the_same_trajectory():
         assert torch.equal(a.terminated, b.terminated) and torch.equal(a.truncated, b.truncated)
     with pytest.raises(ConfigError, match="hide_velocities='yes'"):
         CartPole(num_envs=2, hide_velocities="yes")
+
+
+def _pixels(frame, rgb):
+    return np.argwhere((frame == np.array(rgb, dtype=np.uint8)).all(axis=-1))
+
+
+def test_render_draws_the_cart_where_it_is_and_the_pole_as_it_leans():
+    env = CartPole(num_envs=3)
+    env._state.copy_(torch.tensor([[0.0, 0, 0.0, 0], [1.2, 0, 0.0, 0], [0.0, 0, 0.3, 0]], dtype=torch.float64))
+    frames = env.render(size=96)
+    assert frames.shape == (3, 96, 96, 3) and frames.dtype == np.uint8
+    assert env.render([2], 96).shape == (1, 96, 96, 3) and np.array_equal(env.render([2], 96)[0], frames[2])
+    pole = (202, 152, 101)
+    cart_columns = [_pixels(f[: int(96 * 0.7) - 1], (0, 0, 0))[:, 1].mean() for f in frames[:2]]
+    # 96 px span 4.8 m: x = 1.2 m moves the cart 24 px right of the centre (48).
+    assert cart_columns[0] == pytest.approx(48, abs=1) and cart_columns[1] == pytest.approx(72, abs=1)
+    upright, leaning = _pixels(frames[0], pole), _pixels(frames[2], pole)
+    assert np.ptp(upright[:, 1]) <= 2  # a vertical bar
+    top = leaning[leaning[:, 0].argmin()]  # the tip is up and right of the axle: 1 m * sin(0.3) = 5.9 px
+    assert top[1] - 48 == pytest.approx(20 * math.sin(0.3), abs=1.5)
+    assert not np.array_equal(frames[0], frames[1]) and not np.array_equal(frames[0], frames[2])

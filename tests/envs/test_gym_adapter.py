@@ -312,3 +312,26 @@ def test_dict_env_trains_through_the_platform(tmp_path, tiny):
     assert summary["status"] == "completed" and summary["iterations"] == 3
     assert summary["solved_metric"] == "eval/return_mean" and 0.0 <= summary["eval/success_rate"] <= 1.0
     assert 1 <= summary["eval/length_mean"] <= 12
+
+
+def test_render_only_with_rgb_array_mode_and_frames_follow_the_state():
+    with pytest.raises(NotImplementedError, match="render_mode='rgb_array'"):
+        GymEnv("CartPole-v1", num_envs=2).render([0], 32)
+    env = GymEnv("CartPole-v1", num_envs=2, render_mode="rgb_array", seed=0)
+    first = env.render([0, 1], 64)
+    assert first.shape == (2, 64, 64, 3) and first.dtype == np.uint8
+    # 600 x 400 pictures letterboxed into 64 x 64: black bands above and below, the picture between.
+    assert (first[:, :10] == 0).all() and (first[:, -10:] == 0).all() and first[:, 32].mean() > 200
+    for _ in range(8):
+        env.step(torch.ones(2, dtype=torch.int64))
+    assert not np.array_equal(env.render([0], 64)[0], first[0])  # pushed right: the picture moved
+    env.close()
+
+
+def test_square_frame_keeps_the_aspect_ratio():
+    from embodirl.envs.gym import square_frame
+
+    picture = np.full((20, 40, 3), 200, dtype=np.uint8)
+    out = square_frame(picture, 10)
+    assert out.shape == (10, 10, 3)
+    assert (out[:2] == 0).all() and (out[-3:] == 0).all() and (out[3:7] == 200).all()

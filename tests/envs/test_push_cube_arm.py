@@ -286,7 +286,10 @@ def test_yaml_lists_every_constructor_key_with_its_default_and_builds():
     node = yaml.safe_load(path.read_text())
     params = {k: p.default for k, p in inspect.signature(PushCubeArm).parameters.items() if k not in ("device", "seed")}
     assert node["_target_"] == "embodirl.envs.push_cube_arm.PushCubeArm" and node["_partial_"] is True
-    assert {k: v for k, v in node.items() if not k.startswith("_")}.keys() == params.keys()
+    from embodirl.build import ENV_BUILD_KEYS  # solved_metric/solved_threshold: every env's, applied by build_env
+
+    assert {k: v for k, v in node.items() if not k.startswith("_") and k not in ENV_BUILD_KEYS}.keys() == params.keys()
+    assert all(node[key] is None for key in ENV_BUILD_KEYS)
     for key, default in params.items():
         assert node[key] == (list(default) if isinstance(default, tuple) else default), key
     env = build_env(compose_config(["env=push_cube_arm", "env.num_envs=2"]).env, torch.device("cpu"), seed=0)

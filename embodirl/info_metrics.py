@@ -1,0 +1,63 @@
+"""Env ``info`` values logged as episode metrics: ``episode/metrics/<key>`` and ``eval/metrics/<key>``.
+
+An env declares which of its ``StepResult.info`` entries are metrics in :attr:`BatchedEnv.info_metrics`
+(push_cube: ``dist_to_goal``, ``is_reached``). For each finished episode the value on its last step (the
+step that ended it: the cube's final distance to the goal) is accumulated on the device; the metric is
+the mean over the episodes finished since the last :meth:`InfoMetrics.pop` (booleans become fractions).
+:meth:`InfoMetrics.step` only updates tensors allocated once, so it runs inside compiled and captured steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["InfoMetrics"]
+
+
+class InfoMetrics:
+    """On-device sums of declared info values at episode ends.
+
+    Args:
+        keys: The env's ``info_metrics``.
+        num_envs: Number of envs ``N``.
+        device: Device of the env's tensors.
+    """
+
+    def __init__(self, keys: Sequence[str], num_envs: int, device: torch.device) -> None:
+        self.keys = tuple(keys)
+        # Row k < K: per-env sum of info[keys[k]] over the counted episodes; row K: their count.
+        self._sums = torch.zeros(len(self.keys) + 1, num_envs, dtype=torch.float64, device=device)
+
+    def step(self, info: dict[str, Tensor], ended: Tensor) -> None:
+        """Count the episodes of ``ended`` (``[N]`` bool) with their ``info`` values of this step."""
+        if not self.keys:
+            return
+        missing = [key for key in self.keys if key not in info]
+        if missing:
+            raise KeyError(f"the env declares info_metrics {list(self.keys)} but its step() info lacks {missing} "
+                           f"(it has {sorted(info)}): return every declared key on every step")
+        weight = ended.to(torch.float64)
+        values = torch.stack([info[key].to(torch.float64).reshape(-1) for key in self.keys] + [torch.ones_like(weight)])
+        self._sums += values * weight
+
+    def zero(self) -> None:
+        self._sums.zero_()
+
+    def pop(self, prefix: str, reduce: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+        """``{prefix + key: mean}`` over the counted episodes (none when no episode ended), then clear.
+
+        Args:
+            prefix: ``"episode/metrics/"`` or ``"eval/metrics/"``.
+            reduce: Applied to the ``[K + 1]`` sums before the means, e.g. a sum over ranks.
+        """
+        if not self.keys:
+            return {}
+        sums = self._sums.sum(dim=1)
+        *totals, count = (sums if reduce is None else reduce(sums)).tolist()
+        self._sums.zero_()
+        if count == 0:
+            return {}
+        return {prefix + key: total / count for key, total in zip(self.keys, totals, strict=True)}
