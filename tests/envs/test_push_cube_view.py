@@ -9,11 +9,15 @@ its centre at ``x = -0.4 + (j + 0.5) 0.0140625``, ``y = 0.45 - (i + 0.5) 0.01406
 from __future__ import annotations
 
 import math
+import warnings
 
+import numpy as np
 import pytest
 import torch
+from gymnasium.utils.env_checker import check_env
 
 from embodirl.envs import push_cube_physics as phys
+from embodirl.envs.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.observations import check_observation, observation_spec
 from embodirl.envs.push_cube import PushCube
 from embodirl.envs.push_cube_view import draw_top_view, make_top_view, pack_rgb, unpack_rgb
@@ -171,3 +175,15 @@ def test_set_scene_moves_the_drawn_cube():
     frames = torch.from_numpy(env.render(size=64))
     assert pixels_of(frames[0], "cube") == {(i, j) for i in range(34, 37) for j in range(34, 37)}
     assert pixels_of(frames[1], "cube") != pixels_of(frames[0], "cube")
+
+
+def test_pixel_env_passes_gymnasium_check_env_through_the_single_env_adapter():
+    env = SingleEnvAdapter(PushCube(num_envs=1, obs_mode="state_rgb", image_size=32), render_size=32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env)
+    expected = ("infinity", "not having a spec")  # unbounded state vector; not registered with gymnasium
+    assert [str(w.message) for w in caught if not any(e in str(w.message) for e in expected)] == []
+    obs, _ = env.reset(seed=3)
+    assert obs["rgb"].dtype == np.uint8 and obs["state"].dtype == np.float32
+    assert np.array_equal(obs["rgb"], env.render()), "the observation is the rendered frame"
