@@ -17,8 +17,7 @@ counter ``2**31 + r`` (``r`` = explicit resets since seeding). Components: cube 
 Eager, the starts (and first observations) of every env's next episodes are memoised; under ``torch.compile``
 or CUDA-graph capture they are drawn inline (:class:`~embodirl.envs.rng.StartCache`), with the same values.
 
-Pixel observations are drawn on the env's device inside ``step`` (and memoised for the next starts like the
-vector ones); ``step`` is compile- and CUDA-graph-ready (``torch.compile(env.step, fullgraph=True)``, no recompiles, state
+``step`` is compile- and CUDA-graph-ready (``torch.compile(env.step, fullgraph=True)``, no recompiles, state
 updated in place, no host syncs); every tensor it returns is freshly allocated.
 """
 
@@ -117,9 +116,6 @@ class PushCube(BatchedEnv):
 
     Observation (float32): ``[p(2), v_p(2), c(2), cos theta, sin theta, v(2), omega, g(2), g - c(2), c - p(2)]``
     (17 dims); joint mode appends ``[q(2), q_dot dt / max_joint_delta (2)]``; ``time_obs`` appends ``t / T``.
-    With ``obs_mode=rgb`` the observation is a TensorDict holding ``rgb``, the ``uint8`` ``[S, S, 3]`` top view
-    of :mod:`~embodirl.envs.push_cube_view` (``[H, W, C]``: the layout of the CNN encoder, of ``render`` and of
-    gymnasium image spaces); ``state_rgb`` holds the vector too, as ``state``.
     Action: ``[-1, 1]^2`` (clipped), a tip velocity ``max_speed a`` (``ee_delta_pos``) or joint steps
     ``max_joint_delta a`` per control step (``joint_delta_pos``; a substep that would take the tip out of the
     workspace is rejected, there are no other joint limits).

@@ -15,10 +15,8 @@ The frame shows :func:`~embodirl.envs.push_cube_physics.view_box` with +x to the
 the tip's workspace (table colour, dark outline), the goal disk (with a darker rim), the cube (a rotated
 square), the arm links (joint mode; they pass above the cube) and the tip, each painted over the earlier
 ones. Shapes smaller than a pixel are drawn at least about a pixel wide (cube half-size at least one pixel, tip
-radius at least 0.75 pixel, more than half a pixel diagonal, so it always covers a pixel centre; links 1.5
-pixels either side), so a 64x64 frame still shows the 4 cm cube and the 1 cm tip. The tip is not inflated
-further: a disk a few pixels wide would hide the cube it touches, which a pixel policy must see while
-pushing. No antialiasing: a pixel shows a shape iff its centre lies inside it.
+radius at least two, links 1.5 pixels either side), so a 64x64 frame still shows the 4 cm cube and the 1 cm
+tip. No antialiasing: a pixel shows a shape iff its centre lies inside it.
 """
 
 from __future__ import annotations
@@ -50,7 +48,7 @@ class TopView(NamedTuple):
         background: ``[S, S]`` packed ``int32`` colours (:func:`pack_rgb`) of the floor, the table and its outline.
         offsets: ``[S]`` int64 ``0 .. S-1`` (window pixel offsets).
         half_size: Cube half-size as drawn (at least one pixel).
-        tip_radius: Tip radius as drawn (at least 0.75 pixel).
+        tip_radius: Tip radius as drawn (at least two pixels).
         goal_radius: Goal radius.
         arm: ``(base, link_lengths)`` of the 2-link arm to draw, or None.
     """
@@ -98,7 +96,7 @@ def make_top_view(size: int, *, half_size: float, radius: float, goal_radius: fl
     background[edge] = pack_rgb(COLORS["border"])
     offsets = torch.arange(size, device=device)
     return TopView(size, cx - half, cy + half, pixel, background, offsets, max(half_size, pixel),
-                   max(radius, 0.75 * pixel), goal_radius, arm)
+                   max(radius, 2.0 * pixel), goal_radius, arm)
 
 
 def _window(view: TopView, cx: Tensor, cy: Tensor, reach: float) -> tuple[Tensor, Tensor, Tensor]:
