@@ -33,8 +33,8 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.envs import push_cube_physics as phys
-from embodirl.envs.push_cube_view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.push_cube_view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice
 
@@ -255,7 +255,7 @@ class PushCube(BatchedEnv):
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)  # success at some step of this episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
-        self._views: dict[int, TopView] = {}  # pixel grids and palettes per frame size (rgb observations, render)
+        self._views: dict[int, TopView] = {}  # frame geometry and background per size (rgb, render)
         self._view = self._top_view(image_size)
         # Eager memo of the next starts (state columns, observation rows); episodes last at least `min_length`.
         min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
@@ -421,7 +421,7 @@ class PushCube(BatchedEnv):
 
     # --- pictures and snapshots ----------------------------------------------------------------------
     def _top_view(self, size: int) -> TopView:
-        """The (memoised) grid and palette of ``size`` x ``size`` top views of this env."""
+        """The (memoised) frame geometry and background of ``size`` x ``size`` top views of this env."""
         if size not in self._views:
             arm = (self.arm_base, self.link_lengths) if self.joint_mode else None
             self._views[size] = make_top_view(size, half_size=self.half_size, radius=self.radius,

@@ -30,7 +30,8 @@ COLORS = {name: torch.tensor(rgb, dtype=torch.uint8) for name, rgb in phys.COLOR
 def scene(p=(-0.25, 0.1), c=(0.1, -0.05), theta=0.0, g=(0.3, 0.0)) -> torch.Tensor:
     """One ``[16, 1]`` PushCube state."""
     state = torch.zeros(16, 1)
-    state[0:2, 0], state[4:6, 0], state[6, 0], state[10:12, 0] = torch.tensor(p), torch.tensor(c), theta, torch.tensor(g)
+    state[0:2, 0], state[4:6, 0], state[10:12, 0] = torch.tensor(p), torch.tensor(c), torch.tensor(g)
+    state[6, 0] = theta
     return state
 
 
