@@ -79,6 +79,8 @@ COLLECTION_CASES = {
     "push_cube_ppo": ["env=push_cube", "algo=ppo", "algo.num_steps=16"],
     "push_cube_grpo": ["env=push_cube", "algo=grpo", "algo.group_size=4", "env.max_episode_steps=12"],
     "cartpole_gru": ["env=cartpole", "algo=ppo", "policy=actor_critic_rnn", "algo.num_steps=16", "algo.seq_len=8"],
+    "push_cube_pixels_ppo": ["env=push_cube", "env.obs_mode=state_rgb", "algo=ppo", "algo.num_steps=16",
+                             "policy.actor_keys=[rgb]", "policy.critic_keys=[state]"],
 }
 
 

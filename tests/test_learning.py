@@ -79,3 +79,16 @@ def test_a_recurrent_policy_solves_partially_observed_cartpole_and_an_mlp_does_n
     assert gru["stop_reason"] == "solved" and gru["eval/return_mean"] >= 475, gru
     mlp = run_training(compose_config([*quiet, "trainer.total_env_steps=1000000"]), tmp_path / "mlp")
     assert mlp["stop_reason"] != "solved" and mlp["eval/return_mean"] < 200, mlp
+
+
+@pytest.mark.slow
+def test_ppo_learns_push_cube_from_pixels(tmp_path):
+    # The pixel recipe (CNN actor on the 64x64 top view, privileged state critic) on a CI budget: 32,768 env
+    # steps, 40-90 s on 2 CPU cores under load. The untrained deterministic policy returns 3.2-3.4 over 256
+    # episodes (seeds 0-2; standard error 0.1) and never succeeds; after this budget seed 0 returns 7.2 and
+    # succeeds in 6 % of the episodes (the full recipe's curve is in the README, "push_cube from pixels").
+    cfg = compose_config(["+experiment=ppo_push_cube_rgb", "seed=0", "device=cpu", "logger.console=none",
+                          "logger.tensorboard=false", "env.num_envs=128", "trainer.total_env_steps=32768",
+                          "trainer.eval_every_env_steps=32768"])
+    summary = run_training(cfg, tmp_path)
+    assert summary["eval/return_mean"] >= 5.0, summary

@@ -42,14 +42,17 @@ PRESETS: dict[str, list[str]] = {
     "grpo_push_cube": ["+experiment=grpo_push_cube"],
     "ppo_push_cube_arm": ["+experiment=ppo_push_cube_arm"],
     "grpo_push_cube_arm": ["+experiment=grpo_push_cube_arm"],
+    "ppo_push_cube_rgb": ["+experiment=ppo_push_cube_rgb"],
 }
 ENV_PRESETS: dict[str, list[str]] = {
     "cartpole": ["env=cartpole"],
     "push_cube": ["env=push_cube"],
     "push_cube_joint": ["env=push_cube", "env.control_mode=joint_delta_pos"],
     "push_cube_arm": ["env=push_cube_arm"],
+    "push_cube_rgb": ["env=push_cube", "env.obs_mode=rgb"],  # + the 64x64 top view every step
 }
-ON_REQUEST = {"ppo_push_cube_arm", "grpo_push_cube_arm", "push_cube_arm"}  # minutes each: run only when named
+ON_REQUEST = {"ppo_push_cube_arm", "grpo_push_cube_arm", "push_cube_arm",  # minutes each: run only when named
+              "ppo_push_cube_rgb"}
 QUIET = ["logger.console=none", "logger.tensorboard=false"]
 
 

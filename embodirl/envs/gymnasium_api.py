@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDict
 
 from embodirl.envs.base import BatchedEnv
 
@@ -57,7 +58,8 @@ class SingleEnvAdapter(gym.Env):
         """Start a new episode; ``seed`` restarts the env's reset stream (None continues it).
 
         Returns:
-            The first observation (a fresh float32 array) and an empty info dict.
+            The first observation (a fresh float32 array; for a Dict space a dict of fresh arrays, images
+            ``uint8``) and an empty info dict.
         """
         super().reset(seed=seed)
         obs = self.env.reset(seed=seed)
@@ -89,5 +91,14 @@ class SingleEnvAdapter(gym.Env):
         self.env.close()
 
     @staticmethod
-    def _to_numpy(obs: torch.Tensor) -> np.ndarray:
+    def _to_numpy(obs: torch.Tensor | TensorDict) -> np.ndarray | dict[str, Any]:
+        """A Box observation as a float32 array; a Dict one as a dict of arrays, each in its own dtype."""
+        if isinstance(obs, TensorDict):
+            return {key: SingleEnvAdapter._leaf(value) for key, value in obs.items()}
         return obs.detach().cpu().numpy().astype(np.float32, copy=True)
+
+    @staticmethod
+    def _leaf(value: torch.Tensor | TensorDict) -> np.ndarray | dict[str, Any]:
+        if isinstance(value, TensorDict) or value.is_floating_point():
+            return SingleEnvAdapter._to_numpy(value)
+        return value.detach().cpu().numpy().copy()

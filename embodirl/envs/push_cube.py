@@ -29,10 +29,12 @@ from typing import Literal
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.envs import push_cube_physics as phys
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.push_cube_view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice, is_int
 
@@ -41,7 +43,8 @@ __all__ = ["PushCube"]
 STATE_ROWS = 16
 _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed", "ever_success"}
 _CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
-            "goal_direction": ("fixed", "random", "random_aligned"), "physics_dtype": ("float32", "float64")}
+            "goal_direction": ("fixed", "random", "random_aligned"), "physics_dtype": ("float32", "float64"),
+            "obs_mode": ("state", "rgb", "state_rgb")}
 _FLAGS = ("terminate_on_success", "fail_on_leaving_workspace", "randomize_yaw", "time_obs")
 _COUNTS = ("num_envs", "max_episode_steps", "substeps", "solver_iterations")
 _POSITIVE = ("cube_half_size", "cube_mass", "pusher_radius", "gravity", "control_dt", "max_speed", "max_joint_delta",
@@ -83,6 +86,8 @@ def _check_arguments(args: dict) -> None:
         check(_is_pair(args[key]), key, args[key], "a pair of finite numbers [x, y]")
     beta = args["baumgarte"]
     check(_is_num(beta) and 0 < beta <= 1, "baumgarte", beta, "a number in (0, 1]")
+    check(is_int(args["image_size"]) and 8 <= args["image_size"] <= 1024, "image_size", args["image_size"],
+          "an int in [8, 1024] (pixels per side of the rgb observation)")
     for key in ("link_lengths", "table_half_size"):
         check(min(args[key]) > 0, key, args[key], "two numbers > 0")
     low, high, spawn = args["workspace_low"], args["workspace_high"], "(the tip's spawn box must lie in the workspace)"
@@ -157,6 +162,10 @@ class PushCube(BatchedEnv):
         physics_dtype: dtype of the physics state; float64 makes CPU, CUDA and compiled runs agree closely over
             long horizons (contact amplifies float32 rounding). Observations, rewards and ``dist_to_goal`` are
             float32 either way.
+        obs_mode: ``state`` (the vector above, a ``Box``), ``rgb`` (a ``Dict`` with ``rgb``: the top view the
+            videos show, ``uint8`` ``[image_size, image_size, 3]``; the goal is only in the picture) or
+            ``state_rgb`` (a ``Dict`` with both, e.g. the picture for the actor, the state for the critic).
+        image_size: Width and height of the ``rgb`` observation in pixels.
         device: Device of every tensor.
         seed: Seed of the reset-state stream.
     """
@@ -197,6 +206,8 @@ class PushCube(BatchedEnv):
         goal_offset: float = 0.2,
         table_half_size: tuple[float, float] = (0.6, 0.5),
         physics_dtype: Literal["float32", "float64"] = "float32",
+        obs_mode: Literal["state", "rgb", "state_rgb"] = "state",
+        image_size: int = 64,
         *,
         device: str | torch.device = "cpu",
         seed: int = 0,
@@ -227,8 +238,14 @@ class PushCube(BatchedEnv):
         self._delta = delta
         self._friction_dv = table_friction * gravity * delta  # speed lost per substep, then the angular one:
         self._friction_dw = self._friction_dv * phys.MEAN_LEVER_ARM * cube_half_size * self.mass / self.inertia
+        self.obs_mode, self.image_size = obs_mode, image_size
         obs_dim = 17 + 4 * self.joint_mode + int(time_obs)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        state_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        rgb_space = gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
+        spaces = {"state": {"state": state_space}, "rgb": {"rgb": rgb_space},
+                  "state_rgb": {"state": state_space, "rgb": rgb_space}}[obs_mode]
+        self.observation_space = state_space if obs_mode == "state" else gym.spaces.Dict(spaces)
+        self._parts = tuple(spaces)  # the observation's pieces, in the order _observe returns them
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
         n, dev, dtype = num_envs, self.device, self.physics_dtype
@@ -236,11 +253,14 @@ class PushCube(BatchedEnv):
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)  # success at some step of this episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
+        self._views: dict[int, TopView] = {}  # frame geometry and background per size (rgb, render)
+        self._view = self._top_view(image_size)
         # Eager memo of the next starts (state columns, observation rows); episodes last at least `min_length`.
         min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
-        self._starts = StartCache(self._resets, self._draw_starts, dims=(1, 0), depth=max(1, min(16, 4096 // n)),
-                                  min_length=min_length)
-        mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash)
+        self._starts = StartCache(self._resets, self._draw_starts, dims=(1,) + (0,) * len(self._parts),
+                                  depth=max(1, min(16, 4096 // n)), min_length=min_length)
+        mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash,
+                    self._view.background, self._view.offsets)
         self.reset(seed=seed)
 
     # --- resets --------------------------------------------------------------------------------------
@@ -249,17 +269,18 @@ class PushCube(BatchedEnv):
         """Seed of the reset stream (set by ``reset(seed=...)``)."""
         return self._resets.seed
 
-    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:
         """Start a fresh episode in every env (see :meth:`BatchedEnv.reset` and the module docstring).
 
         Returns:
-            ``[N, obs_dim]`` float32 first observations.
+            The first observations: ``[N, obs_dim]`` float32 (``obs_mode=state``) or a TensorDict with
+            ``state`` and/or ``rgb`` (``uint8`` ``[N, S, S, 3]``).
         """
         self._state.copy_(self._initial_states(*self._resets.explicit(seed, group_size)))
         self._steps.zero_()
         self._ever_success.zero_()
         self._starts.invalidate()
-        return self._observe(self._state, self._steps)
+        return self._pack(self._observe(self._state, self._steps))
 
     def _initial_states(self, key_hash: Tensor, counter: Tensor) -> Tensor:
         """``[16, M]`` start states for rows ``(key_hash, counter)`` (drawn in float64, stored in ``physics_dtype``)."""
@@ -277,10 +298,11 @@ class PushCube(BatchedEnv):
         rows = (*tip, zero, zero, *cube, yaw, zero, zero, zero, *goal, *q, zero, zero)
         return torch.stack([row.to(dtype) for row in rows])
 
-    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
-        """``[16, M]`` start states and ``[M, obs_dim]`` first observations of rows ``(key_hash, counter)``."""
+    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor, ...]:
+        """``[16, M]`` start states and the pieces of the first observations (:meth:`_observe`) of rows
+        ``(key_hash, counter)``."""
         state = self._initial_states(key_hash, counter)
-        return state, self._observe(state, torch.zeros_like(counter))
+        return state, *self._observe(state, torch.zeros_like(counter))
 
     # --- stepping ------------------------------------------------------------------------------------
     def step(self, action: Tensor) -> StepResult:
@@ -300,7 +322,7 @@ class PushCube(BatchedEnv):
         state = self._physics(action.to(self._state.dtype).clamp(-1.0, 1.0).T)
         cos_t, sin_t = state[6].cos(), state[6].sin()
         steps = self._steps + 1
-        final_obs = self._observe(state, steps, cos_t, sin_t)
+        final_parts = self._observe(state, steps, cos_t, sin_t)
         reward, success, reached, dist_to_goal = phys.staged_reward(
             state[0:2], state[4:6], state[10:12], cos_t, sin_t, self.half_size, self.radius, self.goal_radius)
         terminated = success if self.terminate_on_success else torch.zeros_like(success)
@@ -317,9 +339,11 @@ class PushCube(BatchedEnv):
         truncated = time_up & ~terminated
         done = terminated | time_up
 
-        start, start_obs = self._starts.next(done)
+        start, *start_parts = self._starts.next(done)
         torch.where(done, start, state, out=self._state)
-        obs = torch.where(done.unsqueeze(1), start_obs, final_obs)
+        obs = self._pack([torch.where(done.view(-1, *[1] * (final.dim() - 1)), first, final)
+                          for first, final in zip(start_parts, final_parts, strict=True)])
+        final_obs = self._pack(final_parts)
         self._steps.copy_(steps).masked_fill_(done, 0)
         once = self._ever_success | success
         torch.logical_and(once, ~done, out=self._ever_success)
@@ -365,8 +389,23 @@ class PushCube(BatchedEnv):
         return torch.stack((*p, *v_p, *c, theta, *v, omega, s[10], s[11], *q, *q_dot))
 
     def _observe(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
-                 sin_t: Tensor | None = None) -> Tensor:
-        """``[M, obs_dim]`` float32 observations of ``[16, M]`` states with ``steps`` ``[M]`` into the episode."""
+                 sin_t: Tensor | None = None) -> list[Tensor]:
+        """The observation pieces of ``[16, M]`` states with ``steps`` ``[M]`` into the episode, in ``obs_mode``'s
+        order: ``[M, obs_dim]`` float32 state features and/or ``[M, S, S]`` packed top views (:meth:`_pack`
+        unpacks them)."""
+        return [self._features(state, steps, cos_t, sin_t) if part == "state" else draw_packed(state, self._view)
+                for part in self._parts]
+
+    def _pack(self, parts: list[Tensor]) -> Tensor | TensorDict:
+        """The observation of :meth:`_observe`'s pieces: the tensor itself (``obs_mode=state``) or a TensorDict."""
+        if self.obs_mode == "state":
+            return parts[0]
+        leaves = {key: unpack_rgb(part) if key == "rgb" else part for key, part in zip(self._parts, parts, strict=True)}
+        return TensorDict(leaves, batch_size=[self.num_envs], device=self.device)
+
+    def _features(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
+                  sin_t: Tensor | None = None) -> Tensor:
+        """``[M, obs_dim]`` float32 state features of ``[16, M]`` states with ``steps`` ``[M]`` into the episode."""
         if cos_t is None or sin_t is None:
             cos_t, sin_t = state[6].cos(), state[6].sin()
         s = state
@@ -379,21 +418,29 @@ class PushCube(BatchedEnv):
         return torch.stack(columns, dim=1).to(torch.float32)
 
     # --- pictures and snapshots ----------------------------------------------------------------------
+    def _top_view(self, size: int) -> TopView:
+        """The (memoised) frame geometry and background of ``size`` x ``size`` top views of this env."""
+        if size not in self._views:
+            arm = (self.arm_base, self.link_lengths) if self.joint_mode else None
+            self._views[size] = make_top_view(size, half_size=self.half_size, radius=self.radius,
+                                              goal_radius=self.goal_radius, workspace=self.workspace, arm=arm,
+                                              device=self.device)
+        return self._views[size]
+
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         """Top views of the current states of the given envs (all when None) as uint8 ``[k, size, size, 3]``;
-        after an auto-reset, the next episode's start (picture: :func:`.push_cube_physics.draw_scene`)."""
-        check(is_int(size) and size >= 8, "size", size, "an int >= 8 (pixels)")
+        after an auto-reset, the next episode's start. The picture is the ``rgb`` observation's
+        (:func:`.push_cube_view.draw_top_view`), drawn at ``size``: at ``size=image_size`` exactly what a pixel
+        policy sees."""
+        check(is_int(size) and 8 <= size <= 4096, "size", size, "an int in [8, 4096] (pixels)")
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
         index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
-        state = self._state[:, index].cpu().numpy().astype(np.float64)
-        arm = (self.arm_base, self.link_lengths) if self.joint_mode else None
-        return phys.draw_scene(state, size, half_size=self.half_size, radius=self.radius,
-                               goal_radius=self.goal_radius, workspace=self.workspace, arm=arm)
+        return draw_top_view(self._state[:, index], self._top_view(size)).cpu().numpy()
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Physics, counters, seed and episode statistics (all cloned), and the current observation (for reference:
-        it follows from them, and :meth:`load_state_dict` only checks its shape)."""
-        state = {"state": self._state.clone(), "obs": self._observe(self._state, self._steps),
+        """Physics, counters, seed and episode statistics (all cloned), and the current state features (for
+        reference: they follow from them, and :meth:`load_state_dict` only checks their shape)."""
+        state = {"state": self._state.clone(), "obs": self._features(self._state, self._steps),
                  "steps": self._steps.clone(), "ever_success": self._ever_success.clone()}
         state.update(self._resets.state_dict())
         return state
@@ -403,8 +450,9 @@ class PushCube(BatchedEnv):
         missing = sorted(_STATE_KEYS - state.keys())
         if missing:
             raise CheckpointError(f"PushCube.load_state_dict: missing keys {missing}; pass a PushCube.state_dict()")
-        shapes, own = (tuple(state["state"].shape), tuple(state["obs"].shape)), (self._state.shape, (self.num_envs,
-                                                                                         *self.observation_space.shape))
+        features = self._features(self._state[:, :1], self._steps[:1]).shape[1]
+        shapes, own = (tuple(state["state"].shape), tuple(state["obs"].shape)), (self._state.shape,
+                                                                                 (self.num_envs, features))
         if shapes != tuple(tuple(x) for x in own):
             raise CheckpointError(f"PushCube.load_state_dict: state/obs shapes {shapes} differ from this env's "
                                   f"{own}; build the env with the checkpoint's num_envs, control_mode and time_obs")

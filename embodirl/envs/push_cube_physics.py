@@ -13,7 +13,8 @@ with Coulomb friction. Conventions shared by every function:
 
 The functions follow the task specification (``docs/push_cube.md``): table friction as an exact velocity-level
 stop, the disk-vs-oriented-box signed distance, a sequential-impulse contact solve with speculative contact,
-the 2-link (SCARA) arm's kinematics, ManiSkill's reset distribution and staged reward, and a numpy top view.
+the 2-link (SCARA) arm's kinematics, ManiSkill's reset distribution and staged reward, and the view box and
+colours of the top views (drawn by :mod:`embodirl.envs.push_cube_view`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ __all__ = [
     "arm_forward",
     "arm_inverse",
     "box_contact",
-    "draw_scene",
     "push_point",
     "rotate",
     "solve_contact",
@@ -335,8 +335,8 @@ def arm_inverse(p: Vec2Like, base: tuple[float, float], l1: float, l2: float) ->
     return q1, q2
 
 
-# --- drawing (numpy, host side) -------------------------------------------------------------------------
-#: RGB colours of :func:`draw_scene`.
+# --- the top view's frame and colours (drawn by embodirl.envs.push_cube_view) ---------------------------
+#: RGB colours of the top views (:func:`embodirl.envs.push_cube_view.draw_top_view`).
 COLORS = {"floor": (150, 140, 125), "table": (214, 205, 186), "border": (90, 85, 80), "goal": (140, 210, 140),
           "goal_edge": (40, 140, 60), "arm": (105, 110, 125), "cube": (205, 60, 50), "tip": (40, 80, 210)}
 VIEW_MARGIN = 0.05  # m of floor shown around the workspace (and the arm base)
@@ -344,7 +344,7 @@ VIEW_MARGIN = 0.05  # m of floor shown around the workspace (and the arm base)
 
 def view_box(workspace: tuple[tuple[float, float], tuple[float, float]],
              arm_base: tuple[float, float] | None = None) -> tuple[float, float, float]:
-    """The square region drawn by :func:`draw_scene`: ``(centre_x, centre_y, half_width)`` in metres."""
+    """The square region a top view shows: ``(centre_x, centre_y, half_width)`` in metres."""
     (x0, y0), (x1, y1) = workspace
     if arm_base is not None:
         x0, x1, y0, y1 = min(x0, arm_base[0]), max(x1, arm_base[0]), min(y0, arm_base[1]), max(y1, arm_base[1])
@@ -356,64 +356,3 @@ def world_to_pixel(x: float, y: float, size: int, view: tuple[float, float, floa
     cx, cy, half = view
     scale = size / (2 * half)
     return int(np.floor((cy - y) * scale + size / 2)), int(np.floor((x - cx) * scale + size / 2))
-
-
-def _segment_mask(x: np.ndarray, y: np.ndarray, a: np.ndarray, b: np.ndarray, width: float) -> np.ndarray:
-    """Pixels within ``width`` of the segments ``a -> b`` (``a``, ``b``: ``[2, k, 1, 1]``)."""
-    ab = b - a
-    t = np.clip(((x - a[0]) * ab[0] + (y - a[1]) * ab[1]) / np.maximum((ab * ab).sum(0), 1e-12), 0.0, 1.0)
-    return (x - a[0] - t * ab[0]) ** 2 + (y - a[1] - t * ab[1]) ** 2 <= width * width
-
-
-def draw_scene(state: np.ndarray, size: int, *, half_size: float, radius: float, goal_radius: float,
-               workspace: tuple[tuple[float, float], tuple[float, float]],
-               arm: tuple[tuple[float, float], tuple[float, float]] | None = None) -> np.ndarray:
-    """Top views of push scenes with plain array masks (no display, no OpenGL).
-
-    The frame shows :func:`view_box` with +x to the right and +y up: the floor, the tip's workspace (table
-    colour, dark outline), the goal disk, the arm links (joint mode), the cube (a rotated square) and the tip.
-    Shapes smaller than a pixel are drawn at least about a pixel wide.
-
-    Args:
-        state: ``[16, k]`` PushCube states (rows as in :mod:`embodirl.envs.push_cube`).
-        size: Frame width and height in pixels.
-        half_size: Cube half-size.
-        radius: Tip radius.
-        goal_radius: Goal radius.
-        workspace: ``((x_low, y_low), (x_high, y_high))``.
-        arm: ``(base, link_lengths)`` to draw the 2-link arm from the joint rows, or None.
-
-    Returns:
-        ``[k, size, size, 3]`` uint8 RGB frames.
-    """
-    cx, cy, half = view_box(workspace, arm[0] if arm is not None else None)
-    pixel = 2 * half / size
-    centres = (np.arange(size) + 0.5 - size / 2) * pixel
-    x, y = (cx + centres)[None, None, :], (cy - centres)[None, :, None]  # [1, 1, size], [1, size, 1]
-
-    def col(row: int) -> np.ndarray:  # [k, 1, 1]: one state row, broadcast over the pixels
-        return state[row][:, None, None]
-
-    k = state.shape[1]
-    frames = np.empty((k, size, size, 3), dtype=np.uint8)
-    (x0, y0), (x1, y1) = workspace
-    inside = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
-    edge = inside & ((x < x0 + pixel) | (x > x1 - pixel) | (y < y0 + pixel) | (y > y1 - pixel))
-    frames[:] = np.where(inside[0, :, :, None], COLORS["table"], COLORS["floor"]).astype(np.uint8)
-    frames[:, edge[0]] = COLORS["border"]
-    goal_d2 = (x - col(10)) ** 2 + (y - col(11)) ** 2
-    frames[goal_d2 <= goal_radius**2] = COLORS["goal"]
-    frames[(goal_d2 <= goal_radius**2) & (goal_d2 >= (goal_radius - 1.5 * pixel) ** 2)] = COLORS["goal_edge"]
-    dx, dy, cos_t, sin_t = x - col(4), y - col(5), np.cos(col(6)), np.sin(col(6))
-    cube_half = max(half_size, pixel)
-    cube = (np.abs(dx * cos_t + dy * sin_t) <= cube_half) & (np.abs(dy * cos_t - dx * sin_t) <= cube_half)
-    frames[cube] = COLORS["cube"]
-    if arm is not None:
-        (bx, by), (l1, _) = arm
-        base = np.array([bx, by])[:, None, None, None] + np.zeros((2, k, 1, 1))
-        elbow = base + l1 * np.stack((np.cos(col(12)), np.sin(col(12))))
-        tip = np.stack((col(0), col(1)))
-        links = _segment_mask(x, y, base, elbow, 1.5 * pixel) | _segment_mask(x, y, elbow, tip, 1.5 * pixel)
-        frames[links] = COLORS["arm"]
-    frames[(x - col(0)) ** 2 + (y - col(1)) ** 2 <= max(radius, 2.0 * pixel) ** 2] = COLORS["tip"]
-    return frames

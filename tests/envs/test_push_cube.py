@@ -573,6 +573,8 @@ def test_float64_physics_tracks_float32_for_short_horizons(control_mode):
     ({"solver_iterations": 0}, "solver_iterations"), ({"baumgarte": 1.5}, "baumgarte"),
     ({"goal_radius": 0}, "goal_radius"), ({"table_half_size": [0.6, 0]}, "table_half_size"),
     ({"speculative_slack": -1e-3}, "speculative_slack"), ({"time_obs": "yes"}, "time_obs"),
+    ({"obs_mode": "depth"}, "obs_mode"), ({"image_size": 4}, "image_size"), ({"image_size": 64.0}, "image_size"),
+    ({"image_size": True}, "image_size"),
 ])
 def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=f"^{key}=") as info:
