@@ -74,3 +74,15 @@ def test_a_run_from_before_the_stop_and_eval_keys_can_be_continued_with_them(tmp
            "trainer": {"total_env_steps": 100, "stop_on": [], "callbacks": [], "best_metric": None, "best_mode": "max",
                        "eval_env_overrides": {"max_episode_steps": 1000}}}
     assert len(check_resume_config(tmp_path, old, new, allow=False)) == 7
+
+
+def test_keys_a_newer_embodirl_added_never_lock_an_older_run_directory(tmp_path):
+    # Upgrading embodirl adds keys (e.g. algo.dual_clip_coef, env.hide_velocities); the old checkpoint lacks them.
+    old = {"algo": {"learning_rate": 0.002}, "env": {"num_envs": 8}}
+    new = {"algo": {"learning_rate": 0.002, "dual_clip_coef": None, "shuffle_minibatches": True},
+           "env": {"num_envs": 8, "hide_velocities": False}}
+    assert check_resume_config(tmp_path, old, new, allow=False) == [
+        "algo.dual_clip_coef '<absent>' -> None", "algo.shuffle_minibatches '<absent>' -> True",
+        "env.hide_velocities '<absent>' -> False"]
+    with pytest.raises(CheckpointError, match="algo.learning_rate"):  # a key both know still may not change
+        check_resume_config(tmp_path, old, {**new, "algo": {**new["algo"], "learning_rate": 0.001}}, allow=False)

@@ -118,11 +118,14 @@ def _flatten(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix[:-1], node
 
 
+_ABSENT = "<absent>"
+
+
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, old, new)`` for every leaf that differs (missing leaves are ``<absent>``), sorted by key."""
-    absent = "<absent>"
     a, b = dict(_flatten(old)), dict(_flatten(new))
-    return sorted((k, a.get(k, absent), b.get(k, absent)) for k in a.keys() | b.keys() if a.get(k, absent) != b.get(k, absent))
+    return sorted((k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in a.keys() | b.keys()
+                  if a.get(k, _ABSENT) != b.get(k, _ABSENT))
 
 
 def _changeable(key: str) -> bool:
@@ -147,13 +150,16 @@ def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Map
         The changes, as ``"key old -> new"`` lines (empty when nothing changed).
 
     Raises:
-        CheckpointError: A change outside :data:`CHANGEABLE_ON_RESUME` and ``allow`` is false.
+        CheckpointError: A change outside :data:`CHANGEABLE_ON_RESUME` and ``allow`` is false (keys the
+            checkpoint's config lacks, added by a newer embodirl, are listed but never refused).
     """
     if not isinstance(checkpoint_config, Mapping):
         raise CheckpointError(f"{run_dir}/checkpoints/last.pt has no config mapping. Fix: pass "
                               "hydra.run.dir=<a new directory> to start a new run")
     changes = config_changes(checkpoint_config, config)
-    refused = [(k, a, b) for k, a, b in changes if not _changeable(k)]
+    # A key the checkpoint's config lacks was added by a newer embodirl: the run was trained without it, so its
+    # (default) value is reported, not refused; otherwise every upgrade would lock every existing run directory.
+    refused = [(k, a, b) for k, a, b in changes if not _changeable(k) and a != _ABSENT]
     if refused and not allow:
         listed = ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in refused)
         raise CheckpointError(
