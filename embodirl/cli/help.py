@@ -171,14 +171,15 @@ def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
     comments = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items() if v is not None}
     chosen = [(g, o) for g, o in choices.items() if o is not None and not g.startswith("hydra")]
     ordered = sorted(chosen, key=lambda item: (needs_plus(item[0]), _order(item[0])))
-    for group, option in ordered:
+    for choice, option in ordered:
+        group, _, placed_at = choice.partition("@")  # policy/encoder@policy.encoders.rgb: a file placed at a key
         text = _conf_text(f"{group}/{option}.yaml")
         if text is None:
             continue
-        package = _package(text, group)
-        appended = needs_plus(group)
+        package = placed_at or _package(text, group)
+        appended = needs_plus(group) and not placed_at
         if not appended:
-            comments[group.replace("/", ".")] = file_description(text)
+            comments[placed_at or group.replace("/", ".")] = file_description(text)
         for key, comment in key_comments(text).items():
             path = f"{package}.{key}" if package else key
             if comment is None:
