@@ -108,12 +108,9 @@ def test_explained_variance_extremes():
     assert math.isnan(F.explained_variance(torch.zeros(3), torch.ones(3)).item())
 
 
-def test_normalize_and_schedule():
+def test_normalize():
     x = torch.tensor([1.0, 2.0, 3.0])
     torch.testing.assert_close(F.normalize(x, eps=0.0), torch.tensor([-1.0, 0.0, 1.0]))
-    assert F.scheduled_value(1e-3, "constant", 0.7) == 1e-3
-    assert F.scheduled_value(1e-3, "linear", 0.25) == pytest.approx(7.5e-4)
-    assert F.scheduled_value(1e-3, "linear", 2.0) == 0.0
 
 
 def test_weighted_mean_ignores_padding_and_never_divides_by_zero():
