@@ -70,3 +70,26 @@ def test_update_refuses_a_rollout_that_breaks_the_schema():
     del rollout["final_value"]
     with pytest.raises(ValueError, match=r"missing key 'final_value' \(written by the collector"):
         algo.update(rollout)
+
+
+def test_unshuffled_minibatches_do_not_depend_on_the_random_stream():
+    def update(shuffle, seed):
+        algo, collector = _setup(shuffle_minibatches=shuffle)
+        rollout = collector.collect()
+        torch.manual_seed(seed)
+        algo.update(rollout)
+        return torch.cat([p.flatten() for p in algo.policy.parameters()])
+
+    torch.testing.assert_close(update(False, 1), update(False, 2))  # the same contiguous minibatches
+    assert not torch.allclose(update(True, 1), update(True, 2))  # shuffled: another split, another update
+
+
+def test_dual_clip_is_checked_and_used():
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match=r"dual_clip_coef=0.5 is invalid: expected null \(off\) or a float > 1"):
+        PPO(policy, device=torch.device("cpu"), total_env_steps=10, dual_clip_coef=0.5)
+    algo, collector = _setup(dual_clip_coef=1.5, learning_rate=0.05, n_epochs=8)
+    rollout = collector.collect()
+    dual = algo.update(rollout)["loss/policy"]
+    plain_algo, _ = _setup(learning_rate=0.05, n_epochs=8)
+    assert dual != pytest.approx(plain_algo.update(rollout)["loss/policy"])  # large steps: the bound binds
