@@ -127,9 +127,10 @@ class BaseAlgorithm(ABC):
         self.ent_coef.fill_(self.ent_schedule.value(self.env_steps_seen, self.total_env_steps))
 
     def set_learning_rate(self, lr: float | Tensor) -> None:
+        """Set every parameter group's rate (in place where it is a tensor, as captured steps read it)."""
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], Tensor):
-                group["lr"].copy_(lr) if isinstance(lr, Tensor) else group["lr"].fill_(lr)
+                group["lr"].copy_(torch.as_tensor(lr))
             else:
                 group["lr"] = float(lr)
 
@@ -140,7 +141,8 @@ class BaseAlgorithm(ABC):
 
     def adapt_learning_rate(self, metrics: Tensor, kl_index: int) -> None:
         """After a minibatch with ``lr_schedule=adaptive_kl``: rsl_rl's rule on its approx-KL (averaged over
-        ranks, so every rank keeps the same rate); the new rate applies from the next minibatch on."""
+        ranks, so every rank keeps the same rate); the new rate applies from the next minibatch on. A float rate
+        costs one host sync per minibatch; a tensor one (CUDA graphs) none."""
         if self.lr_schedule.adaptive:
             kl = allreduce_mean(metrics[kl_index:kl_index + 1].clone())[0]
             lr = self.optimizer.param_groups[0]["lr"]
