@@ -6,7 +6,8 @@ pathlib.Path.write_text`` nested in an env option would write a file (a ``.pth``
 runs at the next Python start). So before anything read from a file is instantiated, every ``_target_``
 in it must be one that the installed package's own config groups name (the YAML files of
 ``embodirl.conf``, launcher profiles excepted), or one the user lists on the command line
-(``trusted_targets``); and no interpolation (``${...}``, which could read the environment or call a
+(``trusted_targets``), or a ``torch.optim`` optimizer class (``algo.optimizer``: building an optimizer
+runs no code of the file's choosing); and no interpolation (``${...}``, which could read the environment or call a
 resolver) may remain in it. Resuming training never instantiates anything from a checkpoint.
 """
 
@@ -21,7 +22,7 @@ import yaml
 
 from embodirl.errors import CheckpointError
 
-__all__ = ["check_config_from_file", "packaged_targets"]
+__all__ = ["check_config_from_file", "is_optimizer_class", "packaged_targets"]
 
 _EXCLUDED = ("hydra",)  # launcher profiles are Hydra's own business, never part of a run config
 # Keys whose value can make a shipped class import a module: gymnasium imports ``module`` for an id
@@ -77,6 +78,17 @@ def packaged_targets() -> frozenset[str]:
     return frozenset(found)
 
 
+def is_optimizer_class(target: str) -> bool:
+    """Whether ``target`` is ``torch.optim.<Name>`` naming an optimizer class (looked up, never imported)."""
+    module, _, name = target.rpartition(".")
+    if module != "torch.optim" or not name.isidentifier():
+        return False
+    import torch
+
+    found = getattr(torch.optim, name, None)
+    return isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
+
+
 def check_config_from_file(config: Any, where: str, trusted: Iterable[str] = ()) -> None:
     """Refuse a config read from a file unless it only names code embodirl ships or the user trusts.
 
@@ -94,7 +106,7 @@ def check_config_from_file(config: Any, where: str, trusted: Iterable[str] = ())
     allowed = packaged_targets() | set(trusted)
     for path, node in _target_nodes(config):
         target = node["_target_"]
-        if not isinstance(target, str) or target not in allowed:
+        if not isinstance(target, str) or (target not in allowed and not is_optimizer_class(target)):
             raise CheckpointError(
                 f"{where}: its config names code this installation does not ship, {path or 'the root'}._target_="
                 f"{target!r}; a checkpoint is data and embodirl never runs code named in one. Fix: if the class is "

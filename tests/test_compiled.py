@@ -136,3 +136,27 @@ def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
         parts.evaluator._step()
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+def test_knobs_keep_the_update_one_graph_without_recompiles():
+    """Autocast inside the loss, accumulation, dual clip and an entropy schedule (a tensor changed in place
+    between updates) compile once: error_on_recompile is set and two updates run with different ent_coef."""
+    from embodirl.algos.optim import autocast_loss
+
+    overrides = ["device=cpu", "env.num_envs=32", "algo.num_steps=16", "algo.batch_size=128", "algo.amp=bf16",
+                 "algo.accumulate_grad_batches=2", "algo.dual_clip_coef=3.0", "algo.ent_coef=0.01",
+                 "algo.ent_coef_schedule=[[0,0.01],[2048,0.002]]", "algo.ent_coef_schedule_kind=interp",
+                 "algo.lr_schedule=cosine"]
+    parts = build_components(compose_config(overrides))
+    algo = parts.algo
+    parts.collector.reset(seed=0)
+    algo.update(parts.collector.collect())  # eager: allocates the update's buffers
+    loss = autocast_loss(algo.minibatch_loss, "bf16", algo.device)
+    explain = torch._dynamo.explain(loss)(torch.arange(128), torch.ones(128))
+    assert (explain.graph_count, explain.graph_break_count) == (1, 0)
+    algo.accel = Acceleration(compile=True)
+    algo._step = algo.make_minibatch_step(algo.minibatch_loss)
+    first = algo.update(parts.collector.collect())
+    second = algo.update(parts.collector.collect())
+    # 32 x 16 = 512 env steps per update; interp from 0.01 at 0 to 0.002 at 2048
+    assert (first["train/ent_coef"], second["train/ent_coef"]) == pytest.approx((0.008, 0.006))

@@ -43,3 +43,14 @@ def test_trusted_targets_let_your_own_classes_through():
     with pytest.raises(CheckpointError, match=r"trusted_targets=\[mypkg.sims.make_sim\]"):
         check_config_from_file(simulator, "checkpoint='x'")
     check_config_from_file(simulator, "checkpoint='x'", ["mypkg.sims.make_sim"])
+
+
+def test_torch_optimizers_are_allowed_and_nothing_else_under_torch():
+    config = {**SHIPPED, "algo": {"_target_": "embodirl.algos.ppo.PPO",
+                                  "optimizer": {"_target_": "torch.optim.RMSprop", "_partial_": True}}}
+    check_config_from_file(config, "checkpoint='x'")  # not in the shipped presets, still an optimizer class
+    for target in ("torch.optim.lr_scheduler.LambdaLR", "torch.optim.Optimizer.zero_grad", "torch.load",
+                   "torch.optim.swa_utils", "torch.optim.__import__"):
+        config["algo"]["optimizer"]["_target_"] = target
+        with pytest.raises(CheckpointError, match="never runs code"):
+            check_config_from_file(config, "checkpoint='x'")

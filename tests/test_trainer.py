@@ -11,7 +11,7 @@ from tests.conftest import compose_config
 
 REQUIRED_ITERATION_KEYS = {"env_steps", "wall_time_s", "sps", "episode/return_mean", "episode/length_mean",
                            "loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
-                           "diag/explained_variance", "diag/learning_rate"}
+                           "diag/explained_variance", "train/learning_rate", "train/ent_coef"}
 EVAL_KEYS = {"eval/return_mean", "eval/return_std", "eval/length_mean", "eval/success_rate"}
 
 

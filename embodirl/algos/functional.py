@@ -21,7 +21,7 @@ __all__ = [
     "k3_kl",
     "minibatch_indices",
     "normalize",
-    "scheduled_value",
+    "pad_minibatches",
     "value_loss",
     "weighted_mean",
 ]
@@ -35,31 +35,53 @@ def weighted_mean(x: Tensor, weight: Tensor | None = None) -> Tensor:
     return (x * weight).sum() / weight.sum().clamp_min(1.0)
 
 
-def minibatch_indices(indices: Tensor, batch_size: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """A random partition of ``indices`` into ``M = ceil(V / batch_size)`` minibatches of exactly ``batch_size``.
+def minibatch_indices(indices: Tensor, batch_size: int, generator: torch.Generator | None = None,
+                      shuffle: bool = True) -> tuple[Tensor, Tensor]:
+    """A partition of ``indices`` into ``M = ceil(V / batch_size)`` minibatches of exactly ``batch_size``.
 
-    Every minibatch has the same shape (a compiled or graph-captured step never sees a new one); the
-    ``M * B - V`` padding slots repeat index ``indices[0]`` with weight 0 and are spread so that minibatch
-    ``m`` holds ``V // M`` or ``V // M + 1`` real samples (like ``tensor_split``): slot ``(m, j)`` holds
-    ``perm[j M + m]``.
+    Every minibatch has the same shape (a compiled or graph-captured step never sees a new one). Shuffled
+    (the default), the ``M * B - V`` padding slots repeat index ``indices[0]`` with weight 0 and are spread so
+    that minibatch ``m`` holds ``V // M`` or ``V // M + 1`` real samples (like ``tensor_split``): slot ``(m, j)``
+    holds ``perm[j M + m]``. With ``shuffle=False`` minibatch ``m`` is the contiguous run
+    ``indices[m B : (m + 1) B]`` in order, the padding at the end of the last one.
 
     Args:
         indices: ``[V]`` the sample indices to partition (``V >= 0``).
         batch_size: ``B``, samples per minibatch.
         generator: Random generator for the permutation (None: the default one).
+        shuffle: Draw a random permutation first (False: keep the order of ``indices``).
 
     Returns:
         ``(idx [M, B] int64, weight [M, B] float32)``; ``M >= 1`` (all padding when ``V = 0``).
     """
     count = indices.numel()
     num = max(1, -(-count // batch_size))
-    perm = indices[torch.randperm(count, device=indices.device, generator=generator)]
+    perm = indices[torch.randperm(count, device=indices.device, generator=generator)] if shuffle else indices
     flat = torch.zeros(num * batch_size, dtype=torch.int64, device=indices.device)
     flat[:count] = perm
     if count:
         flat[count:] = indices[0]
     real = torch.arange(num * batch_size, device=indices.device) < count
+    if not shuffle:
+        return flat.view(num, batch_size), real.view(num, batch_size).float()
     return flat.view(batch_size, num).T, real.view(batch_size, num).T.float()
+
+
+def pad_minibatches(idx: Tensor, weight: Tensor, rows: int) -> tuple[Tensor, Tensor]:
+    """Append all-padding minibatches (weight 0, which add no gradient) up to ``rows``.
+
+    Args:
+        idx: ``[M, B]`` minibatch indices (from :func:`minibatch_indices`).
+        weight: ``[M, B]`` their weights.
+        rows: The number of minibatches wanted; nothing changes when ``M >= rows``.
+
+    Returns:
+        ``(idx [max(M, rows), B], weight [max(M, rows), B])``.
+    """
+    missing = rows - idx.shape[0]
+    if missing <= 0:
+        return idx, weight
+    return (torch.cat([idx, idx[:1].expand(missing, -1)]), torch.cat([weight, weight.new_zeros(missing, weight.shape[1])]))
 
 
 def gae(
@@ -129,19 +151,24 @@ def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
 
 
 def clipped_surrogate_loss(
-    log_prob: Tensor, old_log_prob: Tensor, advantage: Tensor, clip_coef: float
+    log_prob: Tensor, old_log_prob: Tensor, advantage: Tensor, clip_coef: float, dual_clip_coef: float | None = None
 ) -> tuple[Tensor, Tensor]:
-    """PPO's clipped surrogate, per sample (negated, so lower is better).
+    """PPO's clipped surrogate, per sample (negated, so lower is better), optionally dual-clipped.
 
-    ``-min(rho * A, clip(rho, 1 - eps, 1 + eps) * A)`` with ``rho = exp(log_prob - old_log_prob)``.
+    ``L = min(rho * A, clip(rho, 1 - eps, 1 + eps) * A)`` with ``rho = exp(log_prob - old_log_prob)``; with
+    ``dual_clip_coef`` c (> 1, Ye et al. 2020) the objective of a negative advantage is also bounded below,
+    ``max(L, c * A)`` where ``A < 0``, so a huge ratio on a bad action cannot dominate the update.
 
     Returns:
-        ``(loss, ratio)``, both shaped like ``advantage``; reduce ``loss`` with a (masked) mean.
+        ``(loss, ratio)`` = ``(-L, rho)``, both shaped like ``advantage``; reduce ``loss`` with a (masked) mean.
     """
     ratio = torch.exp(log_prob - old_log_prob)
     unclipped = ratio * advantage
     clipped = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantage
-    return -torch.min(unclipped, clipped), ratio
+    objective = torch.min(unclipped, clipped)
+    if dual_clip_coef is not None:
+        objective = torch.where(advantage < 0, torch.max(objective, dual_clip_coef * advantage), objective)
+    return -objective, ratio
 
 
 def value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: float | None,
@@ -173,14 +200,6 @@ def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:
     var_target = target.var()
     ev = 1.0 - (target - predicted).var() / var_target
     return torch.where(var_target > 0, ev, torch.full_like(ev, float("nan")))
-
-
-def scheduled_value(initial: float, schedule: str, progress: float, final: float = 0.0) -> float:
-    """A hyperparameter at training ``progress`` in [0, 1]: ``constant`` or ``linear`` to ``final``."""
-    if schedule == "constant":
-        return initial
-    progress = min(max(progress, 0.0), 1.0)
-    return initial + (final - initial) * progress
 
 
 def compute_step_returns_and_mask(

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Literal
 
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.algos import functional as F
-from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.algos.base import BaseAlgorithm, CollectPlan, check_removed_adam_eps
+from embodirl.algos.optim import OptimizerFactory
+from embodirl.algos.schedules import ScheduleKind, ScheduleSpec
 from embodirl.compiled import Acceleration
 from embodirl.runtime.distributed import allreduce_max
 from embodirl.envs.base import BatchedEnv
@@ -39,13 +42,21 @@ class GRPO(BaseAlgorithm):
         device: Device of policy and rollouts.
         total_env_steps: Training budget (horizon of the linear schedule).
         num_steps: Rollout length T; None = the env's episode limit, so every env can finish an episode.
-        learning_rate: Adam learning rate.
-        lr_schedule: ``constant`` or ``linear``.
+        learning_rate: Learning rate (the start of a ``linear``/``cosine``/``adaptive_kl`` schedule).
+        lr_schedule: ``constant``, ``linear``, ``cosine``, ``adaptive_kl`` or ``[[env_step, value], ...]``
+            (see :mod:`embodirl.algos.schedules`).
+        lr_schedule_kind: How a list ``lr_schedule`` is read: ``step`` (jump and hold) or ``interp``.
+        desired_kl: The approx-KL per minibatch that ``lr_schedule=adaptive_kl`` aims at.
+        optimizer: Optimizer factory (a ``_partial_`` node naming a ``torch.optim`` class) called with the
+            parameters and the learning rate; None = ``torch.optim.Adam(eps=1e-5)``.
         n_epochs: Passes over the valid transitions per update.
         batch_size: Minibatch size in valid transitions.
         gamma: Discount of the step-wise returns.
         clip_coef: Surrogate clip range.
-        ent_coef: Entropy bonus weight.
+        ent_coef: Entropy bonus weight (the start of a ``linear``/``cosine`` schedule).
+        ent_coef_schedule: ``constant``, ``linear``, ``cosine`` or ``[[env_step, value], ...]`` for ``ent_coef``.
+        ent_coef_schedule_kind: How a list ``ent_coef_schedule`` is read: ``step`` or ``interp``.
+        dual_clip_coef: Dual-clip bound ``c > 1`` on the objective of negative advantages; None = off.
         kl_coef: Weight of the k3 KL to the reference policy (0 = no reference is built).
         ref_update_every: Refresh the reference from the current policy every this many updates
             (0 = never: the reference stays the initial policy).
@@ -55,7 +66,10 @@ class GRPO(BaseAlgorithm):
         reset_every_rollout: Reset every env before each rollout (GRPO compares same-t steps).
         truncate_at_first_done: Keep only each env's first episode of the rollout.
         group_shared_reset: Members of a group start each rollout from one shared initial state.
-        adam_eps: Adam epsilon.
+        shuffle_minibatches: Shuffle the valid transitions into minibatches every epoch (False: contiguous).
+        accumulate_grad_batches: Minibatches whose gradients make one optimizer step (see PPO).
+        amp: ``off``, ``bf16`` or ``fp16``: autocast of the forward pass and loss (``fp16`` with a gradient scaler).
+        adam_eps: Removed: the optimizer's options live in ``optimizer`` (``algo.optimizer.eps``).
         accel: Compile (and later capture) the minibatch step.
     """
 
@@ -67,12 +81,18 @@ class GRPO(BaseAlgorithm):
         total_env_steps: int,
         num_steps: int | None = None,
         learning_rate: float = 1e-4,
-        lr_schedule: str = "constant",
+        lr_schedule: ScheduleSpec = "constant",
+        lr_schedule_kind: ScheduleKind = "step",
+        desired_kl: float = 0.01,
+        optimizer: OptimizerFactory | None = None,
         n_epochs: int = 10,
         batch_size: int = 8192,
         gamma: float = 0.99,
         clip_coef: float = 0.2,
         ent_coef: float = 0.001,
+        ent_coef_schedule: ScheduleSpec = "constant",
+        ent_coef_schedule_kind: ScheduleKind = "step",
+        dual_clip_coef: float | None = None,
         kl_coef: float = 0.0,
         ref_update_every: int = 0,
         group_size: int = 4,
@@ -81,7 +101,10 @@ class GRPO(BaseAlgorithm):
         reset_every_rollout: bool = True,
         truncate_at_first_done: bool = True,
         group_shared_reset: bool = True,
-        adam_eps: float = 1e-5,
+        shuffle_minibatches: bool = True,
+        accumulate_grad_batches: int = 1,
+        amp: Literal["off", "bf16", "fp16"] = "off",
+        adam_eps: float | None = None,
         accel: Acceleration = Acceleration(),
     ) -> None:
         super().__init__(policy, device, total_env_steps, accel)
@@ -95,19 +118,18 @@ class GRPO(BaseAlgorithm):
                               "(recurrent policies are trained by PPO)", "pass policy=actor_only, or algo=ppo",
                               absolute=True)
         check(num_steps is None or num_steps >= 1, "num_steps", num_steps, "null (the env's episode limit) or an int >= 1")
-        check(learning_rate > 0, "learning_rate", learning_rate, "a float > 0, e.g. 1e-3")
-        check_choice("lr_schedule", lr_schedule, ["constant", "linear"])
         check(n_epochs >= 1, "n_epochs", n_epochs, "an int >= 1")
         check(batch_size >= 1, "batch_size", batch_size, "an int >= 1 (valid transitions per minibatch)")
         check(0.0 <= gamma <= 1.0, "gamma", gamma, "a float in [0, 1]")
         check(clip_coef > 0, "clip_coef", clip_coef, "a float > 0, e.g. 0.2")
-        check(ent_coef >= 0, "ent_coef", ent_coef, "a float >= 0")
+        check(dual_clip_coef is None or dual_clip_coef > 1, "dual_clip_coef", dual_clip_coef,
+              "null (off) or a float > 1, e.g. 3.0")
+        check_removed_adam_eps(adam_eps)
         check(kl_coef >= 0, "kl_coef", kl_coef, "a float >= 0 (0 for training from scratch, ~0.02 for fine-tuning)")
         check(ref_update_every >= 0, "ref_update_every", ref_update_every, "an int >= 0 (0 = never refresh)")
         check(group_size >= 2, "group_size", group_size, "an int >= 2 (a group of one has no baseline)",
               "pass algo.group_size=4 (it must divide env.num_envs)")
         check(eps > 0, "eps", eps, "a float > 0, e.g. 1e-8")
-        check(max_grad_norm > 0, "max_grad_norm", max_grad_norm, "a float > 0, e.g. 0.5")
         if not reset_every_rollout:
             log.warning("GRPO with reset_every_rollout=false: group members compare steps of different episodes")
         self.num_steps = num_steps
@@ -115,7 +137,7 @@ class GRPO(BaseAlgorithm):
         self.batch_size = batch_size
         self.gamma = gamma
         self.clip_coef = clip_coef
-        self.ent_coef = ent_coef
+        self.dual_clip_coef = dual_clip_coef
         self.kl_coef = kl_coef
         self.ref_update_every = ref_update_every
         self.group_size = group_size
@@ -125,7 +147,9 @@ class GRPO(BaseAlgorithm):
         self.group_shared_reset = group_shared_reset
         self.num_updates = 0
         self.ref_policy = self._frozen_copy() if kl_coef > 0 else None
-        self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+        self.init_training(optimizer, learning_rate, lr_schedule, lr_schedule_kind, desired_kl, ent_coef,
+                           ent_coef_schedule, ent_coef_schedule_kind, max_grad_norm, accumulate_grad_batches, amp,
+                           shuffle_minibatches)
         self._data: dict[str, Tensor] = {}  # the update's flat [N*T] data, allocated at the first update
         self._step = self.make_minibatch_step(self.minibatch_loss)
         self._graphed = ["_step"]
@@ -149,7 +173,7 @@ class GRPO(BaseAlgorithm):
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
         self.check_rollout(rollout)
-        lr = self.apply_lr_schedule()
+        self.apply_schedules()
         with torch.no_grad():
             returns, mask = F.compute_step_returns_and_mask(
                 rollout["reward"][:, :-1], rollout["done"][:, :-1], self.gamma, self.truncate_at_first_done)
@@ -163,11 +187,14 @@ class GRPO(BaseAlgorithm):
         most_valid = int(allreduce_max(torch.tensor([valid.numel()], device=self.device)).item())
         num_minibatches = max(1, -(-most_valid // self.batch_size))
         sums = torch.zeros(len(_METRICS), device=self.device)
+        kl, num_steps = _METRICS.index("diag/approx_kl"), 0
         for _ in range(self.n_epochs):
-            idx, weight = F.minibatch_indices(valid, self.batch_size)
-            idx, weight = _pad_rows(idx, weight, num_minibatches)
-            for m in range(num_minibatches):
-                sums += self._step(idx[m], weight[m])
+            idx, weight = self.minibatches(valid, self.batch_size, rows=num_minibatches)
+            for m in range(idx.shape[0]):
+                step_metrics = self._step(idx[m], weight[m])
+                sums += step_metrics
+                self.adapt_learning_rate(step_metrics, kl)
+            num_steps += idx.shape[0]
 
         self.num_updates += 1
         if self.ref_policy is not None and self.ref_update_every and self.num_updates % self.ref_update_every == 0:
@@ -175,8 +202,8 @@ class GRPO(BaseAlgorithm):
         self.policy.update_normalizer(rollout["obs"][:, :-1])
         simulated = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         self.env_steps_seen += simulated
-        metrics = self.finish_metrics(_METRICS, sums / (self.n_epochs * num_minibatches))
-        metrics.update({"diag/learning_rate": lr, "diag/valid_fraction": valid.numel() / simulated,
+        metrics = self.finish_metrics(_METRICS, sums / num_steps)
+        metrics.update({**self.schedule_metrics(), "diag/valid_fraction": valid.numel() / simulated,
                         "diag/num_valid": float(valid.numel())})
         return metrics
 
@@ -202,7 +229,8 @@ class GRPO(BaseAlgorithm):
         d = self._data
         old_log_prob = d["sample_log_prob"][idx]
         log_prob, entropy, _ = self.policy.evaluate(d["obs"][idx], d["action"][idx])
-        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef)
+        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef,
+                                                  self.dual_clip_coef)
         pg_loss = F.weighted_mean(pg_loss, weight)
         entropy = F.weighted_mean(entropy, weight)
         loss = pg_loss - self.ent_coef * entropy
@@ -229,10 +257,3 @@ class GRPO(BaseAlgorithm):
         if self.ref_policy is not None and "ref_policy" in state:
             self.ref_policy.load_state_dict(state["ref_policy"])
 
-
-def _pad_rows(idx: Tensor, weight: Tensor, rows: int) -> tuple[Tensor, Tensor]:
-    """Append all-padding minibatches (weight 0) up to ``rows`` (ranks with fewer valid transitions)."""
-    missing = rows - idx.shape[0]
-    if missing <= 0:
-        return idx, weight
-    return (torch.cat([idx, idx[:1].expand(missing, -1)]), torch.cat([weight, weight.new_zeros(missing, weight.shape[1])]))

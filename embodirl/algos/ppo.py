@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import logging
+from typing import Literal
 
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.algos import functional as F
-from embodirl.algos.base import BaseAlgorithm, CollectPlan
+from embodirl.algos.base import BaseAlgorithm, CollectPlan, check_removed_adam_eps
+from embodirl.algos.optim import OptimizerFactory
+from embodirl.algos.schedules import ScheduleKind, ScheduleSpec
 from embodirl.algos.reward_scaling import RewardScaler
 from embodirl.compiled import Acceleration, compile_step
 from embodirl.runtime.distributed import allreduce_mean
@@ -35,20 +36,33 @@ class PPO(BaseAlgorithm):
         device: Device of policy and rollouts.
         total_env_steps: Training budget (horizon of the linear schedule).
         num_steps: Rollout length T per env.
-        learning_rate: Adam learning rate (initial value under a schedule).
-        lr_schedule: ``constant``, or ``linear`` decay to 0 over ``total_env_steps``.
+        learning_rate: Learning rate (the start of a ``linear``/``cosine``/``adaptive_kl`` schedule).
+        lr_schedule: ``constant``, ``linear`` or ``cosine`` (to 0 over ``total_env_steps``), ``adaptive_kl``
+            (rsl_rl's rule, see ``desired_kl``), or ``[[env_step, value], ...]`` (see
+            :mod:`embodirl.algos.schedules`).
+        lr_schedule_kind: How a list ``lr_schedule`` is read: ``step`` (jump and hold) or ``interp``.
+        desired_kl: The approx-KL per minibatch that ``lr_schedule=adaptive_kl`` aims at.
+        optimizer: Optimizer factory (a ``_partial_`` node naming a ``torch.optim`` class) called with the
+            parameters and the learning rate; None = ``torch.optim.Adam(eps=1e-5)``.
         n_epochs: Passes over the rollout per update.
         batch_size: Minibatch size in transitions (the rollout is split into shuffled minibatches).
         gamma: Discount factor.
         gae_lambda: GAE lambda.
         clip_coef: Surrogate clip range epsilon.
         clip_value_coef: Clip range of the value update around the collecting value; None = no clipping.
-        ent_coef: Entropy bonus weight.
+        ent_coef: Entropy bonus weight (the start of a ``linear``/``cosine`` schedule).
+        ent_coef_schedule: ``constant``, ``linear``, ``cosine`` or ``[[env_step, value], ...]`` for ``ent_coef``.
+        ent_coef_schedule_kind: How a list ``ent_coef_schedule`` is read: ``step`` or ``interp``.
         vf_coef: Value loss weight.
         max_grad_norm: Global gradient-norm clip.
         normalize_advantage: Normalise advantages over the whole rollout.
         target_kl: Stop the epochs of an update early once the mean approx-KL of an epoch exceeds it.
-        adam_eps: Adam epsilon.
+        dual_clip_coef: Dual-clip PPO's bound ``c > 1`` on the objective of negative advantages; None = off.
+        shuffle_minibatches: Shuffle the rollout into minibatches every epoch (False: contiguous, in order).
+        accumulate_grad_batches: Minibatches whose gradients make one optimizer step (their losses weighted by
+            their share of the samples, so ``k`` minibatches of ``B`` equal one of ``k B``).
+        amp: ``off``, ``bf16`` or ``fp16``: autocast of the forward pass and loss (``fp16`` with a gradient scaler).
+        adam_eps: Removed: the optimizer's options live in ``optimizer`` (``algo.optimizer.eps``).
         normalize_rewards: Divide rewards by the running std of the discounted return before GAE
             (SB3's ``VecNormalize`` reward scaling, see :mod:`embodirl.algos.reward_scaling`).
         seq_len: Recurrent policies only: the length of the training sequences (truncated backpropagation
@@ -64,7 +78,10 @@ class PPO(BaseAlgorithm):
         total_env_steps: int,
         num_steps: int = 32,
         learning_rate: float = 3e-4,
-        lr_schedule: Literal["constant", "linear"] = "constant",
+        lr_schedule: ScheduleSpec = "constant",
+        lr_schedule_kind: ScheduleKind = "step",
+        desired_kl: float = 0.01,
+        optimizer: OptimizerFactory | None = None,
         n_epochs: int = 4,
         batch_size: int = 2048,
         gamma: float = 0.99,
@@ -72,19 +89,23 @@ class PPO(BaseAlgorithm):
         clip_coef: float = 0.2,
         clip_value_coef: float | None = None,
         ent_coef: float = 0.0,
+        ent_coef_schedule: ScheduleSpec = "constant",
+        ent_coef_schedule_kind: ScheduleKind = "step",
         vf_coef: float = 0.5,
         max_grad_norm: float = 0.5,
         normalize_advantage: bool = True,
         target_kl: float | None = None,
-        adam_eps: float = 1e-5,
+        dual_clip_coef: float | None = None,
+        shuffle_minibatches: bool = True,
+        accumulate_grad_batches: int = 1,
+        amp: Literal["off", "bf16", "fp16"] = "off",
+        adam_eps: float | None = None,
         normalize_rewards: bool = False,
         seq_len: int = 16,
         accel: Acceleration = Acceleration(),
     ) -> None:
         super().__init__(policy, device, total_env_steps, accel)
         check(num_steps >= 1, "num_steps", num_steps, "an int >= 1")
-        check(learning_rate > 0, "learning_rate", learning_rate, "a float > 0, e.g. 3e-4")
-        check_choice("lr_schedule", lr_schedule, ["constant", "linear"])
         check(n_epochs >= 1, "n_epochs", n_epochs, "an int >= 1")
         check(batch_size >= 1, "batch_size", batch_size, "an int >= 1 (transitions per minibatch)")
         check(0.0 <= gamma <= 1.0, "gamma", gamma, "a float in [0, 1]")
@@ -92,9 +113,10 @@ class PPO(BaseAlgorithm):
         check(clip_coef > 0, "clip_coef", clip_coef, "a float > 0, e.g. 0.2")
         check(clip_value_coef is None or clip_value_coef > 0, "clip_value_coef", clip_value_coef,
               "null (no value clipping) or a float > 0")
-        check(ent_coef >= 0, "ent_coef", ent_coef, "a float >= 0")
         check(vf_coef >= 0, "vf_coef", vf_coef, "a float >= 0")
-        check(max_grad_norm > 0, "max_grad_norm", max_grad_norm, "a float > 0, e.g. 0.5")
+        check(dual_clip_coef is None or dual_clip_coef > 1, "dual_clip_coef", dual_clip_coef,
+              "null (off) or a float > 1, e.g. 3.0")
+        check_removed_adam_eps(adam_eps)
         check(target_kl is None or target_kl > 0, "target_kl", target_kl, "null (off) or a float > 0")
         if not policy.has_critic:
             log.warning("PPO with an actor-only policy: advantages are discounted returns without a baseline "
@@ -106,7 +128,7 @@ class PPO(BaseAlgorithm):
         self.gae_lambda = gae_lambda
         self.clip_coef = clip_coef
         self.clip_value_coef = clip_value_coef
-        self.ent_coef = ent_coef
+        self.dual_clip_coef = dual_clip_coef
         self.vf_coef = vf_coef
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
@@ -115,7 +137,9 @@ class PPO(BaseAlgorithm):
             check(num_steps % seq_len == 0, "seq_len", seq_len, f"a divisor of algo.num_steps={num_steps}",
                   f"pass algo.seq_len=8 or another divisor of {num_steps}")
         self.seq_len = seq_len if policy.is_recurrent else 1
-        self.init_optimizer(learning_rate, lr_schedule, max_grad_norm, adam_eps)
+        self.init_training(optimizer, learning_rate, lr_schedule, lr_schedule_kind, desired_kl, ent_coef,
+                           ent_coef_schedule, ent_coef_schedule_kind, max_grad_norm, accumulate_grad_batches, amp,
+                           shuffle_minibatches)
         self.reward_scaler = RewardScaler(gamma, self.device) if normalize_rewards else None
         self._data: dict[str, Tensor] = {}  # the update's flat [N*T] data, allocated at the first update
         self._prepare = compile_step(self.prepare, accel.compile)
@@ -132,7 +156,7 @@ class PPO(BaseAlgorithm):
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
         self.check_rollout(rollout)
-        lr = self.apply_lr_schedule()
+        self.apply_schedules()
         if not self._data or self._data["value"].numel() != rollout.numel() - rollout.batch_size[0]:
             self._allocate(rollout)
         explained_var = self._prepare(*self.prepare_inputs(rollout))
@@ -140,10 +164,12 @@ class PPO(BaseAlgorithm):
         kl = _METRICS.index("diag/approx_kl")
         num_minibatches = epochs = 0
         for epochs in range(1, self.n_epochs + 1):
-            idx, weight = F.minibatch_indices(self._all, max(1, self.batch_size // self.seq_len))
+            idx, weight = self.minibatches(self._all, max(1, self.batch_size // self.seq_len))
             epoch_sums = torch.zeros(len(_METRICS), device=self.device)
             for m in range(idx.shape[0]):
-                epoch_sums += self._step(idx[m], weight[m])
+                step_metrics = self._step(idx[m], weight[m])
+                epoch_sums += step_metrics
+                self.adapt_learning_rate(step_metrics, kl)
             sums += epoch_sums
             num_minibatches += idx.shape[0]
             # Early stop costs one host sync per epoch, only when target_kl is set.
@@ -155,7 +181,7 @@ class PPO(BaseAlgorithm):
         self.env_steps_seen += self._all.numel() * self.seq_len
         values = torch.cat([sums / num_minibatches, explained_var.reshape(1)])
         metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
-        metrics.update({"diag/learning_rate": lr, "diag/epochs": float(epochs)})
+        metrics.update({**self.schedule_metrics(), "diag/epochs": float(epochs)})
         return metrics
 
     def _allocate(self, rollout: TensorDict) -> None:
@@ -232,7 +258,8 @@ class PPO(BaseAlgorithm):
             log_prob, entropy, value = (x.view(batch, length) for x in self.policy.evaluate(
                 obs.reshape(batch * length), action.reshape(batch * length, *action.shape[2:])))
         weight = weight.unsqueeze(1).expand(batch, length)
-        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef)
+        pg_loss, ratio = F.clipped_surrogate_loss(log_prob, old_log_prob, d["advantage"][idx], self.clip_coef,
+                                                  self.dual_clip_coef)
         pg_loss = F.weighted_mean(pg_loss, weight)
         v_loss = F.value_loss(value, old_value, d["returns"][idx], self.clip_value_coef, weight)
         entropy = F.weighted_mean(entropy, weight)

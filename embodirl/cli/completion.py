@@ -67,12 +67,16 @@ def rewrite_choices(choices: list[str], word: str) -> list[str]:
     Only config groups are rewritten (``seed=`` is a key). Kept are those that complete ``word`` up to
     that ``+`` (``exp`` -> ``+experiment=``).
 
-    Examples: ``["experiment=", "algo="]`` for ``""`` -> ``["+experiment=", "algo="]``;
+    Examples: ``["experiment=", "algo="]`` for ``""`` -> ``["+experiment=", "algo="]``; ``["algo"]`` (a group
+    with subgroups, e.g. ``algo/optimizer``) -> ``["algo=", "algo/"]``;
     ``["+algo="]`` for ``"+al"`` -> ``["algo="]``; ``["experiment=ppo_cartpole"]`` for ``"experiment=p"``
     -> ``["+experiment=ppo_cartpole"]``.
     """
     out = []
-    for choice in choices:
+    expanded = []
+    for choice in choices:  # Hydra offers a group with subgroups bare ("algo"): it takes "=" or "/"
+        expanded += [f"{choice}=", f"{choice}/"] if choice in package_groups() else [choice]
+    for choice in expanded:
         bare = choice.removeprefix("+")
         group, eq, _ = bare.partition("=")
         if eq and not choice.startswith("~") and group.split("/")[0] in package_groups():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -36,8 +37,25 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+# Keys that moved: overriding the old name gets a message naming the new one.
+MOVED_KEYS = {"algo.adam_eps": "algo.optimizer.eps"}
+
+
+def _moved_key_message(text: str) -> str | None:
+    for old, new in MOVED_KEYS.items():
+        if f"Could not override '{old}'" in text:
+            value = re.search(rf"\+{re.escape(old)}=(\S+)", text)
+            return (f"{old} is no longer a key: it moved to {new}. "
+                    f"Fix: pass {new}={value.group(1) if value else '<value>'}")
+    return None
+
+
 def _hydra_message(exc: BaseException) -> str:
     from hydra.errors import MissingConfigException, OverrideParseException
+
+    moved = _moved_key_message(str(exc))
+    if moved:
+        return moved
 
     if isinstance(exc, MissingConfigException) and exc.options:
         group, _, option = str(exc.missing_cfg_file).rpartition("/")

@@ -154,10 +154,26 @@ def package_groups() -> frozenset[str]:
                                                                          for f in p.iterdir()))
 
 
+@functools.cache
+def nested_groups() -> frozenset[str]:
+    """Groups that a primary group's option files select in their own defaults lists (``algo/optimizer``)."""
+    found = set()
+    for parent in primary_groups():
+        for file in importlib.resources.files("embodirl.conf").joinpath(parent).iterdir():
+            if file.name.endswith(".yaml"):
+                defaults = (yaml.safe_load(file.read_text(encoding="utf-8")) or {}).get("defaults", [])
+                for name in map(_group_name, defaults):
+                    if name and name != "_self_":
+                        name = name.split("@")[0]
+                        found.add(name.lstrip("/") if name.startswith("/") else f"{parent}/{name}")
+    return frozenset(found)
+
+
 def needs_plus(group: str) -> bool:
-    """Whether an option of ``group`` is selected with ``+group=option``: a group that ``train.yaml``'s
-    defaults list does not select (``experiment``, ``sweep``, a site's ``site``); never ``hydra/...``."""
-    return group.split("/")[0] != "hydra" and group not in primary_groups()
+    """Whether an option of ``group`` is selected with ``+group=option``: a group that neither ``train.yaml``'s
+    defaults list nor its groups' option files select (``experiment``, ``sweep``, a site's ``site``,
+    ``policy/encoder``); never ``hydra/...``."""
+    return group.split("/")[0] != "hydra" and group not in primary_groups() and group not in nested_groups()
 
 
 def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:

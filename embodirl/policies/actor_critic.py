@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from embodirl.policies.base import Policy
+from embodirl.policies.distributions import ActionDistribution
 from embodirl.policies.networks import build_mlp
 
 __all__ = ["ActorCritic"]
@@ -42,9 +43,11 @@ class ActorCritic(Policy):
         encoders: Mapping[str, Any] | None = None,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
+        distribution: Callable[..., ActionDistribution] | None = None,
     ) -> None:
         super().__init__(observation_space, action_space, hidden_sizes, activation, init_log_std, log_std_min,
-                         log_std_max, normalize_obs, encoders, actor_keys, critic_keys)
+                         log_std_max, normalize_obs, encoders, actor_keys, critic_keys,
+                         distribution)
         sizes = list(hidden_sizes if critic_hidden_sizes is None else critic_hidden_sizes)
         self.critic = build_mlp(self.feature_dim(self.critic_keys), 1, sizes, activation, 1.0)
 

@@ -10,7 +10,7 @@ feedforward ones) from step to step; :class:`PolicyProtocol` is the whole contra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -85,6 +85,9 @@ class Policy(nn.Module):
             node); keys not listed get :func:`~embodirl.policies.encoders.default_encoder`.
         actor_keys: Observation keys the actor sees; None = every key.
         critic_keys: Observation keys the critic sees (may include privileged keys); None = ``actor_keys``.
+        distribution: Action-distribution factory called with ``action_space=`` (a ``_partial_`` node, e.g.
+            :class:`~embodirl.policies.distributions.Beta`); None = by the action space (``Categorical`` for
+            ``Discrete``, ``DiagGaussian`` with ``init_log_std``/``log_std_min``/``log_std_max`` for ``Box``).
     """
 
     has_critic = False
@@ -103,6 +106,7 @@ class Policy(nn.Module):
         encoders: Mapping[str, Any] | None = None,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
+        distribution: Callable[..., ActionDistribution] | None = None,
     ) -> None:
         super().__init__()
         spec = self.obs_spec = observation_spec(observation_space)
@@ -120,10 +124,21 @@ class Policy(nn.Module):
         self.normalizers = nn.ModuleDict({
             _module_key(name): RunningNormalizer(spec[self._keys[name]][0]) for name in used
             if normalize_obs and spec[self._keys[name]][1].is_floating_point and not is_image(*spec[self._keys[name]])})
-        self.dist = make_distribution(action_space, init_log_std, log_std_min, log_std_max)
+        self.dist = self._distribution(action_space, distribution, init_log_std, log_std_min, log_std_max)
         self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(hidden_sizes), activation,
                                0.01)
         self._read = used if self.has_critic else self.actor_keys  # keys act() encodes
+
+    @staticmethod
+    def _distribution(action_space: gym.spaces.Space, factory: Callable[..., ActionDistribution] | None,
+                      init_log_std: float, log_std_min: float, log_std_max: float) -> ActionDistribution:
+        if factory is None:
+            return make_distribution(action_space, init_log_std, log_std_min, log_std_max)
+        dist = factory(action_space=action_space)
+        if not isinstance(dist, ActionDistribution):
+            raise ConfigError("distribution", type(dist).__name__, "an embodirl.policies.distributions.ActionDistribution",
+                              "name one with _target_ and _partial_: true, e.g. +policy/distribution@policy.distribution=beta")
+        return dist
 
     def _select(self, what: str, keys: Sequence[str] | None, default: list[str]) -> list[str]:
         if keys is None:

@@ -1,8 +1,12 @@
 """Action distributions as small modules with closed-form log-prob and entropy.
 
-Chosen from the env's action space: :class:`Categorical` for ``Discrete``, :class:`DiagGaussian`
+Chosen from the env's action space by default: :class:`Categorical` for ``Discrete``, :class:`DiagGaussian`
 (state-independent learnable ``log_std``, clamped) for ``Box``. Both avoid ``torch.distributions``
 (its per-call validation costs more than the maths for small batches) and sample without host syncs.
+
+``policy.distribution`` overrides the choice for ``Box`` actions with a ``_partial_`` node called with
+``action_space=`` (presets in ``conf/policy/distribution/``): :class:`StateDependentGaussian` (the actor
+outputs the ``log_std`` too) or :class:`Beta` (bounded actions, Chou et al. 2017).
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import math
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ActionDistribution", "Categorical", "DiagGaussian", "make_distribution"]
+__all__ = ["ActionDistribution", "Beta", "Categorical", "DiagGaussian", "StateDependentGaussian", "make_distribution"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -120,6 +125,109 @@ class DiagGaussian(ActionDistribution):
     def entropy(self, params: Tensor) -> Tensor:
         per_dim = 0.5 + 0.5 * _LOG_2PI + self._log_std()
         return per_dim.sum().expand(params.shape[:-1])
+
+
+def _box_dim(action_space: gym.spaces.Space, name: str) -> int:
+    if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
+        raise ConfigError("distribution", name, "a distribution for the env's action space (this one needs a 1-D "
+                          f"Box; the env has {action_space})", "drop the distribution override (the default "
+                          "follows the action space)")
+    return int(action_space.shape[0])
+
+
+class StateDependentGaussian(ActionDistribution):
+    """Diagonal Gaussian whose mean and ``log_std`` both come from the actor (``params = [mean, raw]``,
+    ``[B, 2 D]``): ``log_std = clamp(raw + init_log_std, log_std_min, log_std_max)``.
+
+    Args:
+        action_space: A 1-D ``Box``.
+        init_log_std: Offset of ``log_std`` (the actor's output starts near 0, so this is the initial value).
+        log_std_min: Lower clamp of ``log_std``.
+        log_std_max: Upper clamp of ``log_std``.
+    """
+
+    def __init__(self, action_space: gym.spaces.Space, init_log_std: float = 0.0, log_std_min: float = -5.0,
+                 log_std_max: float = 2.0) -> None:
+        super().__init__()
+        check(log_std_min < log_std_max, "log_std_min", log_std_min, f"a float below log_std_max={log_std_max}")
+        dim = _box_dim(action_space, type(self).__name__)
+        self.num_params = 2 * dim
+        self.action_shape = (dim,)
+        self.action_dtype = torch.float32
+        self.init_log_std, self.log_std_min, self.log_std_max = init_log_std, log_std_min, log_std_max
+
+    def _split(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        mean, raw = params.chunk(2, dim=-1)
+        return mean, (raw + self.init_log_std).clamp(self.log_std_min, self.log_std_max)
+
+    def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        mean, log_std = self._split(params)
+        noise = torch.randn_like(mean)
+        return mean + noise * log_std.exp(), (-0.5 * noise.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
+
+    def mode(self, params: Tensor) -> Tensor:
+        return self._split(params)[0]
+
+    def log_prob(self, params: Tensor, action: Tensor) -> Tensor:
+        mean, log_std = self._split(params)
+        z = (action - mean) * torch.exp(-log_std)
+        return (-0.5 * z.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
+
+    def entropy(self, params: Tensor) -> Tensor:
+        return (0.5 + 0.5 * _LOG_2PI + self._split(params)[1]).sum(-1)
+
+
+class Beta(ActionDistribution):
+    """Beta distribution per action dimension, scaled to the ``Box``'s ``[low, high]`` (Chou et al. 2017): actions
+    never leave the bounds, so none are clipped. ``params = [a, b]`` (``[B, 2 D]``) give ``alpha = 1 + softplus(a)``,
+    ``beta = 1 + softplus(b)`` (unimodal). Log-probs and entropies include the ``log(high - low)`` of the scaling;
+    the deterministic action is the mean. Sampling uses ``torch.distributions.Beta`` (no host sync).
+
+    Args:
+        action_space: A 1-D ``Box`` with finite bounds.
+    """
+
+    _EPS = 1e-6  # keeps x inside (0, 1) where log-probs are finite
+
+    def __init__(self, action_space: gym.spaces.Space) -> None:
+        super().__init__()
+        dim = _box_dim(action_space, type(self).__name__)
+        low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
+        if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
+            raise ConfigError("distribution", "Beta", f"a Box with finite bounds (the env's is {action_space})",
+                              "drop the distribution override (the default is a Gaussian)")
+        self.num_params = 2 * dim
+        self.action_shape = (dim,)
+        self.action_dtype = torch.float32
+        self.register_buffer("low", low, persistent=False)
+        self.register_buffer("scale", high - low, persistent=False)
+
+    def _dist(self, params: Tensor) -> torch.distributions.Beta:
+        a, b = params.chunk(2, dim=-1)
+        return torch.distributions.Beta(1.0 + F.softplus(a), 1.0 + F.softplus(b), validate_args=False)
+
+    def _log_prob(self, dist: torch.distributions.Beta, action: Tensor) -> Tensor:
+        x = ((action - self.low) / self.scale).clamp(self._EPS, 1.0 - self._EPS)
+        return (dist.log_prob(x) - self.scale.log()).sum(-1)
+
+    def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        dist = self._dist(params)
+        x = dist.sample().clamp(self._EPS, 1.0 - self._EPS)
+        action = self.low + x * self.scale
+        return action, self._log_prob(dist, action)
+
+    def mode(self, params: Tensor) -> Tensor:
+        return self.low + self._dist(params).mean * self.scale
+
+    def log_prob(self, params: Tensor, action: Tensor) -> Tensor:
+        return self._log_prob(self._dist(params), action)
+
+    def entropy(self, params: Tensor) -> Tensor:
+        return (self._dist(params).entropy() + self.scale.log()).sum(-1)
+
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        dist = self._dist(params)
+        return self._log_prob(dist, action), (dist.entropy() + self.scale.log()).sum(-1)
 
 
 def make_distribution(

@@ -10,7 +10,7 @@ backpropagation through time), restarting it inside a sequence where an episode 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from embodirl.errors import check_choice
 from embodirl.policies.actor_critic import ActorCritic
+from embodirl.policies.distributions import ActionDistribution
 from embodirl.policies.networks import build_mlp
 
 __all__ = ["ActorCriticRNN"]
@@ -56,10 +57,12 @@ class ActorCriticRNN(ActorCritic):
         encoders: Mapping[str, Any] | None = None,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
+        distribution: Callable[..., ActionDistribution] | None = None,
     ) -> None:
         check_choice("core", core, _CELLS)
         super().__init__(observation_space, action_space, hidden_sizes, critic_hidden_sizes, activation, init_log_std,
-                         log_std_min, log_std_max, normalize_obs, encoders, actor_keys, critic_keys)
+                         log_std_min, log_std_max, normalize_obs, encoders, actor_keys, critic_keys,
+                         distribution)
         self.core, self.core_size = core, core_size
         self.actor_core = _CELLS[core](self.feature_dim(self.actor_keys), core_size)
         self.critic_core = _CELLS[core](self.feature_dim(self.critic_keys), core_size)

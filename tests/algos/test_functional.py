@@ -108,12 +108,9 @@ def test_explained_variance_extremes():
     assert math.isnan(F.explained_variance(torch.zeros(3), torch.ones(3)).item())
 
 
-def test_normalize_and_schedule():
+def test_normalize():
     x = torch.tensor([1.0, 2.0, 3.0])
     torch.testing.assert_close(F.normalize(x, eps=0.0), torch.tensor([-1.0, 0.0, 1.0]))
-    assert F.scheduled_value(1e-3, "constant", 0.7) == 1e-3
-    assert F.scheduled_value(1e-3, "linear", 0.25) == pytest.approx(7.5e-4)
-    assert F.scheduled_value(1e-3, "linear", 2.0) == 0.0
 
 
 def test_weighted_mean_ignores_padding_and_never_divides_by_zero():
@@ -138,3 +135,34 @@ def test_minibatch_indices_partition_with_static_shapes(count, batch):
     assert per_row.max() - per_row.min() <= 1  # padding spread like tensor_split: sizes differ by at most one
     if count:
         assert set(idx[weight == 0].tolist()) <= {100}  # padding repeats the first index, with weight 0
+
+
+def test_dual_clip_bounds_negative_advantages_by_hand():
+    # clip 0.2, dual clip c = 3; ratios by construction: log_prob - old = log(ratio)
+    ratio = torch.tensor([5.0, 0.5, 5.0, 1.1])
+    advantage = torch.tensor([-1.0, -1.0, 2.0, -1.0])
+    log_prob = torch.log(ratio).requires_grad_()
+    loss, _ = F.clipped_surrogate_loss(log_prob, torch.zeros(4), advantage, 0.2, dual_clip_coef=3.0)
+    # A=-1, r=5: min(-5, 1.2 * -1) = -5, bounded by 3 * -1 = -3 -> loss 3 (plain PPO: 5)
+    # A=-1, r=0.5: min(-0.5, 0.8 * -1) = -0.8 > -3 -> loss 0.8 (unchanged)
+    # A=+2, r=5: min(10, 1.2 * 2) = 2.4, positive advantages are never dual-clipped -> loss -2.4
+    # A=-1, r=1.1: inside the clip range, min(-1.1, -1.1) -> loss 1.1
+    torch.testing.assert_close(loss, torch.tensor([3.0, 0.8, -2.4, 1.1]))
+    plain, _ = F.clipped_surrogate_loss(log_prob, torch.zeros(4), advantage, 0.2)
+    torch.testing.assert_close(plain, torch.tensor([5.0, 0.8, -2.4, 1.1]))
+    # the dual-clipped sample gets no gradient (its objective is the constant c * A); r=1.1 gets -A r = 1.1
+    (grad,) = torch.autograd.grad(loss.sum(), log_prob)
+    torch.testing.assert_close(grad, torch.tensor([0.0, 0.0, 0.0, 1.1]))
+
+
+def test_unshuffled_minibatches_are_contiguous_in_order():
+    idx, weight = F.minibatch_indices(torch.arange(100, 105), 2, shuffle=False)
+    assert idx.tolist() == [[100, 101], [102, 103], [104, 100]]  # padding at the end, weight 0
+    assert weight.tolist() == [[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]
+
+
+def test_pad_minibatches_appends_zero_weight_rows():
+    idx, weight = F.pad_minibatches(torch.tensor([[3, 4]]), torch.tensor([[1.0, 1.0]]), 3)
+    assert idx.tolist() == [[3, 4], [3, 4], [3, 4]] and weight.tolist() == [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+    same = F.pad_minibatches(idx, weight, 2)
+    assert same[0] is idx and same[1] is weight

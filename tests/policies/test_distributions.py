@@ -9,7 +9,7 @@ from tensordict import TensorDict
 
 from embodirl.errors import ConfigError
 from embodirl.policies import ActorCritic, ActorOnly
-from embodirl.policies.distributions import Categorical, DiagGaussian
+from embodirl.policies.distributions import Beta, Categorical, DiagGaussian, StateDependentGaussian
 from embodirl.policies.networks import build_mlp
 
 
@@ -79,3 +79,64 @@ def test_observation_normalizer_statistics():
     torch.testing.assert_close(policy.normalizers["state"].mean, data.mean(0))
     torch.testing.assert_close(policy.normalizers["state"].var, data.var(0, unbiased=False))
     assert "normalizers.state.mean" in policy.state_dict()
+
+
+def test_state_dependent_gaussian_reads_log_std_from_the_actor():
+    box = gym.spaces.Box(-1, 1, (2,))
+    dist = StateDependentGaussian(box, init_log_std=0.0, log_std_min=-5, log_std_max=2)
+    assert dist.num_params == 4
+    # params = [mean (2), raw log_std (2)]: the same closed form as the DiagGaussian test, std 0.5 per dim
+    params = torch.tensor([[0.0, 1.0, math.log(0.5), math.log(0.5)]])
+    expected = sum(-0.5 * z * z - math.log(0.5) - 0.5 * math.log(2 * math.pi) for z in (1.0, -2.0))
+    torch.testing.assert_close(dist.log_prob(params, torch.tensor([[0.5, 0.0]])), torch.tensor([expected]))
+    torch.testing.assert_close(dist.entropy(params), torch.tensor([2 * (0.5 + 0.5 * math.log(2 * math.pi)
+                                                                         + math.log(0.5))]))
+    # per state: another row, another std (log_std 0 + offset -1, and one clamped at log_std_max = 2)
+    shifted = StateDependentGaussian(box, init_log_std=-1.0, log_std_min=-5, log_std_max=2)
+    h = shifted.entropy(torch.tensor([[0.0, 0.0, 0.0, 9.0]]))
+    torch.testing.assert_close(h, torch.tensor([(0.5 + 0.5 * math.log(2 * math.pi)) * 2 - 1.0 + 2.0]))
+    action, log_prob = dist.sample(params.expand(3, 4))
+    torch.testing.assert_close(log_prob, dist.log_prob(params.expand(3, 4), action))
+
+
+def test_beta_by_hand_and_inside_the_bounds():
+    dist = Beta(gym.spaces.Box(-1, 1, (1,)))
+    p = math.log(math.e - 1)  # softplus(p) = 1 -> alpha = beta = 2
+    params = torch.tensor([[p, p]])
+    # Beta(2, 2) density at x = 0.5 is 6 x (1 - x) = 1.5; action 0 on [-1, 1] is x = 0.5, scale 2: 1.5 / 2
+    torch.testing.assert_close(dist.log_prob(params, torch.tensor([[0.0]])), torch.tensor([math.log(0.75)]))
+    # entropy of Beta(2, 2): ln B(2,2) - 2 psi(2) + 2 psi(4) = ln(1/6) - 2 (1 - g) + 2 (11/6 - g) = ln(1/6) + 5/3,
+    # plus ln 2 for the scaling to [-1, 1]
+    torch.testing.assert_close(dist.entropy(params), torch.tensor([math.log(1 / 6) + 5 / 3 + math.log(2)]))
+    torch.testing.assert_close(dist.mode(params), torch.tensor([[0.0]]))  # the mean, 0.5 -> 0
+    torch.manual_seed(0)
+    wide = Beta(gym.spaces.Box(low=torch.tensor([0.0, -3.0]).numpy(), high=torch.tensor([1.0, 5.0]).numpy()))
+    action, log_prob = wide.sample(torch.zeros(10_000, 4))
+    assert bool((action[:, 0] >= 0).all() and (action[:, 0] <= 1).all())
+    assert bool((action[:, 1] >= -3).all() and (action[:, 1] <= 5).all())
+    torch.testing.assert_close(log_prob, wide.log_prob(torch.zeros(10_000, 4), action), rtol=1e-4, atol=1e-4)
+
+
+def test_distribution_override_reaches_the_policy_and_is_checked():
+    import functools
+
+    box = gym.spaces.Box(-1, 1, (2,))
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (3,)), box, hidden_sizes=[8], distribution=functools.partial(Beta))
+    assert isinstance(policy.dist, Beta) and policy.actor[-1].out_features == 4
+    action, _, _, _ = policy.act(TensorDict({"state": torch.randn(5, 3)}, batch_size=[5]))
+    assert bool((action.abs() <= 1).all())
+    with pytest.raises(ConfigError, match=r"distribution='Beta' is invalid.*1-D Box; the env has Discrete\(2\)"):
+        ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), distribution=functools.partial(Beta))
+    with pytest.raises(ConfigError, match=r"finite bounds"):
+        Beta(gym.spaces.Box(-float("inf"), float("inf"), (2,)))
+
+
+def test_the_state_dependent_preset_follows_the_policy_log_std_keys():
+    from embodirl.build import build_env, build_policy
+    from tests.conftest import compose_config
+
+    cfg = compose_config(["env=push_cube", "env.num_envs=2", "policy.init_log_std=-0.5",
+                          "+policy/distribution@policy.distribution=state_dependent_gaussian"])
+    env = build_env(cfg.env, torch.device("cpu"), 0)
+    policy = build_policy(cfg.policy, env, torch.device("cpu"))
+    assert isinstance(policy.dist, StateDependentGaussian) and policy.dist.init_log_std == -0.5
