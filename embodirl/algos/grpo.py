@@ -26,6 +26,7 @@ from embodirl.runtime.distributed import allreduce_max
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import ConfigError, check, check_choice
 from embodirl.policies.base import Policy
+from embodirl.rollout import transitions
 
 __all__ = ["GRPO"]
 
@@ -208,19 +209,15 @@ class GRPO(BaseAlgorithm):
         return metrics
 
     def _load(self, rollout: TensorDict, advantage: Tensor) -> None:
-        """Copy the transitions into flat buffers allocated once (a compiled or captured step reads them)."""
-        n, t1 = rollout.batch_size
-        if not self._data or self._data["advantage"].shape[0] != n * (t1 - 1):
-            self._data = {key: torch.zeros(n * (t1 - 1), *rollout[key].shape[2:], dtype=rollout[key].dtype,
-                                           device=self.device) for key in ("action", "sample_log_prob")}
-            self._data["obs"] = rollout["obs"][:, :-1].reshape(n * (t1 - 1)).clone()
-            self._data["advantage"] = torch.zeros(n * (t1 - 1), device=self.device)
-            self._data["ref_log_prob"] = torch.zeros(n * (t1 - 1), device=self.device)
-        for key in ("action", "sample_log_prob"):
-            self._data[key].view(*rollout[key][:, :-1].shape).copy_(rollout[key][:, :-1])
-        for key, data in rollout["obs"].items(include_nested=True, leaves_only=True):
-            self._data["obs"].get(key).view(*data[:, :-1].shape).copy_(data[:, :-1])
-        self._data["advantage"].view_as(advantage).copy_(advantage)
+        """Copy the transitions (:func:`~embodirl.rollout.transitions`) into flat buffers allocated once (a
+        compiled or captured step reads them)."""
+        flat = transitions(rollout.select("obs", "action", "sample_log_prob"), advantage=advantage)
+        if not self._data or self._data["advantage"].shape != flat.batch_size:
+            self._data = dict(flat.clone().items())
+            self._data["ref_log_prob"] = torch.zeros(flat.batch_size, device=self.device)
+        else:
+            for key, value in flat.items():
+                self._data[key].copy_(value)
         if self.ref_policy is not None:  # over every transition: one static shape, whatever is valid
             self._data["ref_log_prob"].copy_(self.ref_policy.evaluate(self._data["obs"], self._data["action"])[0])
 
