@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,39 @@ def compose_config(overrides: list[str], config_name: str = "train") -> DictConf
     """Compose a config exactly as the CLI would, without running it."""
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         return compose(config_name, overrides=overrides)
+
+
+@contextlib.contextmanager
+def in_process_run(timeout_s: float) -> Iterator[None]:
+    """Run a Hydra entry point in this process: a hang fails the session after ``timeout_s`` (faulthandler),
+    and the root logger's handlers and level (which Hydra's job logging replaces) are restored afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    faulthandler.dump_traceback_later(timeout_s, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:], root.level = handlers, level
+
+
+def ppo_on_cartpole(**kwargs):
+    """A small PPO (8 CartPole envs, 16-step rollouts, minibatches of 32) and its reset collector."""
+    from embodirl.algos.ppo import PPO
+    from embodirl.collector import Collector
+    from embodirl.envs.cartpole import CartPole
+    from embodirl.policies import ActorCritic
+
+    torch.manual_seed(0)
+    env = CartPole(num_envs=8, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
+    algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32, **kwargs)
+    collector = Collector(env, policy, algo.collect_plan(env))
+    collector.reset(seed=0)
+    return algo, collector
 
 
 def run_cli(script: str, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import faulthandler
-import logging
 import sys
 from pathlib import Path
 
 import pytest
 
 from embodirl.runtime.sweep import report_command
-from tests.conftest import TINY
+from tests.conftest import TINY, in_process_run
 
 
 def test_report_command_is_quoted_for_the_shell():
@@ -26,18 +24,8 @@ def test_a_multirun_ends_with_one_table_then_the_report_command_then_the_failure
     monkeypatch.setattr(sys, "argv", ["embodirl-train", "-m", "algo.learning_rate=2e-3,-1", *TINY,
                                       f"hydra.sweep.dir={sweep}"])
     monkeypatch.setattr(sys, "stderr", sys.stdout)  # one stream, to check the order of table and failure lines
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)  # a hung in-process run fails the session
-    try:
-        with pytest.raises(SystemExit) as info:
-            main()
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:], root.level = handlers, level
+    with in_process_run(120), pytest.raises(SystemExit) as info:
+        main()
     assert info.value.code == 1
     out = capsys.readouterr().out
     table = out[out.index(f"sweep {sweep}  (every job: "):]  # the overrides all jobs share: in the title

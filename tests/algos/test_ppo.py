@@ -5,27 +5,16 @@ import pytest
 import torch
 
 from embodirl.algos.ppo import PPO
-from embodirl.collector import Collector
-from embodirl.envs.cartpole import CartPole
 from embodirl.errors import ConfigError, NonFiniteLossError
 from embodirl.policies import ActorCritic
+from tests.conftest import ppo_on_cartpole
 
 METRICS = {"loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
            "diag/explained_variance", "train/learning_rate", "train/ent_coef"}
 
 
-def _setup(**kwargs):
-    torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
-    algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32, **kwargs)
-    collector = Collector(env, policy, algo.collect_plan(env))
-    collector.reset(seed=0)
-    return algo, collector
-
-
 def test_update_changes_parameters_and_logs_every_metric():
-    algo, collector = _setup()
+    algo, collector = ppo_on_cartpole()
     before = [p.clone() for p in algo.policy.parameters()]
     metrics = algo.update(collector.collect())
     assert METRICS <= set(metrics)
@@ -35,7 +24,7 @@ def test_update_changes_parameters_and_logs_every_metric():
 
 
 def test_linear_schedule_decays_with_env_steps():
-    algo, collector = _setup(learning_rate=1e-3, lr_schedule="linear")
+    algo, collector = ppo_on_cartpole(learning_rate=1e-3, lr_schedule="linear")
     first = algo.update(collector.collect())["train/learning_rate"]
     second = algo.update(collector.collect())["train/learning_rate"]
     assert first == pytest.approx(1e-3)
@@ -43,7 +32,7 @@ def test_linear_schedule_decays_with_env_steps():
 
 
 def test_target_kl_stops_epochs_early():
-    algo, collector = _setup(learning_rate=0.05, n_epochs=20, target_kl=1e-4)
+    algo, collector = ppo_on_cartpole(learning_rate=0.05, n_epochs=20, target_kl=1e-4)
     metrics = algo.update(collector.collect())
     assert metrics["diag/epochs"] < 20
 
@@ -57,7 +46,7 @@ def test_bad_hyperparameters_are_refused_with_the_key():
 
 
 def test_non_finite_loss_raises():
-    algo, collector = _setup()
+    algo, collector = ppo_on_cartpole()
     rollout = collector.collect()
     rollout["reward"][0, 0] = float("nan")
     with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
@@ -65,7 +54,7 @@ def test_non_finite_loss_raises():
 
 
 def test_update_refuses_a_rollout_that_breaks_the_schema():
-    algo, collector = _setup()
+    algo, collector = ppo_on_cartpole()
     rollout = collector.collect().clone()
     del rollout["final_value"]
     with pytest.raises(ValueError, match=r"missing key 'final_value' \(written by the collector"):
@@ -74,7 +63,7 @@ def test_update_refuses_a_rollout_that_breaks_the_schema():
 
 def test_unshuffled_minibatches_do_not_depend_on_the_random_stream():
     def update(shuffle, seed):
-        algo, collector = _setup(shuffle_minibatches=shuffle)
+        algo, collector = ppo_on_cartpole(shuffle_minibatches=shuffle)
         rollout = collector.collect()
         torch.manual_seed(seed)
         algo.update(rollout)
@@ -88,8 +77,8 @@ def test_dual_clip_is_checked_and_used():
     policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
     with pytest.raises(ConfigError, match=r"dual_clip_coef=0.5 is invalid: expected null \(off\) or a float > 1"):
         PPO(policy, device=torch.device("cpu"), total_env_steps=10, dual_clip_coef=0.5)
-    algo, collector = _setup(dual_clip_coef=1.5, learning_rate=0.05, n_epochs=8)
+    algo, collector = ppo_on_cartpole(dual_clip_coef=1.5, learning_rate=0.05, n_epochs=8)
     rollout = collector.collect()
     dual = algo.update(rollout)["loss/policy"]
-    plain_algo, _ = _setup(learning_rate=0.05, n_epochs=8)
+    plain_algo, _ = ppo_on_cartpole(learning_rate=0.05, n_epochs=8)
     assert dual != pytest.approx(plain_algo.update(rollout)["loss/policy"])  # large steps: the bound binds

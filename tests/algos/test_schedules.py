@@ -6,13 +6,10 @@ import math
 import pytest
 import torch
 
-from embodirl.algos.ppo import PPO
 from embodirl.algos.schedules import (ADAPTIVE_LR_MAX, ADAPTIVE_LR_MIN, adaptive_kl_lr, cosine_decay, linear_decay,
                                       parse_schedule, piecewise)
-from embodirl.collector import Collector
-from embodirl.envs.cartpole import CartPole
 from embodirl.errors import ConfigError
-from embodirl.policies import ActorCritic
+from tests.conftest import ppo_on_cartpole
 
 
 def test_linear_and_cosine_by_hand():
@@ -85,19 +82,9 @@ def test_adaptive_kl_rule_by_hand():
     assert adaptive_kl_lr(torch.tensor(2e-3), torch.tensor(0.001), 0.01).item() == pytest.approx(3e-3)
 
 
-def _setup(**kwargs):
-    torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
-    algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32, **kwargs)
-    collector = Collector(env, policy, algo.collect_plan(env))
-    collector.reset(seed=0)
-    return algo, collector
-
-
 def test_ppo_follows_lr_and_entropy_lists_per_env_step():
     # 8 envs x 16 steps = 128 env steps per update; the schedule is read before each update
-    algo, collector = _setup(lr_schedule=[[0, 1e-3], [256, 5e-4]], lr_schedule_kind="step", ent_coef=0.5,
+    algo, collector = ppo_on_cartpole(lr_schedule=[[0, 1e-3], [256, 5e-4]], lr_schedule_kind="step", ent_coef=0.5,
                              ent_coef_schedule=[[0, 0.02], [256, 0.0]], ent_coef_schedule_kind="interp")
     seen = [algo.update(collector.collect()) for _ in range(3)]
     assert [m["train/learning_rate"] for m in seen] == pytest.approx([1e-3, 1e-3, 5e-4])  # at 0, 128, 256
@@ -105,27 +92,27 @@ def test_ppo_follows_lr_and_entropy_lists_per_env_step():
 
 
 def test_cosine_entropy_schedule_reaches_the_loss():
-    algo, collector = _setup(ent_coef=0.1, ent_coef_schedule="cosine")
+    algo, collector = ppo_on_cartpole(ent_coef=0.1, ent_coef_schedule="cosine")
     algo.env_steps_seen = 512  # half the budget: (1 + cos(pi/2)) / 2 = 0.5
     assert algo.update(collector.collect())["train/ent_coef"] == pytest.approx(0.05)
     assert algo.ent_coef.item() == pytest.approx(0.05)  # the tensor the loss reads
 
 
 def test_adaptive_kl_moves_the_rate_and_survives_a_checkpoint():
-    algo, collector = _setup(learning_rate=1e-3, lr_schedule="adaptive_kl", desired_kl=1e-9, n_epochs=2)
+    algo, collector = ppo_on_cartpole(learning_rate=1e-3, lr_schedule="adaptive_kl", desired_kl=1e-9, n_epochs=2)
     metrics = algo.update(collector.collect())
     # every minibatch after the first moves the policy, KL >> 2 x 1e-9: the rate is divided by 1.5 each time
     # (4 minibatches per epoch x 2 epochs = 8 steps; the first step's KL is 0 -> unchanged)
     assert metrics["train/learning_rate"] == pytest.approx(1e-3 / 1.5 ** 7, rel=1e-6)
     state = algo.state_dict()
-    fresh, _ = _setup(learning_rate=1e-3, lr_schedule="adaptive_kl", desired_kl=1e-9, n_epochs=2)
+    fresh, _ = ppo_on_cartpole(learning_rate=1e-3, lr_schedule="adaptive_kl", desired_kl=1e-9, n_epochs=2)
     fresh.load_state_dict(state)
     assert fresh.learning_rate == pytest.approx(metrics["train/learning_rate"])
 
 
 def test_env_step_schedules_resume_from_the_checkpointed_step():
-    algo, collector = _setup(lr_schedule=[[0, 1e-3], [128, 4e-4]])
+    algo, collector = ppo_on_cartpole(lr_schedule=[[0, 1e-3], [128, 4e-4]])
     algo.update(collector.collect())
-    fresh, fresh_collector = _setup(lr_schedule=[[0, 1e-3], [128, 4e-4]])
+    fresh, fresh_collector = ppo_on_cartpole(lr_schedule=[[0, 1e-3], [128, 4e-4]])
     fresh.load_state_dict(algo.state_dict())
     assert fresh.update(fresh_collector.collect())["train/learning_rate"] == pytest.approx(4e-4)

@@ -9,9 +9,7 @@ a few iterations are logged: once only, so the requeued attempt must resume and 
 
 from __future__ import annotations
 
-import faulthandler
 import json
-import logging
 import os
 import random
 import re
@@ -27,7 +25,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from tests.conftest import TINY
+from tests.conftest import TINY, in_process_run
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SLURM = Path(__file__).resolve().parent / "fake_slurm"
@@ -217,17 +215,8 @@ def test_basic_multirun_in_process(tmp_path, monkeypatch):
 
     sweep = tmp_path / "sweep"
     monkeypatch.setattr(sys, "argv", ["embodirl-train", "-m", "seed=0,1", *TINY, f"hydra.sweep.dir={sweep}"])
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    faulthandler.dump_traceback_later(RUN_TIMEOUT_S, exit=True)  # a hung in-process run fails the session
-    try:
+    with in_process_run(RUN_TIMEOUT_S):
         main()  # SweepFate raises SystemExit(1) if a job did not complete
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:], root.level = handlers, level
     for job in ("0", "1"):
         assert read_json(sweep / job / "status.json")["status"] == "completed"
         assert read_json(sweep / job / "summary.json")["env_steps"] == 256
