@@ -66,6 +66,7 @@ class Collector:
         self._final_obs = None
         if policy.has_critic and not self.recurrent:  # only a critic bootstraps from the true final observation
             self._final_obs = allocate(spec, (n, plan.num_steps), dev)
+            self._final_obs_buf = leaves(self._final_obs, self._keys)
         self.episode_stats = EpisodeStats(n, dev)
         self.info_metrics = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # episode/metrics/*
         self._finished = torch.zeros(n, dtype=torch.bool, device=dev)  # env ended an episode in this rollout
@@ -98,7 +99,7 @@ class Collector:
                           ("terminated", step.terminated), ("truncated", step.truncated), ("done", done)):
             b[key].index_copy_(1, t, data.unsqueeze(1))
         if self._final_obs is not None:
-            for buffer, leaf in zip(leaves(self._final_obs, self._keys), leaves(step.final_obs, self._keys), strict=True):
+            for buffer, leaf in zip(self._final_obs_buf, leaves(step.final_obs, self._keys), strict=True):
                 buffer.index_copy_(1, t, leaf.unsqueeze(1))
         if self.recurrent:
             self._step_state(t, step, next_state, done)

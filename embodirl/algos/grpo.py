@@ -209,15 +209,19 @@ class GRPO(BaseAlgorithm):
         return metrics
 
     def _load(self, rollout: TensorDict, advantage: Tensor) -> None:
-        """Copy the transitions (:func:`~embodirl.rollout.transitions`) into flat buffers allocated once (a
-        compiled or captured step reads them)."""
-        flat = transitions(rollout.select("obs", "action", "sample_log_prob"), advantage=advantage)
-        if not self._data or self._data["advantage"].shape != flat.batch_size:
+        """Copy the transitions into flat ``[N*T]`` buffers allocated once (a compiled or captured step reads them):
+        the first update allocates them as :func:`~embodirl.rollout.transitions` (one flattening for the project),
+        later ones copy into ``[N, T]`` views of them, with no intermediate copy of the (possibly image) data."""
+        if not self._data or self._data["advantage"].numel() != advantage.numel():
+            flat = transitions(rollout.select("obs", "action", "sample_log_prob"), advantage=advantage)
             self._data = dict(flat.clone().items())
             self._data["ref_log_prob"] = torch.zeros(flat.batch_size, device=self.device)
         else:
-            for key, value in flat.items():
-                self._data[key].copy_(value)
+            steps = rollout[:, :-1]
+            self._data["obs"].view(*advantage.shape).update_(steps["obs"])
+            for key, value in (("action", steps["action"]), ("sample_log_prob", steps["sample_log_prob"]),
+                               ("advantage", advantage)):
+                self._data[key].view(value.shape).copy_(value)
         if self.ref_policy is not None:  # over every transition: one static shape, whatever is valid
             self._data["ref_log_prob"].copy_(self.ref_policy.evaluate(self._data["obs"], self._data["action"])[0])
 
