@@ -27,6 +27,7 @@ from embodirl.collector import Collector
 from embodirl.compiled import Acceleration, Stopwatch, configure_cache, resolve_acceleration
 from embodirl.evaluation import Evaluator
 from embodirl.loggers import LoggerSettings, MetricLoggers, build_loggers
+from embodirl.runtime.allocator import keep_freed_memory
 from embodirl.runtime.distributed import DistInfo, broadcast_module
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
@@ -87,12 +88,14 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
 
 
 def configure_torch(seed: int, num_threads: int) -> None:
-    """Seed torch and cap intra-op threads (small nets on small machines run fastest on one)."""
+    """Seed torch, cap intra-op threads (small nets on small machines run fastest on one) and keep freed memory
+    in the process (:mod:`embodirl.runtime.allocator`)."""
     num_threads = conform_int("num_threads", num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
     seed = conform(seed, int)
     check(seed is not NO_MATCH, "seed", seed, "an int", "pass seed=0")
     torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
+    keep_freed_memory()
 
 
 # --- components ---------------------------------------------------------------------------------------

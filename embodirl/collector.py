@@ -70,7 +70,11 @@ class Collector:
         self.episode_stats = EpisodeStats(n, dev)
         self.info_metrics = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # episode/metrics/*
         self._finished = torch.zeros(n, dtype=torch.bool, device=dev)  # env ended an episode in this rollout
-        self._t = torch.zeros(1, dtype=torch.int64, device=dev)  # the rollout slot the next step writes
+        # The rollout slot the next step writes: a tensor in a compiled or captured step (no recompiles), a Python int
+        # when eager (a slice write is one op less than an indexed one, and advancing it costs none).
+        self._t = torch.zeros(1, dtype=torch.int64, device=dev)
+        self._slot = 0
+        self._eager = not accel.enabled
         self.started = False
         self._step = compile_step(self.step, accel.compile)
 
@@ -89,37 +93,46 @@ class Collector:
 
     def step(self) -> None:
         """One env step into rollout slot ``t``; the unit that is compiled and captured."""
-        t, b = self._t, self._buf
+        b, write = self._buf, self._write
         action, log_prob, value, next_state = self.policy.act(self.obs, self.state)
         step = self.env.step(action)
         done = step.terminated | step.truncated
         for buffer, leaf in zip(self._obs_buf, self._obs, strict=True):
-            buffer.index_copy_(1, t, leaf.unsqueeze(1))
+            write(buffer, leaf)
         for key, data in (("action", action), ("sample_log_prob", log_prob), ("value", value), ("reward", step.reward),
                           ("terminated", step.terminated), ("truncated", step.truncated), ("done", done)):
-            b[key].index_copy_(1, t, data.unsqueeze(1))
+            write(b[key], data)
         if self._final_obs is not None:
             for buffer, leaf in zip(self._final_obs_buf, leaves(step.final_obs, self._keys), strict=True):
-                buffer.index_copy_(1, t, leaf.unsqueeze(1))
+                write(buffer, leaf)
         if self.recurrent:
-            self._step_state(t, step, next_state, done)
+            self._step_state(step, next_state, done)
         self.episode_stats.step(step.reward, done, step.info.get("success"))
         self.info_metrics.step(step.info, done)
         if self.plan.stop_when_all_done:
             self._finished |= done
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
-        t.add_(1)
+        if self._eager:
+            self._slot += 1
+        else:
+            self._t.add_(1)
 
-    def _step_state(self, t: Tensor, step, next_state: TensorDict, done: Tensor) -> None:
+    def _write(self, buffer: Tensor, leaf: Tensor) -> None:
+        """Write ``leaf`` ``[N, ...]`` into slot ``t`` of ``buffer`` ``[N, T(+1), ...]``."""
+        if self._eager:
+            buffer.select(1, self._slot).copy_(leaf)
+        else:
+            buffer.index_copy_(1, self._t, leaf.unsqueeze(1))
+
+    def _step_state(self, step, next_state: TensorDict, done: Tensor) -> None:
         """Store the state acted with, bootstrap truncations in-step, restart the state where episodes end."""
-        self.rollout.get("policy_state").apply_(lambda buffer, leaf: buffer.index_copy_(1, t, leaf.unsqueeze(1)),
-                                                self.state)
+        self.rollout.get("policy_state").apply_(lambda buffer, leaf: self._write(buffer, leaf), self.state)
         if self.policy.has_critic:
             final = self.policy.value(TensorDict(dict(zip(self._keys, leaves(step.final_obs, self._keys), strict=True)),
                                                  batch_size=[self.env.num_envs]), next_state)
             cut = step.truncated & ~step.terminated
-            self._buf["final_value"].index_copy_(1, t, torch.where(cut, final, torch.zeros_like(final)).unsqueeze(1))
+            self._write(self._buf["final_value"], torch.where(cut, final, torch.zeros_like(final)))
         keep = ~done
         self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))), next_state)
 
@@ -129,6 +142,7 @@ class Collector:
         if self.plan.reset_every_rollout or not self.started:
             self.reset()
         self._t.zero_()
+        self._slot = 0
         self._finished.zero_()
         if not self.recurrent:
             self._buf["final_value"].zero_()

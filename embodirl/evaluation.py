@@ -43,11 +43,14 @@ class Evaluator:
         self.state = policy.initial_state(n)
         self._target = torch.zeros(n, dtype=torch.int64, device=dev)  # episodes env i records
         self._finished = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._running = torch.zeros(2, n, dtype=torch.float64, device=dev)  # return, length of the current episode
+        self._return = torch.zeros(n, dtype=torch.float64, device=dev)  # of the current episode
+        self._length = torch.zeros(n, dtype=torch.float64, device=dev)
         self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)
         # Per env sums over its recorded episodes: return, return^2, length, success at end, success once.
         self._sums = torch.zeros(5, n, dtype=torch.float64, device=dev)
+        self._sums_no_success = self._sums[:3]  # the rows an env without ``success`` updates
         self._reports_success = torch.zeros((), dtype=torch.bool, device=dev)
+        self.recurrent = not self.state.is_empty()
         self._info = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # eval/metrics/*
         self.accel = accel
         self._step = compile_step(self.step, accel.compile)
@@ -57,29 +60,35 @@ class Evaluator:
         self._step = capture(self._step, self.accel.cuda_graphs, self.env.device)
 
     def step(self) -> None:
-        """One deterministic step of every env with the episode bookkeeping; the compiled/captured unit."""
+        """One deterministic step of every env with the episode bookkeeping; the compiled/captured unit.
+
+        Eager, every op here is dispatched one by one, so the bookkeeping is kept to a dozen ops (it costs as much
+        as a CartPole step otherwise)."""
         action, next_state = self.policy.mode(self.obs, self.state)
         step = self.env.step(action)
-        running = self._running
-        running[0] += step.reward
-        running[1] += 1
+        ret, length = self._return, self._length
+        ret += step.reward
+        length += 1
         done = step.terminated | step.truncated
-        record = (done & (self._finished < self._target)).double()
+        record = done & (self._finished < self._target)  # env i records its first target[i] episodes
+        weight = record.to(torch.float64)
         success = step.info.get("success")
-        if success is not None:
+        if success is None:
+            self._sums_no_success.addcmul_(torch.stack((ret, ret * ret, length)), weight)
+        else:
             self._reports_success.fill_(True)
             self._ever_success |= success
-            success_now = success.double()
-        else:
-            success_now = torch.zeros_like(record)
-        ret = running[0]
-        self._sums += record * torch.stack((ret, ret * ret, running[1], success_now, self._ever_success.double()))
-        self._finished += record.long()
-        self._info.step(step.info, record.bool())
-        running *= ~done
-        self._ever_success &= ~done
-        keep = ~done
-        self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))), next_state)
+            rows = (ret, ret * ret, length, success.to(torch.float64), self._ever_success.to(torch.float64))
+            self._sums.addcmul_(torch.stack(rows), weight)
+            self._ever_success.masked_fill_(done, False)
+        self._finished += record
+        self._info.step(step.info, record)
+        ret.masked_fill_(done, 0.0)
+        length.masked_fill_(done, 0.0)
+        if self.recurrent:
+            keep = ~done
+            self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))),
+                              next_state)
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
 
@@ -97,7 +106,8 @@ class Evaluator:
         n = self.env.num_envs
         index = torch.arange(n, device=self.env.device)
         self._target.copy_(num_episodes // n + (index < num_episodes % n))
-        for buffer in (self._finished, self._running, self._ever_success, self._sums, self._reports_success):
+        for buffer in (self._finished, self._return, self._length, self._ever_success, self._sums,
+                       self._reports_success):
             buffer.zero_()
         self._info.zero()
         for buffer, leaf in zip(self._obs, leaves(self.env.reset(seed=seed), self._keys), strict=True):

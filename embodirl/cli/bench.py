@@ -116,6 +116,7 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
 
     def collection_step() -> None:
         collector._t.zero_()  # stay inside the rollout however often it is called
+        collector._slot = 0
         collector.step()
 
     calls = {"env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),

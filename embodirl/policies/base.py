@@ -124,6 +124,10 @@ class Policy(nn.Module):
         self.normalizers = nn.ModuleDict({
             _module_key(name): RunningNormalizer(spec[self._keys[name]][0]) for name in used
             if normalize_obs and spec[self._keys[name]][1].is_floating_point and not is_image(*spec[self._keys[name]])})
+        # Observation key name -> (TensorDict key, normaliser or None, encoder): looked up once, not per step.
+        self._routes = {name: (self._keys[name], self.normalizers[_module_key(name)]
+                               if _module_key(name) in self.normalizers else None, self.encoders[_module_key(name)])
+                        for name in used}
         self.dist = self._distribution(action_space, distribution, init_log_std, log_std_min, log_std_max)
         self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(hidden_sizes), activation,
                                0.01)
@@ -168,11 +172,11 @@ class Policy(nn.Module):
         """Features of each observation key in ``names``, each ``[B, out_dim]`` (normalised first if enabled)."""
         out = {}
         for name in names:
-            module = _module_key(name)
-            x = obs.get(self._keys[name])
-            if module in self.normalizers:
-                x = self.normalizers[module](x)
-            out[name] = self.encoders[module](x)
+            key, normalizer, encoder = self._routes[name]
+            x = obs.get(key)
+            if normalizer is not None:
+                x = normalizer(x)
+            out[name] = x if encoder.passthrough else encoder(x)
         return out
 
     @staticmethod

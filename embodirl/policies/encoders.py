@@ -22,9 +22,14 @@ __all__ = ["CNNEncoder", "Encoder", "FlattenEncoder", "MLPEncoder", "default_enc
 
 
 class Encoder(nn.Module):
-    """``forward(x [B, *shape]) -> [B, out_dim]`` float32 features."""
+    """``forward(x [B, *shape]) -> [B, out_dim]`` float32 features.
+
+    ``passthrough`` is True when ``forward`` returns its input unchanged (a float32 vector for a
+    :class:`FlattenEncoder`): policies then skip the call, which on a CPU costs as much as the ops it would run.
+    """
 
     out_dim: int
+    passthrough: bool = False
 
 
 def is_image(shape: tuple[int, ...], dtype: torch.dtype) -> bool:
@@ -43,6 +48,7 @@ class FlattenEncoder(Encoder):
     def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.out_dim = math.prod(shape)
+        self.passthrough = len(shape) == 1 and dtype == torch.float32
 
     def forward(self, x: Tensor) -> Tensor:
         return x.reshape(x.shape[0], self.out_dim).to(torch.float32)
