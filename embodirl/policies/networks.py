@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from torch import nn
+from torch import Tensor, nn
 
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ACTIVATIONS", "build_mlp"]
+__all__ = ["ACTIVATIONS", "MLP", "build_mlp"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
@@ -21,9 +21,24 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 }
 
 
+class MLP(nn.Sequential):
+    """A :class:`torch.nn.Sequential` of linear and activation layers whose forward calls each layer's ``forward``
+    directly.
+
+    The maths, parameters and ``state_dict`` keys (``0.weight``, ``0.bias``, ...) are the Sequential's; what is
+    skipped is ``nn.Module.__call__`` per layer (hook dispatch), which on a CPU costs about as much as a small
+    batch's matmul: a policy step runs a dozen such layers. Hooks go on the MLP itself, not on its layers.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self:
+            x = layer.forward(x)
+        return x
+
+
 def build_mlp(
     in_dim: int, out_dim: int, hidden_sizes: Sequence[int], activation: str, output_gain: float
-) -> nn.Sequential:
+) -> MLP:
     """``Linear -> act`` per hidden size, then a linear output; orthogonal weights, zero biases.
 
     Hidden layers use gain sqrt(2); the output layer ``output_gain`` (0.01 for policy heads so the
@@ -50,4 +65,4 @@ def build_mlp(
     nn.init.orthogonal_(head.weight, gain=output_gain)
     nn.init.zeros_(head.bias)
     layers.append(head)
-    return nn.Sequential(*layers)
+    return MLP(*layers)
