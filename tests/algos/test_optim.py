@@ -27,6 +27,17 @@ def test_the_optimizer_node_builds_any_torch_optimizer():
     assert type(sgd) is torch.optim.SGD and sgd.defaults["momentum"] == 0.9
 
 
+def test_optimizers_with_a_fused_step_use_it_unless_the_node_chooses():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert build_optimizer(None, params, 1e-3, False, CPU)[0].defaults["fused"] is True
+    assert build_optimizer(functools.partial(torch.optim.SGD), params, 0.1, False, CPU)[0].defaults["fused"] is True
+    chosen = build_optimizer(functools.partial(torch.optim.Adam, foreach=True), params, 1e-3, False, CPU)[0]
+    assert chosen.defaults["foreach"] is True and not chosen.defaults["fused"]
+    assert build_optimizer(functools.partial(torch.optim.Adam, fused=False), params, 1e-3, False, CPU)[0].defaults[
+        "fused"] is False
+    assert "fused" not in build_optimizer(functools.partial(torch.optim.RMSprop), params, 1e-3, False, CPU)[0].defaults
+
+
 @pytest.mark.parametrize("factory,message", [
     (functools.partial(torch.optim.SGD, eps=1e-5), r"optimizer.eps=1e-05 is invalid: expected an option of "
                                                    r"torch.optim.sgd.SGD \(one of: momentum.*~optimizer.eps"),

@@ -84,3 +84,17 @@ def test_an_encoder_is_chosen_per_key_from_the_command_line():
                           "device=cpu", "env.num_envs=4"])
     policy = build_components(cfg).policy
     assert isinstance(policy.encoders["state"], MLPEncoder) and policy.feature_dim(["state"]) == 32
+
+
+def test_flatten_passes_float_vectors_through_and_policies_skip_it_only_then():
+    assert FlattenEncoder((4,)).passthrough
+    assert not FlattenEncoder((2, 3)).passthrough and not FlattenEncoder((4,), torch.uint8).passthrough
+    x = torch.randn(5, 4)
+    assert FlattenEncoder((4,))(x) is not None and torch.equal(FlattenEncoder((4,))(x), x)
+    space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (4,)), "b": gym.spaces.Box(0, 255, (2, 3), np.uint8)})
+    policy = ActorCritic(space, gym.spaces.Discrete(2))
+    obs = TensorDict({"a": torch.randn(5, 4), "b": torch.randint(0, 255, (5, 2, 3), dtype=torch.uint8)}, [5])
+    features = policy.encode(obs, ["a", "b"])
+    assert features["a"] is obs["a"]  # passed through
+    assert features["b"].dtype == torch.float32 and features["b"].shape == (5, 6)
+    torch.testing.assert_close(features["b"], obs["b"].reshape(5, 6).float())
