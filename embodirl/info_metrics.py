@@ -30,6 +30,7 @@ class InfoMetrics:
         self.keys = tuple(keys)
         # Row k < K: per-env sum of info[keys[k]] over the counted episodes; row K: their count.
         self._sums = torch.zeros(len(self.keys) + 1, num_envs, dtype=torch.float64, device=device)
+        self._ones = torch.ones(num_envs, dtype=torch.float64, device=device)
 
     def step(self, info: dict[str, Tensor], ended: Tensor) -> None:
         """Count the episodes of ``ended`` (``[N]`` bool) with their ``info`` values of this step."""
@@ -39,9 +40,9 @@ class InfoMetrics:
         if missing:
             raise KeyError(f"the env declares info_metrics {list(self.keys)} but its step() info lacks {missing} "
                            f"(it has {sorted(info)}): return every declared key on every step")
-        weight = ended.to(torch.float64)
-        values = torch.stack([info[key].to(torch.float64).reshape(-1) for key in self.keys] + [torch.ones_like(weight)])
-        self._sums += values * weight
+        # One stack (promoting bool/float32 values to the float64 row of ones) and one fused multiply-add.
+        values = torch.stack([v if (v := info[key]).dim() == 1 else v.reshape(-1) for key in self.keys] + [self._ones])
+        self._sums.addcmul_(values, ended.to(torch.float64))
 
     def zero(self) -> None:
         self._sums.zero_()
