@@ -127,7 +127,7 @@ class Collector:
 
     def _step_state(self, step, next_state: TensorDict, done: Tensor) -> None:
         """Store the state acted with, bootstrap truncations in-step, restart the state where episodes end."""
-        self.rollout.get("policy_state").apply_(lambda buffer, leaf: self._write(buffer, leaf), self.state)
+        self.rollout.get("policy_state").apply_(self._write, self.state)
         if self.policy.has_critic:
             final = self.policy.value(TensorDict(dict(zip(self._keys, leaves(step.final_obs, self._keys), strict=True)),
                                                  batch_size=[self.env.num_envs]), next_state)

@@ -41,7 +41,7 @@ class InfoMetrics:
             raise KeyError(f"the env declares info_metrics {list(self.keys)} but its step() info lacks {missing} "
                            f"(it has {sorted(info)}): return every declared key on every step")
         # One stack (promoting bool/float32 values to the float64 row of ones) and one fused multiply-add.
-        values = torch.stack([v if (v := info[key]).dim() == 1 else v.reshape(-1) for key in self.keys] + [self._ones])
+        values = torch.stack([info[key].reshape(-1) for key in self.keys] + [self._ones])
         self._sums.addcmul_(values, ended.to(torch.float64))
 
     def zero(self) -> None:

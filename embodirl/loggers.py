@@ -281,16 +281,17 @@ def build_loggers(run_dir: Path, settings: LoggerSettings, config_dict: dict, to
         max_wall_time_s: ``trainer.max_wall_time_s``: the remaining time follows it when it comes first.
     """
     goal = StopGoal(total_env_steps, solved_metric, solved_threshold, stop_on_solved, max_wall_time_s)
-    loggers: list[Any] = [JsonlLogger(run_dir / "metrics.jsonl", start_env_steps)]
+    jsonl = JsonlLogger(run_dir / "metrics.jsonl", start_env_steps)
+    writers: list[Any] = []
     if settings.tensorboard:
         tb_dir = run_dir / "tb"
         earlier = tb_dir.is_dir() and any(tb_dir.glob("events.out.tfevents.*"))
-        loggers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps if earlier else None))
+        writers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps if earlier else None))
     if settings.wandb.enabled:
-        loggers.append(_checked(WandbLogger, run_dir, config_dict, settings.wandb, wandb_name, wandb_group))
-    # Built last, so that its clock (the steps/s it shows) starts with training, not before the others' set-up.
+        writers.append(_checked(WandbLogger, run_dir, config_dict, settings.wandb, wandb_name, wandb_group))
+    # Built last, so that its clock (the steps/s it shows) starts with training, not before the writers' set-up.
     console = ConsoleLogger(goal, settings.console, settings.console_every_s, start_env_steps, wandb_name or "train")
-    return MetricLoggers([loggers[0], console, *loggers[1:]])
+    return MetricLoggers([jsonl, console, *writers])
 
 
 def _checked(cls: type, *args: Any) -> Any:

@@ -241,6 +241,6 @@ class Policy(nn.Module):
     @torch.no_grad()
     def update_normalizer(self, obs: TensorDict) -> None:
         for name in self._read:
-            module = _module_key(name)
-            if module in self.normalizers:
-                self.normalizers[module].update(obs.get(self._keys[name]))
+            key, normalizer, _ = self._routes[name]
+            if normalizer is not None:
+                normalizer.update(obs.get(key))
