@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from embodirl.build import build, wants_cuda
 from embodirl.checkpoint import load_checkpoint
 from embodirl.runtime.distributed import env_rank, init_distributed, shutdown
+from embodirl.runtime.garbage import setup_objects_frozen
 from embodirl.errors import ConfigError, check
 from embodirl.runtime.status import fate_of, write_status
 from embodirl.runtime.preemption import StopSignals
@@ -126,7 +127,8 @@ def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, st
     try:
         trainer = build(cfg, run_dir, config, run_name, dist)
         try:
-            return trainer.train()
+            with setup_objects_frozen():  # the built objects live as long as the run: no full collections of them
+                return trainer.train()
         finally:
             trainer.collector.env.close()
             trainer.evaluator.env.close()
