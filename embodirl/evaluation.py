@@ -92,7 +92,7 @@ class Evaluator:
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
 
-    @torch.no_grad()
+    @torch.inference_mode()  # as the collector's (see Collector.collect): about 15 % of an eager CartPole eval step
     def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
         """Run ``num_episodes`` deterministic episodes spread evenly over the env's copies.
 

@@ -427,7 +427,8 @@ class Trainer:
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
         if state["env"] is not None and self.dist.is_main:  # the checkpoint holds rank 0's env
-            self.env.load_state_dict(state["env"])
+            with torch.inference_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
+                self.env.load_state_dict(state["env"])
             self.collector.load_state_dict(state["collector"])
         else:
             if self.dist.is_main:

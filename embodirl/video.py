@@ -106,7 +106,7 @@ def annotate(frames: np.ndarray, steps: np.ndarray, returns: np.ndarray, success
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as evaluation: the eval env's step always runs in inference mode
 def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size: int, seed: int) -> np.ndarray:
     """Run one deterministic episode from a seeded reset and return the tiled frames ``[T+1, H, W, 3]``.
 

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from embodirl.build import build
 from embodirl.checkpoint import load_checkpoint
 from embodirl.runtime.run import run_training
 from tests.conftest import compose_config
@@ -235,3 +236,17 @@ def test_eval_env_overrides_change_the_periodic_evaluation(tmp_path, tiny):
     cfg = compose_config([*tiny, "trainer.eval_env_overrides={max_episode_steps: 5}"])
     run_training(cfg, tmp_path)
     assert all(r["eval/length_mean"] <= 5 for r in _records(tmp_path) if "eval/length_mean" in r)
+
+
+def test_a_trainer_whose_env_was_stepped_before_training_resumes_from_a_checkpoint(tmp_path, tiny):
+    # compile=true warms up with one rollout before training, so the arm's step counters are inference tensors
+    # (envs are stepped in inference mode); restoring them from the checkpoint in place must use the same mode.
+    arm = [*tiny, "env=push_cube_arm", "env.num_envs=2", "algo.batch_size=32", "trainer.eval_every_env_steps=10000"]
+    run_training(compose_config([*arm, "trainer.total_env_steps=32"]), tmp_path / "first")
+    (tmp_path / "second").mkdir()
+    trainer = build(compose_config([*arm, "trainer.total_env_steps=64",
+                                    f"trainer.resume={tmp_path / 'first' / 'checkpoints' / 'last.pt'}"]),
+                    tmp_path / "second")
+    trainer.collector.collect()
+    summary = trainer.train()
+    assert summary["status"] == "completed" and summary["env_steps"] == 64

@@ -101,7 +101,14 @@ class BatchedEnv(ABC):
 
     @abstractmethod
     def step(self, action: Tensor) -> StepResult:
-        """Advance every env one step; done envs auto-reset (see :class:`StepResult`)."""
+        """Advance every env one step; done envs auto-reset (see :class:`StepResult`).
+
+        Collection, evaluation and videos call ``step`` (and ``reset`` between rollouts) under
+        ``torch.inference_mode()``: tensors made there are inference tensors. Updating state allocated in
+        ``__init__`` in place is fine, and so is replacing an attribute by a new tensor, since the env is only
+        stepped and reset in that mode. An env whose step needs autograd (a differentiable solver) opens
+        ``with torch.inference_mode(False), torch.enable_grad():`` around that part.
+        """
 
     def is_solved(self, eval_metrics: dict[str, float]) -> bool:
         """Whether deterministic-eval metrics meet the task's solved criterion."""

@@ -1,0 +1,39 @@
+"""The collector steps the env in inference mode and leaves every buffer it writes a normal tensor."""
+
+import torch
+
+from embodirl.algos.base import CollectPlan
+from embodirl.collector import Collector
+from embodirl.envs.cartpole import CartPole
+from embodirl.policies.actor_critic import ActorCritic
+
+
+class ModeSpy(CartPole):
+    """CartPole that records whether each reset and step ran in inference mode."""
+
+    def __init__(self, **kwargs) -> None:
+        self.modes: list[tuple[str, bool]] = []
+        super().__init__(**kwargs)
+
+    def reset(self, seed=None, group_size=1):
+        self.modes.append(("reset", torch.is_inference_mode_enabled()))
+        return super().reset(seed, group_size)
+
+    def step(self, action):
+        self.modes.append(("step", torch.is_inference_mode_enabled()))
+        return super().step(action)
+
+
+def test_the_env_is_reset_and_stepped_in_inference_mode_and_the_rollout_stays_normal():
+    env = ModeSpy(num_envs=4, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    collector = Collector(env, policy, CollectPlan(num_steps=5, reset_every_rollout=True))
+    env.modes.clear()
+    collector.reset(seed=0)
+    rollout = collector.collect()
+    assert [name for name, _ in env.modes] == ["reset", "reset", *["step"] * 5]
+    assert all(inference for _, inference in env.modes)
+    # The update differentiates through what it reads from the rollout: no inference tensors there.
+    assert not any(leaf.is_inference() for leaf in rollout.values(include_nested=True, leaves_only=True))
+    stats = collector.episode_stats
+    assert not any(t.is_inference() for t in (*collector.obs.values(), stats.running_return, stats.running_length))
