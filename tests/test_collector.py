@@ -37,3 +37,21 @@ def test_the_env_is_reset_and_stepped_in_inference_mode_and_the_rollout_stays_no
     assert not any(leaf.is_inference() for leaf in rollout.values(include_nested=True, leaves_only=True))
     stats = collector.episode_stats
     assert not any(t.is_inference() for t in (*collector.obs.values(), stats.running_return, stats.running_length))
+
+
+class AutogradStep(CartPole):
+    """CartPole whose step takes a gradient, as a differentiable solver would, the way BatchedEnv.step says."""
+
+    def step(self, action):
+        with torch.inference_mode(False), torch.enable_grad():
+            x = action.clone().float().requires_grad_()
+            (x.square().sum()).backward()
+        assert torch.equal(x.grad, 2 * action.float())
+        return super().step(action)
+
+
+def test_an_env_step_that_needs_autograd_opens_it_as_the_contract_says():
+    env = AutogradStep(num_envs=4, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    rollout = Collector(env, policy, CollectPlan(num_steps=3)).collect()
+    assert rollout["reward"][:, :3].eq(1.0).all()

@@ -105,9 +105,10 @@ class BatchedEnv(ABC):
 
         Collection, evaluation and videos call ``step`` (and ``reset`` between rollouts) under
         ``torch.inference_mode()``: tensors made there are inference tensors. Updating state allocated in
-        ``__init__`` in place is fine, and so is replacing an attribute by a new tensor, since the env is only
-        stepped and reset in that mode. An env whose step needs autograd (a differentiable solver) opens
-        ``with torch.inference_mode(False), torch.enable_grad():`` around that part.
+        ``__init__`` in place is fine, and so is replacing an attribute by a new tensor: the trainer steps,
+        resets and restores (``load_state_dict``) the env only in that mode. An env whose step needs autograd (a differentiable solver) opens
+        ``with torch.inference_mode(False), torch.enable_grad():`` around that part and clones the tensors it
+        differentiates through there (``action.clone()``): inference tensors cannot be saved for backward.
         """
 
     def is_solved(self, eval_metrics: dict[str, float]) -> bool:
