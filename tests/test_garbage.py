@@ -59,3 +59,19 @@ def test_an_existing_freeze_is_left_to_the_code_that_made_it():
         assert gc.get_freeze_count() == count
     finally:
         gc.unfreeze()
+
+
+def test_a_finished_run_frees_its_collector_and_rollout_before_run_training_returns(tmp_path, tiny, monkeypatch):
+    import embodirl.collector
+
+    refs = []
+    init = embodirl.collector.Collector.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        refs.append(weakref.ref(self))
+
+    monkeypatch.setattr(embodirl.collector.Collector, "__init__", recording_init)
+    run_training(compose_config([*tiny, "trainer.total_env_steps=128"]), tmp_path)
+    # The collector holds a bound method of itself (its step): only the cyclic collector frees it and its rollout.
+    assert len(refs) == 1 and refs[0]() is None

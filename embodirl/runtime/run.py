@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from embodirl.build import build, wants_cuda
 from embodirl.checkpoint import load_checkpoint
 from embodirl.runtime.distributed import env_rank, init_distributed, shutdown
-from embodirl.runtime.garbage import setup_objects_frozen
+from embodirl.runtime.garbage import free_finished_run, setup_objects_frozen
 from embodirl.errors import ConfigError, check
 from embodirl.runtime.status import fate_of, write_status
 from embodirl.runtime.preemption import StopSignals
@@ -102,6 +102,7 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         try:
             check_objective(cfg.objective)
             summary = _train(cfg, run_dir, config, run_name)
+            free_finished_run()  # the trainer is gone: free its rollout and buffers before a sweep's next job
         except BaseException as exc:
             if main_rank:
                 _record(run_dir, fate_of(exc), exc=exc)
