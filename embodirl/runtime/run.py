@@ -101,8 +101,9 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
             write_status(run_dir, "running")
         try:
             check_objective(cfg.objective)
-            summary = _train(cfg, run_dir, config, run_name)
-            free_finished_run()  # the trainer is gone: free its rollout and buffers before a sweep's next job
+            with setup_objects_frozen():  # full collections walk only what the run itself allocates
+                summary = _train(cfg, run_dir, config, run_name)
+                free_finished_run()  # the trainer is gone: free its buffers before a sweep's next job
         except BaseException as exc:
             if main_rank:
                 _record(run_dir, fate_of(exc), exc=exc)
@@ -128,8 +129,7 @@ def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, st
     try:
         trainer = build(cfg, run_dir, config, run_name, dist)
         try:
-            with setup_objects_frozen():  # the built objects live as long as the run: no full collections of them
-                return trainer.train()
+            return trainer.train()
         finally:
             trainer.collector.env.close()
             trainer.evaluator.env.close()
