@@ -8,7 +8,7 @@ from torch import Tensor
 
 from embodirl.algos.base import CollectPlan
 from embodirl.compiled import Acceleration, capture, compile_step
-from embodirl.envs.base import BatchedEnv
+from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.episode_stats import EpisodeStats
 from embodirl.envs.observations import allocate, observation_spec
 from embodirl.info_metrics import InfoMetrics
@@ -82,7 +82,7 @@ class Collector:
         """Record :meth:`step` as a CUDA graph at its next calls (after the compile warm-up, before training)."""
         self._step = capture(self._step, self.accel.cuda_graphs, self.env.device)
 
-    @torch.inference_mode()  # the env is stepped in inference mode: reset it in the same mode
+    @env_mode()
     def reset(self, seed: int | None = None) -> None:
         """Start fresh episodes in every env (and the policy's state)."""
         group = self.plan.group_size if self.plan.reset_every_rollout else 1
@@ -137,13 +137,10 @@ class Collector:
         keep = ~done
         self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))), next_state)
 
-    @torch.inference_mode()
+    @env_mode()
     def collect(self) -> TensorDict:
-        """Run ``T`` steps and return the filled rollout (the same TensorDict every call).
-
-        Runs under ``torch.inference_mode()`` (see :class:`~embodirl.envs.base.BatchedEnv`): eager ops skip the
-        autograd and version-counter bookkeeping that ``no_grad`` still does, about 10 % of a CartPole
-        collection. The rollout and every buffer stay normal tensors (written in place)."""
+        """Run ``T`` steps and return the filled rollout (the same TensorDict every call; its tensors, allocated
+        once, stay normal tensors: they are written in place under :func:`~embodirl.envs.base.env_mode`)."""
         if self.plan.reset_every_rollout or not self.started:
             self.reset()
         self._t.zero_()

@@ -8,7 +8,7 @@ import torch
 
 from embodirl.collector import leaves
 from embodirl.compiled import Acceleration, capture, compile_step
-from embodirl.envs.base import BatchedEnv
+from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
 from embodirl.info_metrics import InfoMetrics
 from embodirl.policies.base import PolicyProtocol
@@ -92,7 +92,7 @@ class Evaluator:
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
 
-    @torch.inference_mode()  # as the collector's (see Collector.collect): about 15 % of an eager CartPole eval step
+    @env_mode()
     def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
         """Run ``num_episodes`` deterministic episodes spread evenly over the env's copies.
 

@@ -28,7 +28,7 @@ from embodirl.checkpoint import (
 )
 from embodirl.collector import Collector
 from embodirl.runtime.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
-from embodirl.envs.base import BatchedEnv
+from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.errors import CheckpointError, NonFiniteLossError, check, check_choice
 from embodirl.evaluation import Evaluator
 from embodirl.runtime.status import fate_of
@@ -427,7 +427,7 @@ class Trainer:
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
         if state["env"] is not None and self.dist.is_main:  # the checkpoint holds rank 0's env
-            with torch.inference_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
+            with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
                 self.env.load_state_dict(state["env"])
             self.collector.load_state_dict(state["collector"])
         else:

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import torch
 
-from embodirl.envs.base import BatchedEnv
+from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.errors import ConfigError, check, check_choice
 from embodirl.envs.observations import as_tensordict
 from embodirl.policies.base import PolicyProtocol
@@ -106,7 +105,7 @@ def annotate(frames: np.ndarray, steps: np.ndarray, returns: np.ndarray, success
     return out
 
 
-@torch.inference_mode()  # as evaluation: the eval env's step always runs in inference mode
+@env_mode()
 def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size: int, seed: int) -> np.ndarray:
     """Run one deterministic episode from a seeded reset and return the tiled frames ``[T+1, H, W, 3]``.
 

