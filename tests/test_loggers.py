@@ -56,6 +56,21 @@ def test_jsonl_write_errors_name_the_file(tmp_path):
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
 
 
+def test_tensorboard_gets_every_finite_metric_of_a_record_at_its_env_steps(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = TensorBoardLogger(tmp_path)
+    tb.log({"iteration": 1, "env_steps": 100, "sps": 5e4, "loss/policy": 0.25, "eval/return_mean": None,
+            "diag/approx_kl": float("nan"), "episode/count": 3, "diag/flag": True, "note/text": "x"})
+    tb.log({"iteration": 2, "env_steps": 200, "sps": 6e4, "loss/policy": -1.5, "eval/return_mean": 475.0})
+    tb.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    assert scalars == {"loss/policy": [(100, 0.25), (200, -1.5)], "perf/sps": [(100, 5e4), (200, 6e4)],
+                       "episode/count": [(100, 3.0)], "diag/flag": [(100, 1.0)], "eval/return_mean": [(200, 475.0)]}
+
+
 def test_wandb_mode_follows_the_environment_unless_set(monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert LoggerSettings(wandb={"enabled": True}).wandb.resolved_mode() == "offline"
