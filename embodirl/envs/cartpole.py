@@ -109,8 +109,10 @@ class CartPole(BatchedEnv):
         self._libm_trig = self.device.type == "cpu"
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
-        # Eager memo of the next starts; the depth keeps a refill's int64 working set cache-resident for large N.
-        self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(16, (1 << 14) // n)),
+        # Eager memo of the next starts. A refill is ~25 small ops whatever N, so small N memoises 64 episodes
+        # (a step 96 -> 91 us at 20 envs, 131 -> 118 us at 256); the depth keeps a refill's int64 working set
+        # cache-resident for large N.
+        self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(64, (1 << 14) // n)),
                                   min_length=1)
         mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
                     self._force_right, self._force_left, self._zeros)

@@ -135,7 +135,7 @@ def test_reset_states_follow_the_documented_hash_streams():
     for r, g in enumerate([1, 3, 2]):
         expected = hash_uniform(21, ids // g, torch.full((6,), 2**31 + r), 4, -0.05, 0.05).float()
         assert torch.equal(env.reset(seed=21 if r == 0 else None, group_size=g), expected)
-    for k in range(1, 41):  # several refills of the reset cache (depth 16)
+    for k in range(1, 3 * env._starts.period + 2):  # several refills of the reset cache
         step = env.step(torch.zeros(6, dtype=torch.int64))
         assert step.truncated.all()
         expected = hash_uniform(21, ids, torch.full((6,), 2 + k), 4, -0.05, 0.05).float()  # 2 resets with seed None
