@@ -32,17 +32,33 @@ class InfoMetrics:
         self._sums = torch.zeros(len(self.keys) + 1, num_envs, dtype=torch.float64, device=device)
         self._ones = torch.ones(num_envs, dtype=torch.float64, device=device)
 
-    def step(self, info: dict[str, Tensor], ended: Tensor) -> None:
-        """Count the episodes of ``ended`` (``[N]`` bool) with their ``info`` values of this step."""
-        if not self.keys:
-            return
+    def _check(self, info: dict[str, Tensor]) -> None:
         missing = [key for key in self.keys if key not in info]
         if missing:
             raise KeyError(f"the env declares info_metrics {list(self.keys)} but its step() info lacks {missing} "
                            f"(it has {sorted(info)}): return every declared key on every step")
+
+    def step(self, info: dict[str, Tensor], ended: Tensor) -> None:
+        """Count the episodes of ``ended`` (``[N]`` bool) with their ``info`` values of this step."""
+        if not self.keys:
+            return
+        self._check(info)
         # One stack (promoting bool/float32 values to the float64 row of ones) and one fused multiply-add.
         values = torch.stack([info[key].reshape(-1) for key in self.keys] + [self._ones])
         self._sums.addcmul_(values, ended.to(torch.float64))
+
+    def values(self, info: dict[str, Tensor]) -> Tensor:
+        """This step's values of the keys, ``[K, N]`` (for :meth:`add_steps`)."""
+        self._check(info)
+        return torch.stack([info[key].reshape(-1) for key in self.keys])
+
+    def add_steps(self, values: Tensor, ended: Tensor) -> None:
+        """:meth:`step` for a block of steps at once: ``values`` ``[K, S, N]`` (:meth:`values` of each step),
+        ``ended`` ``[S, N]`` bool."""
+        if self.keys:
+            weight = ended.to(torch.float64)
+            self._sums[:-1] += (values * weight).sum(dim=1)
+            self._sums[-1] += weight.sum(dim=0)
 
     def zero(self) -> None:
         self._sums.zero_()

@@ -23,6 +23,18 @@ def test_means_of_the_values_on_episode_ends_by_hand():
     assert metrics.pop("episode/metrics/") == {}  # cleared; no episode ended since
 
 
+def test_a_block_of_steps_counts_as_its_steps_one_by_one():
+    metrics = InfoMetrics(["dist", "reached"], num_envs=3, device=torch.device("cpu"))
+    infos = [{"dist": torch.tensor([0.5, 9.0, 9.0]), "reached": torch.tensor([True, True, False])},
+             {"dist": torch.tensor([9.0, 0.1, 0.3]), "reached": torch.tensor([True, False, True])}]
+    ended = torch.tensor([[True, False, False], [False, True, True]])
+    metrics.add_steps(torch.stack([metrics.values(info) for info in infos], dim=1), ended)
+    out = metrics.pop("eval/metrics/")
+    assert out == pytest.approx({"eval/metrics/dist": (0.5 + 0.1 + 0.3) / 3, "eval/metrics/reached": 2 / 3})
+    with pytest.raises(KeyError, match="lacks.*reached"):
+        metrics.values({"dist": torch.zeros(3)})
+
+
 def test_a_reduce_sums_over_ranks_before_the_mean():
     metrics = InfoMetrics(["dist"], num_envs=1, device=torch.device("cpu"))
     metrics.step({"dist": torch.tensor([1.0])}, torch.tensor([True]))
