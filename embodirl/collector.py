@@ -30,13 +30,14 @@ class Collector:
     """Fills one rollout per :meth:`collect` call, continuing episodes across calls.
 
     One environment step is :meth:`step`: act on the current observation (and the policy's state), step
-    the env, write slot ``t`` of the rollout, account the episode statistics and advance ``t``. It reads
-    and writes only tensors allocated once (the rollout, the current observation and policy state,
-    ``t`` itself, the statistics and the env's own state), takes no arguments and never syncs with the
-    host, so it can be compiled as one graph and replayed as a CUDA graph (``accel``).
+    the env, write slot ``t`` of the rollout (and of the ``success`` flags), account the info metrics and
+    advance ``t``. It reads and writes only tensors allocated once (the rollout, the current observation and
+    policy state, ``t`` itself, the statistics and the env's own state), takes no arguments and never syncs
+    with the host, so it can be compiled as one graph and replayed as a CUDA graph (``accel``).
     A recurrent policy's state is stored in the rollout (``policy_state``) and restarts where an episode
-    ends. After the loop one masked critic pass bootstraps the transitions cut by a time limit
-    (``final_value``; recurrent policies compute it inside the step), at most one host sync per rollout.
+    ends. After the loop the rollout's rewards and flags are folded into the episode statistics at once
+    (:meth:`EpisodeStats.add_steps`), and one masked critic pass bootstraps the transitions cut by a time
+    limit (``final_value``; recurrent policies compute it inside the step), at most one host sync per rollout.
     With ``plan.stop_when_all_done`` the loop checks every few steps whether every env has finished an
     episode and then stops (the rest would be masked out); the rollout's non-tensor entry
     ``num_steps_collected`` says how many steps were simulated.
@@ -67,7 +68,9 @@ class Collector:
         if policy.has_critic and not self.recurrent:  # only a critic bootstraps from the true final observation
             self._final_obs = allocate(spec, (n, plan.num_steps), dev)
             self._final_obs_buf = leaves(self._final_obs, self._keys)
-        self.episode_stats = EpisodeStats(n, dev)
+        self.episode_stats = EpisodeStats(n, dev)  # counted from the rollout's rewards and flags after each collect
+        self._success = torch.zeros(n, plan.num_steps, dtype=torch.bool, device=dev)  # info["success"], if reported
+        self._reports_success = False
         self.info_metrics = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # episode/metrics/*
         self._finished = torch.zeros(n, dtype=torch.bool, device=dev)  # env ended an episode in this rollout
         # The rollout slot the next step writes: a tensor in a compiled or captured step (no recompiles), a Python int
@@ -108,7 +111,10 @@ class Collector:
                 write(buffer, leaf)
         if self.recurrent:
             self._step_state(step, next_state, done)
-        self.episode_stats.step(step.reward, done, step.info.get("success"))
+        success = step.info.get("success")
+        if success is not None:
+            write(self._success, success)
+            self._reports_success = True  # a constant store: compiled steps need no guard on it
         self.info_metrics.step(step.info, done)
         if self.plan.stop_when_all_done:
             self._finished |= done
@@ -154,6 +160,9 @@ class Collector:
                 num_steps = t
                 break
             self._step()
+        b = self._buf
+        self.episode_stats.add_steps(b["reward"][:, :num_steps].t(), b["done"][:, :num_steps].t(),
+                                     self._success[:, :num_steps].t() if self._reports_success else None)
         if num_steps < self.plan.num_steps:
             self._pad(num_steps)
         for buffer, leaf in zip(self._obs_buf, self._obs, strict=True):

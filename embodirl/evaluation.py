@@ -11,52 +11,13 @@ from embodirl.collector import leaves
 from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
+from embodirl.episode_stats import fold_steps
 from embodirl.info_metrics import InfoMetrics
 from embodirl.policies.base import PolicyProtocol
 
-__all__ = ["Evaluator", "evaluate_policy", "fold_steps"]
+__all__ = ["Evaluator", "evaluate_policy"]
 
 _BLOCK = 16  # steps between folds of the episode bookkeeping (and host-side "all episodes done?" checks)
-
-
-def fold_steps(reward: Tensor, done: Tensor, success: Tensor, episode_return: Tensor, episode_length: Tensor,
-               success_once: Tensor, finished: Tensor, target: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-    """The episodes that end in a block of ``S`` consecutive steps of ``N`` envs, from its rewards and flags at once.
-
-    Env ``i`` records its first ``target[i]`` episodes. An episode that began before the block carries in its
-    return, length and whether it had a success so far; ``finished`` counts the episodes each env ended before.
-    Returns are the float64 sums of the rewards (``total - total at the previous end`` within the block).
-
-    Args:
-        reward: ``[S, N]`` float64 rewards.
-        done: ``[S, N]`` bool, the step ended its env's episode.
-        success: ``[S, N]`` bool, the step was a success (all False for an env without a success criterion).
-        episode_return: ``[N]`` float64, return of each env's running episode before the block.
-        episode_length: ``[N]`` float64, its length.
-        success_once: ``[N]`` bool, whether it had a successful step.
-        finished: ``[N]`` int64, episodes each env ended before the block.
-        target: ``[N]`` int64, episodes each env records.
-
-    Returns:
-        ``(sums, record, carry)``: per-env sums over the recorded episodes that end in the block, ``[5, N]``
-        (return, squared return, length, success on the last step, success on any step); ``record``
-        ``[S, N]``, the steps that end a recorded episode; ``carry``, the four per-env inputs after the block.
-    """
-    steps = torch.arange(done.shape[0], device=done.device).unsqueeze(1)
-    last_end = torch.cummax(torch.where(done, steps, -1), dim=0).values
-    start = torch.cat([torch.full_like(last_end[:1], -1), last_end[:-1]])  # the previous end (-1: before the block)
-    fresh = start >= 0  # the step's episode began inside the block
-    total = torch.cumsum(reward, dim=0) + episode_return
-    returns = total - torch.where(fresh, total.gather(0, start.clamp_min(0)), 0.0)
-    lengths = torch.where(fresh, steps - start, episode_length + steps + 1).to(torch.float64)
-    record = done & (finished + torch.cumsum(done, dim=0) - done.long() < target)
-    last_success = torch.cummax(torch.where(success, steps, -1), dim=0).values
-    once = (last_success > start) | (success_once & ~fresh)  # a success since the episode began
-    rows = torch.stack([returns, returns * returns, lengths, success.to(torch.float64), once.to(torch.float64)])
-    sums = (rows * record.to(torch.float64)).sum(dim=1)
-    carry = (returns[-1].masked_fill(done[-1], 0.0), lengths[-1].masked_fill(done[-1], 0.0), once[-1] & ~done[-1],
-             finished + done.sum(dim=0))
-    return sums, record, carry
 
 
 class Evaluator:

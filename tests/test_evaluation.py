@@ -1,5 +1,5 @@
-"""Evaluation: its metrics by hand (and the block fold behind them), the env stepped in inference mode, an env that
-replaces its state tensors evaluated again and again."""
+"""Evaluation: its metrics by hand, the env stepped in inference mode, an env that replaces its state tensors
+evaluated again and again."""
 
 import gymnasium as gym
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from embodirl.envs.base import BatchedEnv, StepResult
-from embodirl.evaluation import Evaluator, fold_steps
+from embodirl.evaluation import Evaluator
 from embodirl.envs.push_cube_arm import PushCubeArm
 from embodirl.policies.actor_critic import ActorCritic
 from embodirl.video import record_episode
@@ -78,24 +78,3 @@ def test_metrics_of_the_first_episodes_of_each_env_by_hand():
         "eval/return_mean": 7.5, "eval/return_std": float(np.std(returns)), "eval/length_mean": 25 / 3,
         "eval/num_episodes": 3.0, "eval/success_rate": 1 / 3, "eval/success_at_end": 1 / 3,
         "eval/success_once": 1.0, "eval/metrics/dist": (2 + 1 + 19) / 3}, rel=1e-12)
-
-
-def test_fold_steps_closes_the_recorded_episodes_of_a_block_by_hand():
-    f, t = False, True
-    reward = torch.tensor([[1.0, 3.0, 0.5]] * 4, dtype=torch.float64)
-    done = torch.tensor([[f, t, t], [t, f, f], [f, f, t], [f, t, f]])
-    success = torch.tensor([[f, f, f], [f, f, f], [f, f, t], [t, f, f]])
-    # Env 0 carries 2.0 over 3 steps in and records 1 episode; env 1 has recorded its 1 already; env 2 carries
-    # 5.0 over 5 steps and a success in, and records 2.
-    sums, record, carry = fold_steps(reward, done, success, torch.tensor([2.0, 0.0, 5.0], dtype=torch.float64),
-                                     torch.tensor([3.0, 0.0, 5.0], dtype=torch.float64), torch.tensor([f, f, t]),
-                                     torch.tensor([0, 1, 0]), torch.tensor([1, 1, 2]))
-    # Env 0: 2 + 1 + 1 = 4 over 5 steps; env 2: 5.5 over 6 steps (success once, carried in), then 1.0 over 2
-    # steps ending on a success.
-    assert torch.equal(sums, torch.tensor([[4.0, 0.0, 6.5], [16.0, 0.0, 5.5**2 + 1.0], [5.0, 0.0, 8.0],
-                                           [0.0, 0.0, 1.0], [0.0, 0.0, 2.0]], dtype=torch.float64))
-    assert torch.equal(record, torch.tensor([[f, f, t], [t, f, f], [f, f, t], [f, f, f]]))
-    returns, lengths, once, finished = carry
-    assert torch.equal(returns, torch.tensor([2.0, 0.0, 0.5], dtype=torch.float64))
-    assert torch.equal(lengths, torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64))
-    assert torch.equal(once, torch.tensor([t, f, f])) and torch.equal(finished, torch.tensor([1, 3, 2]))
