@@ -8,6 +8,7 @@ Examples::
     embodirl-bench --presets ppo_push_cube_arm grpo_push_cube_arm --envs push_cube_arm --env-sizes 1 64 512 2048
 
     embodirl-bench --presets --envs --costs cartpole push_cube --scaling ppo_cartpole   # the GPU tables
+    embodirl-bench --presets --envs --cli-runs 10   # the default embodirl-train, as users run it, 10 times
     embodirl-bench --presets --envs --scaling ppo_cartpole --scaling-sizes 1024 65536 1048576 device=cuda
 
 Progress (one line per measurement, or a bar on a terminal) goes to stderr; the tables to stdout.
@@ -23,6 +24,10 @@ On the same machine in one process it measures:
     threshold (compile time excluded: it happens before training), and end-to-end env steps/s;
   * per preset (``--scaling``): training throughput (collection + update) over num_envs, rollouts of 16
     steps in 4 minibatches, until memory runs out.
+In fresh processes it measures (``--cli-runs N``): ``embodirl-train`` with the default config (TensorBoard on,
+console lines) plus the extra overrides, N times in a row: each run's wall time to solve and end-to-end env
+steps/s from its ``summary.json``, and their min / median / max. On a shared machine, run it in two checkouts
+alternately to compare versions: the load moves absolute figures by tens of percent within minutes.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -199,6 +206,18 @@ def time_to_solve(overrides: list[str], seed: int) -> dict[str, Any]:
             "wall_time_s": summary["wall_time_s"], "eval_return": summary["eval/return_mean"]}
 
 
+def cli_run(overrides: list[str]) -> dict[str, Any]:
+    """One ``embodirl-train`` process with the default config plus ``overrides``; its summary's timing fields."""
+    with tempfile.TemporaryDirectory(prefix="embodirl-bench-") as run_dir:
+        command = [sys.executable, "-m", "embodirl.cli.train", *overrides, f"hydra.run.dir={run_dir}"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"embodirl-train exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    return {"solved_wall_time_s": summary["solved_wall_time_s"], "solved_env_steps": summary["solved_env_steps"],
+            "e2e_sps": summary["sps"], "wall_time_s": summary["wall_time_s"]}
+
+
 def _median(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present and len(present) == len(values) else None
@@ -222,6 +241,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="training throughput of these presets over --scaling-sizes")
     parser.add_argument("--scaling-sizes", nargs="+", type=int, default=None,
                         help="num_envs of --scaling (default 1k-64k on a CPU, 1k-1M on CUDA)")
+    parser.add_argument("--cli-runs", type=int, default=0, metavar="N",
+                        help="run the default embodirl-train (TensorBoard on) N times in fresh processes")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every preset")
     args = parser.parse_args(argv)
 
@@ -233,9 +254,9 @@ def main(argv: list[str] | None = None) -> None:
 
     sizes = args.scaling_sizes or ([1 << k for k in range(10, 21, 2)] if _wants_cuda(args.overrides)
                                    else [1024, 4096, 16384, 65536])
-    env_rows, results, cost_rows, scaling_rows = [], [], [], []
+    env_rows, results, cost_rows, scaling_rows, cli_runs = [], [], [], [], []
     num_tasks = (len(args.envs) * len(args.env_sizes) + len(args.presets) * (1 + len(args.seeds)) + len(args.costs)
-                 + len(args.scaling))
+                 + len(args.scaling) + args.cli_runs)
     with task_progress(num_tasks, "embodirl-bench") as progress:  # on stderr: stdout keeps the tables
         for name in args.envs:
             row = {"env": name}
@@ -272,6 +293,11 @@ def main(argv: list[str] | None = None) -> None:
                             "median_solved_wall_time_s": _median([r["solved_wall_time_s"] for r in runs]),
                             "median_solved_env_steps": _median([r["solved_env_steps"] for r in runs]),
                             "median_e2e_sps": _median([r["e2e_sps"] for r in runs])})
+        for k in range(args.cli_runs):
+            progress.start(f"embodirl-train run {k + 1} of {args.cli_runs}")
+            cli_runs.append(cli_run(args.overrides))
+            progress.finish(f"embodirl-train run {k + 1}: {cli_runs[-1]['wall_time_s']:.2f} s, "
+                            f"{cli_runs[-1]['e2e_sps']:,.0f} env steps/s end to end")
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
                platform.machine(), "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"machine: {machine}")
@@ -285,9 +311,12 @@ def main(argv: list[str] | None = None) -> None:
     _print_scaling(scaling_rows)
     if results:
         _print_presets(results)
+    if cli_runs:
+        _print_cli_runs(cli_runs)
     if args.out:
         args.out.write_text(json.dumps({"machine": machine, "env_speed": env_rows, "step_costs": cost_rows,
-                                        "scaling": scaling_rows, "results": results}, indent=2) + "\n")
+                                        "scaling": scaling_rows, "results": results, "cli_runs": cli_runs},
+                                       indent=2) + "\n")
 
 
 def _wants_cuda(overrides: list[str]) -> bool:
@@ -323,6 +352,18 @@ def _print_scaling(blocks: list[dict[str, Any]]) -> None:
                 print(f"| {r['num_envs']:,} | {r['collect_sps']:,.0f} | {r['update_sps']:,.0f} | "
                       f"{r['collect_update_sps']:,.0f} | {r['compile_s']:.1f} |")
         print()
+
+
+def _print_cli_runs(runs: list[dict[str, Any]]) -> None:
+    walls, solved = [r["wall_time_s"] for r in runs], _median([r["solved_wall_time_s"] for r in runs])
+    steps = ", ".join("not solved" if r["solved_env_steps"] is None else f"{r['solved_env_steps']:,}" for r in runs)
+    print("| embodirl-train (default, TensorBoard on) | wall time s, min / median / max | e2e env steps/s, median | "
+          "solved in s, median | solved at steps |")
+    print("|---|---:|---:|---:|---|")
+    print(f"| {len(runs)} runs, fresh processes | {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | "
+          f"{statistics.median(r['e2e_sps'] for r in runs):,.0f} | {'-' if solved is None else f'{solved:.2f}'} | "
+          f"{steps} |")
+    print()
 
 
 def _print_presets(results: list[dict[str, Any]]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from embodirl.cli.bench import main
 from tests.conftest import TINY
 
@@ -36,3 +38,21 @@ def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, 
     (preset,) = result["results"]
     assert preset["runs"] == [] and preset["median_e2e_sps"] is None and preset["collect_sps"] > 0
     assert "| cartpole | cpu | 16 |" in out and "| ppo_cartpole: num_envs |" in out and "| ppo_cartpole | " in out
+
+
+def test_bench_runs_embodirl_train_itself_in_fresh_processes(tmp_path, capsys):
+    import json
+
+    out_file = tmp_path / "bench.json"
+    main(["--presets", "--envs", "--cli-runs", "2", "--out", str(out_file), "--", *TINY])
+    out, err = capsys.readouterr()
+    runs = json.loads(out_file.read_text())["cli_runs"]
+    assert len(runs) == 2 and all(r["wall_time_s"] > 0 and r["e2e_sps"] > 0 for r in runs)
+    assert all(r["solved_env_steps"] is None for r in runs)  # 256 env steps cannot solve CartPole
+    assert "embodirl-bench [2/2] embodirl-train run 2: " in err
+    assert "| 2 runs, fresh processes | " in out and "| not solved, not solved |" in out
+
+
+def test_a_failing_embodirl_train_run_names_its_error(capsys):
+    with pytest.raises(RuntimeError, match="embodirl-train exited with 2.*algo.num_steps"):
+        main(["--presets", "--envs", "--cli-runs", "1", "--", *TINY, "algo.num_steps=-1"])
