@@ -15,7 +15,7 @@ from embodirl.info_metrics import InfoMetrics
 from embodirl.policies.base import PolicyProtocol
 from embodirl.rollout import allocate_rollout
 
-__all__ = ["Collector"]
+__all__ = ["Collector", "StepSlot", "leaves"]
 
 _CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
 _FLAT = ("action", "sample_log_prob", "value", "reward", "terminated", "truncated", "done")
@@ -24,6 +24,41 @@ _FLAT = ("action", "sample_log_prob", "value", "reward", "terminated", "truncate
 def leaves(obs: Tensor | TensorDict, keys: list) -> list[Tensor]:
     """The tensors of an observation in ``keys`` order (a Box env's tensor is its only leaf)."""
     return [obs] if isinstance(obs, Tensor) else [obs.get(key) for key in keys]
+
+
+class StepSlot:
+    """The slot a step writes along a time dimension of buffers allocated once, advanced after every step.
+
+    Eager it is a Python int (a slice write is one op less than an indexed one, and advancing it costs none); in
+    a compiled or captured step it is a one-element device tensor, updated in place, so the step never recompiles
+    and its CUDA graph reads the current slot.
+
+    Args:
+        eager: Whether the steps run eagerly (neither compiled nor captured).
+        device: Device of the tensor slot.
+    """
+
+    def __init__(self, eager: bool, device: torch.device) -> None:
+        self.eager = eager
+        self.index = 0
+        self.tensor = torch.zeros(1, dtype=torch.int64, device=device)
+
+    def write(self, buffer: Tensor, data: Tensor, dim: int) -> None:
+        """Write ``data`` into the current slot of ``buffer`` along ``dim`` (``data`` lacks that dimension)."""
+        if self.eager:
+            buffer.select(dim, self.index).copy_(data)
+        else:
+            buffer.index_copy_(dim, self.tensor, data.unsqueeze(dim))
+
+    def advance(self) -> None:
+        if self.eager:
+            self.index += 1
+        else:
+            self.tensor.add_(1)
+
+    def reset(self) -> None:
+        self.index = 0
+        self.tensor.zero_()
 
 
 class Collector:
@@ -73,11 +108,7 @@ class Collector:
         self._reports_success = False
         self.info_metrics = InfoMetrics(getattr(env, "info_metrics", ()), n, dev)  # episode/metrics/*
         self._finished = torch.zeros(n, dtype=torch.bool, device=dev)  # env ended an episode in this rollout
-        # The rollout slot the next step writes: a tensor in a compiled or captured step (no recompiles), a Python int
-        # when eager (a slice write is one op less than an indexed one, and advancing it costs none).
-        self._t = torch.zeros(1, dtype=torch.int64, device=dev)
-        self._slot = 0
-        self._eager = not accel.enabled
+        self._slot = StepSlot(not accel.enabled, dev)  # the rollout slot the next step writes
         self.started = False
         self._step = compile_step(self.step, accel.compile)
 
@@ -120,17 +151,11 @@ class Collector:
             self._finished |= done
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
-        if self._eager:
-            self._slot += 1
-        else:
-            self._t.add_(1)
+        self._slot.advance()
 
     def _write(self, buffer: Tensor, leaf: Tensor) -> None:
         """Write ``leaf`` ``[N, ...]`` into slot ``t`` of ``buffer`` ``[N, T(+1), ...]``."""
-        if self._eager:
-            buffer.select(1, self._slot).copy_(leaf)
-        else:
-            buffer.index_copy_(1, self._t, leaf.unsqueeze(1))
+        self._slot.write(buffer, leaf, 1)
 
     def _step_state(self, step, next_state: TensorDict, done: Tensor) -> None:
         """Store the state acted with, bootstrap truncations in-step, restart the state where episodes end."""
@@ -149,8 +174,7 @@ class Collector:
         once, stay normal tensors: they are written in place under :func:`~embodirl.envs.base.env_mode`)."""
         if self.plan.reset_every_rollout or not self.started:
             self.reset()
-        self._t.zero_()
-        self._slot = 0
+        self._slot.reset()
         self._finished.zero_()
         if not self.recurrent:
             self._buf["final_value"].zero_()

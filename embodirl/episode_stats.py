@@ -73,7 +73,8 @@ class EpisodeStats:
         # Per-env sums over finished episodes: count, return, length, successes. Reduced only in pop().
         self._sums = torch.zeros(4, num_envs, dtype=torch.float64, device=self.device)
         self._reports_success = False
-        # fold_steps' inputs that are constant here: no episode counted yet, and every episode is counted.
+        # fold_steps' inputs that are constant here: no success so far, no episode counted yet, every one counted.
+        self._no_success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._none = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._every = torch.full_like(self._none, torch.iinfo(torch.int64).max)
 
@@ -84,7 +85,7 @@ class EpisodeStats:
         flags = torch.zeros_like(done) if success is None else success
         sums, record, (ret, length, _, _) = fold_steps(
             reward.to(torch.float64), done, flags, self.running_return, self.running_length.to(torch.float64),
-            self._none.bool(), self._none, self._every)
+            self._no_success, self._none, self._every)
         self._sums[0] += record.sum(dim=0)
         self._sums[1:3] += sums[[0, 2]]
         if success is not None:

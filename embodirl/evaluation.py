@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
 
-from embodirl.collector import leaves
+from embodirl.collector import StepSlot, leaves
 from embodirl.compiled import Acceleration, capture, compile_step
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
@@ -58,10 +57,7 @@ class Evaluator:
         self._sums = torch.zeros(5, n, dtype=torch.float64, device=dev)
         self._reports_success = torch.zeros((), dtype=torch.bool, device=dev)
         self.recurrent = not self.state.is_empty()
-        # The block row the next step writes: a tensor in a compiled or captured step, a Python int when eager.
-        self._t = torch.zeros(1, dtype=torch.int64, device=dev)
-        self._row = 0
-        self._eager = not accel.enabled
+        self._row = StepSlot(not accel.enabled, dev)  # the block row the next step writes
         self.accel = accel
         self._step = compile_step(self.step, accel.compile)
 
@@ -69,37 +65,28 @@ class Evaluator:
         """Record :meth:`step` as a CUDA graph at its next calls (after the compile warm-up, before training)."""
         self._step = capture(self._step, self.accel.cuda_graphs, self.env.device)
 
-    def _write(self, buffer: Tensor, data: Tensor) -> None:
-        """Write ``data`` into this step's row of the block ``buffer`` (dimension ``-2``)."""
-        if self._eager:
-            buffer.select(-2, self._row).copy_(data)
-        else:
-            buffer.index_copy_(-2, self._t, data.unsqueeze(-2))
-
     def step(self) -> None:
         """One deterministic step of every env, its rewards and flags stored in the block; the compiled/captured
         unit."""
         action, next_state = self.policy.mode(self.obs, self.state)
         step = self.env.step(action)
         done = step.terminated | step.truncated
-        self._write(self._reward, step.reward)
-        self._write(self._done, done)
+        row = self._row
+        row.write(self._reward, step.reward, 0)
+        row.write(self._done, done, 0)
         success = step.info.get("success")
         if success is not None:
             self._reports_success.fill_(True)
-            self._write(self._success, success)
+            row.write(self._success, success, 0)
         if self._info.keys:
-            self._write(self._values, self._info.values(step.info))
+            row.write(self._values, self._info.values(step.info), 1)
         if self.recurrent:
             keep = ~done
             self.state.apply_(lambda buffer, leaf: buffer.copy_(leaf * keep.view(-1, *[1] * (leaf.dim() - 1))),
                               next_state)
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
-        if self._eager:
-            self._row += 1
-        else:
-            self._t.add_(1)
+        row.advance()
 
     def _fold(self) -> None:
         """Fold the block's steps into the episode statistics and start a new block."""
@@ -108,8 +95,7 @@ class Evaluator:
         self._info.add_steps(self._values, record)
         for buffer, value in zip(self._carry, carry, strict=True):
             buffer.copy_(value)
-        self._row = 0
-        self._t.zero_()
+        self._row.reset()
 
     @env_mode()
     def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
@@ -131,8 +117,7 @@ class Evaluator:
         for buffer, leaf in zip(self._obs, leaves(self.env.reset(seed=seed), self._keys), strict=True):
             buffer.copy_(leaf)
         self.state.zero_()
-        self._row = 0
-        self._t.zero_()
+        self._row.reset()
         max_steps = self.env.max_episode_steps * math.ceil(num_episodes / n) + 1  # every recorded episode has ended
         for _ in range(math.ceil(max_steps / _BLOCK)):
             for _ in range(_BLOCK):

@@ -3,7 +3,7 @@
 import torch
 
 from embodirl.algos.base import CollectPlan
-from embodirl.collector import Collector
+from embodirl.collector import Collector, StepSlot
 from embodirl.envs.cartpole import CartPole
 from embodirl.policies.actor_critic import ActorCritic
 
@@ -55,3 +55,16 @@ def test_an_env_step_that_needs_autograd_opens_it_as_the_contract_says():
     policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
     rollout = Collector(env, policy, CollectPlan(num_steps=3)).collect()
     assert rollout["reward"][:, :3].eq(1.0).all()
+
+
+def test_a_step_slot_writes_the_same_rows_eager_and_as_a_tensor():
+    buffers = {eager: torch.zeros(2, 3, 4) for eager in (True, False)}
+    for eager, buffer in buffers.items():
+        slot = StepSlot(eager, torch.device("cpu"))
+        for k in range(3):  # along dim 1 of [2, 3, 4]: rows [2, 4]
+            slot.write(buffer, torch.full((2, 4), float(k + 1)), 1)
+            slot.advance()
+        slot.reset()
+        slot.write(buffer, torch.full((2, 4), 9.0), 1)  # back at slot 0
+    expected = torch.tensor([9.0, 2.0, 3.0]).view(1, 3, 1).expand(2, 3, 4)
+    assert torch.equal(buffers[True], expected) and torch.equal(buffers[False], expected)

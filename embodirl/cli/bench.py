@@ -122,8 +122,7 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     action = collector.policy.act(collector.obs, collector.state)[0]
 
     def collection_step() -> None:
-        collector._t.zero_()  # stay inside the rollout however often it is called
-        collector._slot = 0
+        collector._slot.reset()  # stay inside the rollout however often it is called
         collector.step()
 
     calls = {"env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),
@@ -201,9 +200,13 @@ def time_to_solve(overrides: list[str], seed: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="embodirl-bench-") as run_dir:
         summary = run_training(_compose([*overrides, f"seed={seed}", *QUIET]), run_dir)
-    return {"seed": seed, "solved_wall_time_s": summary["solved_wall_time_s"],
-            "solved_env_steps": summary["solved_env_steps"], "e2e_sps": summary["sps"],
-            "wall_time_s": summary["wall_time_s"], "eval_return": summary["eval/return_mean"]}
+    return {"seed": seed, **_timings(summary), "eval_return": summary["eval/return_mean"]}
+
+
+def _timings(summary: dict[str, Any]) -> dict[str, Any]:
+    """A run summary's timing fields."""
+    return {"solved_wall_time_s": summary["solved_wall_time_s"], "solved_env_steps": summary["solved_env_steps"],
+            "e2e_sps": summary["sps"], "wall_time_s": summary["wall_time_s"]}
 
 
 def cli_run(overrides: list[str]) -> dict[str, Any]:
@@ -213,9 +216,7 @@ def cli_run(overrides: list[str]) -> dict[str, Any]:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"embodirl-train exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    return {"solved_wall_time_s": summary["solved_wall_time_s"], "solved_env_steps": summary["solved_env_steps"],
-            "e2e_sps": summary["sps"], "wall_time_s": summary["wall_time_s"]}
+        return _timings(json.loads((Path(run_dir) / "summary.json").read_text()))
 
 
 def _median(values: list[float | None]) -> float | None:
