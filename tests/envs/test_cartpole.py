@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from embodirl.envs.cartpole import CartPole
+from embodirl.envs import cartpole
+from embodirl.envs.cartpole import CartPole, euler_step
 from embodirl.envs.rng import hash_uniform
 from embodirl.errors import ConfigError
 
@@ -91,6 +92,54 @@ def test_terminating_on_the_last_allowed_step_is_not_a_truncation():
         step = env.step(torch.ones(1, dtype=torch.int64))
         assert np.array_equal(step.final_obs[0].numpy(), results[t][0])
     assert step.terminated.tolist() == [True] and step.truncated.tolist() == [False]
+
+
+@pytest.mark.parametrize("xp", [torch, np], ids=["torch", "numpy"])
+def test_euler_step_by_hand(xp):
+    """Upright and at rest, pushed right with 10 N: temp = 10 / 1.1 = 100/11, the denominator is
+    0.5 (4/3 - 0.1/1.1) = 41/66, so thetaacc = -(100/11) / (41/66) = -600/41 and
+    xacc = 100/11 + 0.05 (600/41) / 1.1 = 400/41; the velocities gain 0.02 x that. A pole leaning by
+    0.1 rad at rest, pushed left: the same formulas with cos/sin of 0.1 (computed here in Python floats)."""
+    state = xp.asarray([[0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.1, 0.0]], dtype=xp.float64)
+    force = xp.asarray([10.0, -10.0], dtype=xp.float64)
+    theta = 0.1
+    temp = -10.0 / 1.1
+    thetaacc = (9.8 * math.sin(theta) - math.cos(theta) * temp) / (0.5 * (4 / 3 - 0.1 * math.cos(theta) ** 2 / 1.1))
+    xacc = temp - 0.05 * thetaacc * math.cos(theta) / 1.1
+    cos, sin = xp.asarray([1.0, math.cos(theta)], dtype=xp.float64), xp.asarray([0.0, math.sin(theta)], dtype=xp.float64)
+    new = euler_step(state, force, cos, sin, xp.stack)
+    expected = [[0.0, 0.02 * 400 / 41, 0.0, -0.02 * 600 / 41], [0.5, 0.02 * xacc, 0.1, 0.02 * thetaacc]]
+    np.testing.assert_allclose(np.asarray(new), expected, rtol=1e-12, atol=1e-15)
+    assert thetaacc > 0 and xacc < 0, "the leaning pole falls further; the left push accelerates the cart left"
+
+
+@pytest.mark.parametrize(("physics_dtype", "hide_velocities"), [("float64", False), ("float32", False),
+                                                                ("float64", True)])
+def test_the_numpy_and_torch_steps_agree_bit_for_bit(monkeypatch, physics_dtype, hide_velocities):
+    """Eager CPU steps of up to HOST_MAX_ENVS envs run in numpy, larger ones in torch ops (as compiled and GPU
+    steps do): the same numbers, through terminations, time limits, auto-resets and a snapshot round trip."""
+    kwargs = {"num_envs": 64, "max_episode_steps": 60, "physics_dtype": physics_dtype,
+              "hide_velocities": hide_velocities, "seed": 4}
+    on_host = CartPole(**kwargs)
+    monkeypatch.setattr(cartpole, "HOST_MAX_ENVS", 0)
+    in_torch = CartPole(**kwargs)
+    assert on_host._host is not None and in_torch._host is None
+    torch.testing.assert_close(on_host.reset(seed=4), in_torch.reset(seed=4), rtol=0, atol=0)
+    ends = {"terminated": 0, "truncated": 0}
+    rng = np.random.default_rng(1)
+    for t in range(400):
+        states = on_host.state_dict()["state"]
+        actions = np.where(rng.random(64) < 0.5, controller(states), rng.integers(0, 2, size=64))
+        a, b = on_host.step(torch.from_numpy(actions)), in_torch.step(torch.from_numpy(actions))
+        for name, x, y in zip(("obs", "reward", "terminated", "truncated", "final_obs"), a[:5], b[:5], strict=True):
+            assert x.dtype == y.dtype and torch.equal(x, y), f"{name} differs at step {t}"
+        ends["terminated"] += int(a.terminated.sum())
+        ends["truncated"] += int(a.truncated.sum())
+        if t == 200:
+            in_torch.load_state_dict(on_host.state_dict())
+    assert ends["terminated"] >= 50 and ends["truncated"] >= 5, ends
+    for key, value in on_host.state_dict().items():
+        assert torch.equal(value, in_torch.state_dict()[key]), key
 
 
 def test_float32_physics_tracks_float64_for_short_horizons():
