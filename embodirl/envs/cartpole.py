@@ -211,7 +211,7 @@ class CartPole(BatchedEnv):
         """:meth:`step` in numpy on views of the state buffers (eager on the CPU): the same operations, with cos/sin
         from the C library's complex exponential (numpy's ``exp`` of a complex array is ``cexp``)."""
         state0, steps, limits, force_right, force_left = self._host
-        force = np.where(action.numpy(force=True).reshape(self.num_envs) == 1, force_right, force_left)
+        force = np.where((action == 1).numpy(force=True).reshape(self.num_envs), force_right, force_left)
         trig = np.exp(1j * state0[:, 2])
         state = euler_step(state0, force, trig.real, trig.imag, np.stack)
         terminated = (np.abs(state) > limits).any(axis=1)

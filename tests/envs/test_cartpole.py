@@ -267,7 +267,8 @@ def test_returned_tensors_are_never_changed_by_later_steps(physics_dtype):
 
 def test_action_formats_agree():
     actions = random_actions(8, 40, seed=6)
-    formats = [lambda a: a, lambda a: a.float().unsqueeze(1), lambda a: a.bool()]
+    formats = [lambda a: a, lambda a: a.float().unsqueeze(1), lambda a: a.bool(), lambda a: a.to(torch.bfloat16),
+               lambda a: a.float().requires_grad_()]
     runs = []
     for fmt in formats:
         env = CartPole(num_envs=8, seed=1)
