@@ -16,8 +16,8 @@ On the same machine in one process it measures:
   * per env (``--envs``): raw env steps/s with random actions at several sizes;
   * per env and policy (``--costs``): the work one step launches, eager and compiled: dispatched aten ops
     (CPU) or CUDA kernels (GPU) of ``env.step``, ``policy.act`` and the whole collection step, the kernels
-    of their compiled versions and the compile time (a cold inductor cache unless ``$TORCHINDUCTOR_CACHE_DIR``
-    holds them);
+    of their compiled versions, the time of one call eager and compiled, and the compile time (a cold inductor
+    cache unless ``$TORCHINDUCTOR_CACHE_DIR`` holds them);
   * per preset (``--presets``): collection and update env steps/s (mean over timed iterations after the
     compile warm-up; the compile time is reported apart) and, per seed, a full ``embodirl-train`` run (no
     TensorBoard, no console): wall time and env steps until deterministic evaluation first reached the solved
@@ -107,7 +107,9 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
 
     Eager: dispatched aten ops that run a kernel (CPU), or CUDA kernels launched (GPU). Compiled: the work
     items ``torch.profiler`` sees one call of the inductor-compiled function launch (generated kernels plus
-    library calls such as matrix products), and the seconds its first call took (compilation included).
+    library calls such as matrix products), and the seconds its first call took (compilation included). Both:
+    the median wall time of one call in microseconds (``*_us``; work outside torch, such as CartPole's numpy
+    arithmetic on the CPU, shows only there).
     """
     import torch
     import torch._dynamo
@@ -133,6 +135,7 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
         for name, (fn, args) in calls.items():
             fn(*args)  # warm: lazy initialisations are not per-step work
             row[f"{name}_eager"] = count_kernels(fn, *args) if cuda else count_ops(fn, *args).compute
+            row[f"{name}_eager_us"] = _call_us(fn, args, cuda)
             torch._dynamo.reset()
             with inductor_kernel_events():
                 compiled = torch.compile(fn, fullgraph=True, dynamic=False)
@@ -142,8 +145,23 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
                     torch.cuda.synchronize()
                 row[f"{name}_compile_s"] = time.perf_counter() - start
                 row[f"{name}_compiled"] = count_kernels(compiled, *args)
+                row[f"{name}_compiled_us"] = _call_us(compiled, args, cuda)
     torch._dynamo.reset()
     return row
+
+
+def _call_us(fn: Any, args: tuple, cuda: bool, calls: int = 25) -> float:
+    """Median wall time of one call of ``fn(*args)`` in microseconds (the GPU's work included on CUDA)."""
+    import torch
+
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn(*args)
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(times)
 
 
 SCALING = ["algo.num_steps=16"]  # with algo.batch_size = num_envs * 4: four minibatches per epoch
@@ -331,14 +349,16 @@ def _print_costs(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     print("| env (actor-critic policy) | device | num_envs | env.step eager / compiled | policy.act eager / compiled "
-          "| collection step eager / compiled | compile s (env / act / collection step) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "| collection step eager / compiled | us per call eager / compiled (env / act / collection step) "
+          "| compile s (env / act / collection step) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         cells = [f"{r[f'{k}_eager']:.0f} / {r[f'{k}_compiled']:.0f}" for k in ("env", "act", "collect")]
+        times = ", ".join(f"{r[f'{k}_eager_us']:.0f} / {r[f'{k}_compiled_us']:.0f}" for k in ("env", "act", "collect"))
         compile_s = " / ".join(f"{r[f'{k}_compile_s']:.1f}" for k in ("env", "act", "collect"))
-        print(f"| {r['env']} | {r['device']} | {r['num_envs']:,} | " + " | ".join(cells) + f" | {compile_s} |")
+        print(f"| {r['env']} | {r['device']} | {r['num_envs']:,} | " + " | ".join(cells) + f" | {times} | {compile_s} |")
     print("(eager: aten ops dispatched on a CPU, CUDA kernels on a GPU; compiled: kernels and library calls "
-          "one call launches)\n")
+          "one call launches; CartPole's eager CPU step does its arithmetic in numpy, which only its time shows)\n")
 
 
 def _print_scaling(blocks: list[dict[str, Any]]) -> None:

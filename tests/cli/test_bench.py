@@ -29,9 +29,13 @@ def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, 
     result = json.loads(out_file.read_text())
     (costs,) = result["step_costs"]
     assert costs["env"] == "cartpole" and costs["device"] == "cpu" and costs["num_envs"] == 16
-    # CartPole's eager step dispatches tens of aten ops; compiled, the same step is a handful of kernels.
-    assert costs["env_eager"] > 20 and 1 <= costs["env_compiled"] < costs["env_eager"]
-    assert costs["collect_eager"] > costs["env_eager"] + costs["act_eager"] / 2
+    # The policy's eager act dispatches tens of aten ops, compiled a handful of kernels. CartPole's eager CPU
+    # step does its arithmetic in numpy: a few aten ops, but its time is measured all the same.
+    assert costs["act_eager"] > 10 and 1 <= costs["act_compiled"] < costs["act_eager"]
+    assert 1 <= costs["env_eager"] < 10 and costs["env_compiled"] >= 1
+    assert costs["collect_eager"] > costs["env_eager"] + costs["act_eager"]
+    assert all(costs[f"{k}_{mode}_us"] > 0 for k in ("env", "act", "collect") for mode in ("eager", "compiled"))
+    assert costs["collect_eager_us"] > costs["env_eager_us"]
     assert all(costs[f"{k}_compile_s"] > 0 for k in ("env", "act", "collect"))
     rows = result["scaling"][0]["rows"]
     assert [r["num_envs"] for r in rows] == [8, 16] and all(r["collect_update_sps"] > 0 for r in rows)
