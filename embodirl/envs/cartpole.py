@@ -65,7 +65,6 @@ _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed"}
 HOST_MAX_ENVS = 8192
 
 
-
 def euler_step(state: Any, force: Any, costheta: Any, sintheta: Any, stack: Callable) -> Any:
     """One Euler step of 0.02 s of ``[N, 4]`` states (x, x_dot, theta, theta_dot) under ``force`` ``[N]``: the
     operations of gymnasium's ``CartPoleEnv.step`` in its order (bit-identical in float64), on torch tensors
