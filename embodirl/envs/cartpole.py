@@ -44,7 +44,7 @@ from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
 from embodirl.errors import CheckpointError, check, check_choice, is_int
 
-__all__ = ["CartPole", "euler_step"]
+__all__ = ["CartPole", "episode_ends", "euler_step"]
 
 # gymnasium CartPoleEnv constants, computed with the same Python arithmetic (same float64 values).
 GRAVITY = 9.8
@@ -74,6 +74,15 @@ def euler_step(state: Any, force: Any, costheta: Any, sintheta: Any, stack: Call
     thetaacc = (GRAVITY * sintheta - costheta * temp) / (LENGTH * (4.0 / 3.0 - MASSPOLE * costheta**2 / TOTAL_MASS))
     xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
     return state + stack((x_dot, xacc, theta_dot, thetaacc), 1) * TAU
+
+
+def episode_ends(state: Any, steps: Any, limits: Any, max_episode_steps: int) -> tuple[Any, Any, Any]:
+    """``(terminated, truncated, done)`` ``[N]`` after a step to ``state`` ``[N, 4]``, the ``steps`` into each
+    episode counted: terminated beyond a ``limits`` ``[4]`` bound, truncated at the time limit unless terminated;
+    on torch tensors or numpy arrays alike."""
+    terminated = (abs(state) > limits).any(1)
+    time_up = steps >= max_episode_steps
+    return terminated, time_up & ~terminated, terminated | time_up
 
 
 class CartPole(BatchedEnv):
@@ -184,11 +193,8 @@ class CartPole(BatchedEnv):
             return self._step_on_host(action)
         force = torch.where(action.view(self.num_envs) == 1, self._force_right, self._force_left)
         state = euler_step(self._state, force, *self._cos_sin(self._state[:, 2]), torch.stack)
-        terminated = (state.abs() > self._limits).any(dim=1)
         self._steps += 1
-        time_up = self._steps >= self.max_episode_steps
-        truncated = time_up & ~terminated
-        done = terminated | time_up
+        terminated, truncated, done = episode_ends(state, self._steps, self._limits, self.max_episode_steps)
         final_obs = self._observe(state)
 
         (init,) = self._starts.next(done)
@@ -213,11 +219,8 @@ class CartPole(BatchedEnv):
         force = np.where((action == 1).numpy(force=True).reshape(self.num_envs), force_right, force_left)
         trig = np.exp(1j * state0[:, 2])
         state = euler_step(state0, force, trig.real, trig.imag, np.stack)
-        terminated = (np.abs(state) > limits).any(axis=1)
         steps += 1
-        time_up = steps >= self.max_episode_steps
-        truncated = time_up & ~terminated
-        done = terminated | time_up
+        terminated, truncated, done = episode_ends(state, steps, limits, self.max_episode_steps)
         final_obs = torch.from_numpy(state[:, self._observed].astype(np.float32))
 
         (init,) = self._starts.next(torch.from_numpy(done))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from embodirl.envs import cartpole
-from embodirl.envs.cartpole import CartPole, euler_step
+from embodirl.envs.cartpole import CartPole, episode_ends, euler_step
 from embodirl.envs.rng import hash_uniform
 from embodirl.errors import ConfigError
 
@@ -111,6 +111,21 @@ def test_euler_step_by_hand(xp):
     expected = [[0.0, 0.02 * 400 / 41, 0.0, -0.02 * 600 / 41], [0.5, 0.02 * xacc, 0.1, 0.02 * thetaacc]]
     np.testing.assert_allclose(np.asarray(new), expected, rtol=1e-12, atol=1e-15)
     assert thetaacc > 0 and xacc < 0, "the leaning pole falls further; the left push accelerates the cart left"
+
+
+@pytest.mark.parametrize("xp", [torch, np], ids=["torch", "numpy"])
+def test_episode_ends_by_hand(xp):
+    """Inside the bounds; cart beyond 2.4 m; pole beyond 12 degrees (negative side); inside at the time limit;
+    beyond a bound at the time limit (terminated, not truncated). Velocities are unbounded."""
+    limit = 12 * 2 * math.pi / 360
+    state = xp.asarray([[2.3, 50.0, 0.1, -50.0], [2.41, 0.0, 0.0, 0.0], [0.0, 0.0, -limit - 1e-9, 0.0],
+                        [0.0, 0.0, 0.0, 0.0], [-2.5, 0.0, 0.0, 0.0]], dtype=xp.float64)
+    steps = xp.asarray([3, 3, 3, 500, 500])
+    limits = xp.asarray([2.4, math.inf, limit, math.inf], dtype=xp.float64)
+    terminated, truncated, done = (np.asarray(x).tolist() for x in episode_ends(state, steps, limits, 500))
+    assert terminated == [False, True, True, False, True]
+    assert truncated == [False, False, False, True, False]
+    assert done == [False, True, True, True, True]
 
 
 @pytest.mark.parametrize(("physics_dtype", "hide_velocities"), [("float64", False), ("float32", False),
