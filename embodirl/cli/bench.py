@@ -108,8 +108,8 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     Eager: dispatched aten ops that run a kernel (CPU), or CUDA kernels launched (GPU). Compiled: the work
     items ``torch.profiler`` sees one call of the inductor-compiled function launch (generated kernels plus
     library calls such as matrix products), and the seconds its first call took (compilation included). Both:
-    the median wall time of one call in microseconds (``*_us``; work outside torch, such as CartPole's numpy
-    arithmetic on the CPU, shows only there).
+    the median time of one call in microseconds (``*_us``, :func:`_call_us`; work outside torch, such as
+    CartPole's numpy arithmetic on the CPU, shows only there).
     """
     import torch
     import torch._dynamo
@@ -135,7 +135,7 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
         for name, (fn, args) in calls.items():
             fn(*args)  # warm: lazy initialisations are not per-step work
             row[f"{name}_eager"] = count_kernels(fn, *args) if cuda else count_ops(fn, *args).compute
-            row[f"{name}_eager_us"] = _call_us(fn, args, cuda)
+            row[f"{name}_eager_us"] = _call_us(fn, args)
             torch._dynamo.reset()
             with inductor_kernel_events():
                 compiled = torch.compile(fn, fullgraph=True, dynamic=False)
@@ -145,23 +145,19 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
                     torch.cuda.synchronize()
                 row[f"{name}_compile_s"] = time.perf_counter() - start
                 row[f"{name}_compiled"] = count_kernels(compiled, *args)
-                row[f"{name}_compiled_us"] = _call_us(compiled, args, cuda)
+                row[f"{name}_compiled_us"] = _call_us(compiled, args)
     torch._dynamo.reset()
     return row
 
 
-def _call_us(fn: Any, args: tuple, cuda: bool, calls: int = 25) -> float:
-    """Median wall time of one call of ``fn(*args)`` in microseconds (the GPU's work included on CUDA)."""
+def _call_us(fn: Any, args: tuple) -> float:
+    """Median wall time of one call of ``fn(*args)`` in microseconds, by ``torch.utils.benchmark`` (blocks of calls
+    for at least 0.1 s in all, at the process's thread count; its timer waits for the GPU on CUDA)."""
     import torch
+    from torch.utils import benchmark
 
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args)
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(times)
+    timer = benchmark.Timer(stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=torch.get_num_threads())
+    return 1e6 * timer.blocked_autorange(min_run_time=0.1).median
 
 
 SCALING = ["algo.num_steps=16"]  # with algo.batch_size = num_envs * 4: four minibatches per epoch
