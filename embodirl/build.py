@@ -181,8 +181,7 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
     policy = instantiate_checked(node, "policy.", observation_space=env.observation_space,
                                  action_space=env.action_space).to(device)
     if init_from is not None:
-        load_pretrained(policy, init_from)
-        log.info("policy weights loaded from %s", init_from)
+        log.info("%s", load_pretrained(policy, init_from))
     if patterns:
         log.info("frozen policy parameters: %s", ", ".join(freeze(policy, patterns)))
     return policy

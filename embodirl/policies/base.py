@@ -163,6 +163,13 @@ class Policy(nn.Module):
                               "name an Encoder class with _target_ and _partial_: true")
         return encoder
 
+    def actor_prefixes(self) -> tuple[str, ...]:
+        """``state_dict`` name prefixes of what the actions are computed from: the actor network, the distribution's
+        parameters, and the encoders and observation statistics of the actor's keys. The rest (a critic, encoders of
+        keys only the critic reads) may start fresh when fine-tuning (:mod:`embodirl.policies.pretrained`)."""
+        keys = [_module_key(name) for name in self.actor_keys]
+        return ("actor.", "dist.", *(f"{part}.{key}." for part in ("encoders", "normalizers") for key in keys))
+
     def feature_dim(self, names: Sequence[str]) -> int:
         """Size of the concatenated features of ``names``."""
         return sum(self.encoders[_module_key(n)].out_dim for n in names)

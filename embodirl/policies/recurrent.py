@@ -72,6 +72,10 @@ class ActorCriticRNN(ActorCritic):
         self.critic = build_mlp(core_size, 1, sizes, activation, 1.0)
         self._fields = ("h", "c") if core == "lstm" else ("h",)
 
+    def actor_prefixes(self) -> tuple[str, ...]:
+        """The feedforward actor's prefixes and the actor's core (see :meth:`Policy.actor_prefixes`)."""
+        return (*super().actor_prefixes(), "actor_core.")
+
     # --- the state -----------------------------------------------------------------------------------
     def initial_state(self, batch_size: int) -> TensorDict:
         device = self.actor[0].weight.device
