@@ -1,13 +1,10 @@
 """Every bad input a user can type gets one line naming the key, the value, what is valid and the fix; exit 2.
 
-Each case runs ``embodirl-train`` as a user would (a subprocess) on a tiny config and checks: exit status 2,
-exactly one line on stderr (``embodirl-train: error: ...`` containing the expected fragments), no
-traceback, and nothing trained (no ``metrics.jsonl``).
+Each case runs ``embodirl-train`` on a tiny config, in this process (``main()`` with ``sys.argv`` patched, see
+``tests/cli/conftest.py``), and checks: exit status 2, exactly one line on stderr (``embodirl-train: error:
+...`` containing the expected fragments), no traceback, and nothing trained (no ``metrics.jsonl``). Two cases
+also run as a user runs them (the console script in a subprocess).
 """
-
-import os
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -130,39 +127,37 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    """Run every case once, as many at a time as there are cores (each is a separate process)."""
-    root = tmp_path_factory.mktemp("bad_input")
-
-    def run(index: int, overrides: list[str]):
-        cwd = root / str(index)
-        cwd.mkdir()
-        own_dir = [] if any(o.startswith("hydra.run.dir=") for o in overrides) else [f"hydra.run.dir={cwd / 'run'}"]
-        try:
-            return cwd / "run", run_cli("embodirl-train", [*TINY, *overrides, *own_dir], cwd=cwd, timeout=90)
-        except subprocess.TimeoutExpired as exc:  # a hang is this case's failure, not the others'
-            return cwd / "run", subprocess.CompletedProcess(exc.cmd, -1, "", f"timed out after {exc.timeout} s")
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = [pool.submit(run, i, overrides) for i, (overrides, _) in enumerate(BAD_INPUTS)]
-        return [future.result() for future in futures]
-
-
-@pytest.mark.parametrize("index", range(len(BAD_INPUTS)), ids=[" ".join(o) for o, _ in BAD_INPUTS])
-def test_bad_input_gives_one_line_and_exit_2_before_training(outcomes, index):
-    run_dir, result = outcomes[index]
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1 and lines[0].startswith("embodirl-train: error: "), result.stderr
-    for text in BAD_INPUTS[index][1]:
+def _check_one_line(code: int, stderr: str, fragments: list[str], run_dir) -> None:
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith("embodirl-train: error: "), stderr
+    for text in fragments:
         assert text in lines[0], lines[0]
     assert ".algo.algo." not in lines[0] and "algo.policy" not in lines[0] and "denv.id" not in lines[0]
+    assert "object at 0x" not in lines[0] and "please report it" not in lines[0]
     assert not (run_dir / "metrics.jsonl").exists()
 
 
-def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(tmp_path):
-    result = run_cli("embodirl-train", [*TINY, "algo.batch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"],
-                     cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "algo.batch_size=100000 exceeds the rollout of 128 transitions" in result.stdout + result.stderr
+def _own_dir(overrides: list[str], tmp_path) -> list[str]:
+    return [] if any(o.startswith("hydra.run.dir=") for o in overrides) else [f"hydra.run.dir={tmp_path / 'run'}"]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_bad_input_gives_one_line_and_exit_2_before_training(cli, tmp_path, monkeypatch, overrides, fragments):
+    monkeypatch.chdir(tmp_path)  # a default run directory (outputs/...) lands here, never in the repository
+    result = cli("embodirl-train", [*TINY, *overrides, *_own_dir(overrides, tmp_path)])
+    _check_one_line(result.code, result.err, fragments, tmp_path / "run")
+
+
+@pytest.mark.parametrize("index", [0, 21])
+def test_the_console_script_gives_the_same_line(tmp_path, index):
+    overrides, fragments = BAD_INPUTS[index]
+    result = run_cli("embodirl-train", [*TINY, *overrides, *_own_dir(overrides, tmp_path)], cwd=tmp_path, timeout=90)
+    assert "Traceback" not in result.stderr
+    _check_one_line(result.returncode, result.stderr, fragments, tmp_path / "run")
+
+
+def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(cli, tmp_path):
+    result = cli("embodirl-train", [*TINY, "algo.batch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 0, result.err
+    assert "algo.batch_size=100000 exceeds the rollout of 128 transitions" in result.out + result.err
