@@ -30,20 +30,21 @@ class VideoSettings:
 
     Args:
         video: Record a video at every evaluation (train) or once (embodirl-eval).
-        video_num_envs: Envs shown side by side in a grid.
+        video_num_envs: Envs shown side by side in a grid; None: up to 4 (as many as there are evaluation envs).
         video_size: Pixel size of each env's square frame.
         video_fps: Frames per second of the file.
         video_format: ``mp4`` (H.264 via imageio-ffmpeg) or ``gif``.
     """
 
     video: bool = False
-    video_num_envs: int = 4
+    video_num_envs: int | None = None
     video_size: int = 192
     video_fps: int = 20
     video_format: Literal["mp4", "gif"] = "mp4"
 
     def __post_init__(self) -> None:
-        check(self.video_num_envs >= 1, "video_num_envs", self.video_num_envs, "an int >= 1")
+        check(self.video_num_envs is None or self.video_num_envs >= 1, "video_num_envs", self.video_num_envs,
+              "an int >= 1, or null (up to 4)")
         check(16 <= self.video_size <= 2048, "video_size", self.video_size, "an int in [16, 2048]")
         check(self.video_fps >= 1, "video_fps", self.video_fps, "an int >= 1")
         check_choice("video_format", self.video_format, ["mp4", "gif"])

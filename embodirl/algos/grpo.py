@@ -74,6 +74,9 @@ class GRPO(BaseAlgorithm):
         accel: Compile (and later capture) the minibatch step.
     """
 
+    # The loss/* and diag/* names update() returns (a sweep's objective= is checked against them before training).
+    metric_names = (*_METRICS, "diag/valid_fraction", "diag/num_valid")
+
     def __init__(
         self,
         policy: Policy,

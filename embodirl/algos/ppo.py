@@ -70,6 +70,9 @@ class PPO(BaseAlgorithm):
         accel: Compile (and later capture) the update's preparation and minibatch step.
     """
 
+    # The loss/* and diag/* names update() returns (a sweep's objective= is checked against them before training).
+    metric_names = (*_METRICS, "diag/explained_variance", "diag/epochs")
+
     def __init__(
         self,
         policy: Policy,

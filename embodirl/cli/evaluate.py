@@ -146,7 +146,7 @@ def main() -> None:
     """The ``embodirl-eval`` console script."""
     from embodirl.cli.errors import hydra_entry
 
-    hydra_entry(PROG, _evaluate)
+    hydra_entry(PROG, _evaluate, config_name="eval")
 
 
 if __name__ == "__main__":

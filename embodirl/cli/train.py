@@ -85,6 +85,7 @@ def main() -> None:
     from embodirl.cli.completion import shell_completion
     from embodirl.cli.errors import hydra_entry
     from embodirl.cli.help import help_page, help_request
+    from embodirl.cli.multirun import check_multirun
 
     argv = sys.argv[1:]
     if shell_completion(argv, _train):
@@ -93,7 +94,7 @@ def main() -> None:
     if overrides is not None:
         hydra_entry(PROG, lambda: print(help_page(overrides, PROG)))
         return
-    hydra_entry(PROG, lambda: (_share_run_time(), _train()))
+    hydra_entry(PROG, lambda: (check_multirun(argv), _share_run_time(), _train()))
 
 
 if __name__ == "__main__":

@@ -157,7 +157,15 @@ class Policy(nn.Module):
     @staticmethod
     def _encoder(name: str, leaf: tuple[tuple[int, ...], torch.dtype], factory: Any) -> Encoder:
         shape, dtype = leaf
-        encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
+        try:
+            encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
+        except ConfigError as exc:  # the encoder's own key (shape, kernels) lives under encoders.<name>
+            if exc.key != "shape":
+                raise exc.with_prefix(f"encoders.{name}.") from None
+            kind = getattr(factory, "func", factory).__name__
+            raise ConfigError(f"encoders.{name}", kind, f"an encoder for the {name!r} observation, shape {list(shape)} "
+                              f"({kind} needs {exc.expected})", f"drop that encoder (a vector is used as it is), "
+                              f"or pick one for vectors: +policy/encoder@policy.encoders.{name}=mlp") from None
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoders.{name}", type(encoder).__name__, "an embodirl.policies.encoders.Encoder",
                               "name an Encoder class with _target_ and _partial_: true")

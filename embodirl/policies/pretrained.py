@@ -137,7 +137,8 @@ def freeze(policy: nn.Module, patterns: Sequence[str]) -> list[str]:
     """Stop the gradients of parameters matching any pattern; return their names.
 
     Raises:
-        ConfigError: A pattern that matches no parameter (the message lists the parameters).
+        ConfigError: A pattern that matches no parameter (the message lists the parameters), or patterns that
+            match every parameter.
     """
     names = [name for name, _ in policy.named_parameters()]
     frozen = []
@@ -149,6 +150,10 @@ def freeze(policy: nn.Module, patterns: Sequence[str]) -> list[str]:
                               f"matches none of: {listed})", "pass e.g. policy.freeze=['encoders.*','actor.0.*']",
                               absolute=True)
         frozen += hits
+    if names and set(frozen) == set(names):
+        raise ConfigError("policy.freeze", list(patterns), "patterns that leave some parameter to train (these match "
+                          "every parameter: nothing would learn)", "freeze a part, e.g. policy.freeze=['encoders.*'], "
+                          "or evaluate the policy with embodirl-eval", absolute=True)
     for name, param in policy.named_parameters():
         if name in frozen:
             param.requires_grad_(False)
