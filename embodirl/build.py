@@ -321,6 +321,7 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     algo = instantiate_checked(cfg.algo, "algo.", policy=policy, device=device,
                                total_env_steps=_total_env_steps(cfg), accel=accel)
     check_objective_metric(cfg.get("objective"), algo)
+    algo.env_name = env_label(env)
     plan = algo.collect_plan(env)
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs or algo.num_steps (the rollout holds "
                           "num_envs x (num_steps + 1) transitions)"):

@@ -149,8 +149,16 @@ def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size:
     return np.stack(frames)
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save_video(frames: np.ndarray, path: str | Path, fps: int) -> Path:
-    """Write ``[T, H, W, 3]`` uint8 frames to ``path`` (format from its suffix) atomically."""
+    """Write ``[T, H, W, 3]`` uint8 frames to ``path`` (format from its suffix) atomically, with the permissions of
+    any file the user creates (``0666`` less the umask)."""
     import imageio.v2 as imageio
 
     path = Path(path)
@@ -164,6 +172,7 @@ def save_video(frames: np.ndarray, path: str | Path, fps: int) -> Path:
             # Even sizes keep every H.264 player happy.
             frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
             imageio.mimsave(tmp, list(frames), fps=fps, macro_block_size=1)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a video is shared like any file the user writes
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

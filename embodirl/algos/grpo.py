@@ -206,7 +206,8 @@ class GRPO(BaseAlgorithm):
         self.policy.update_normalizer(rollout["obs"][:, :-1])
         simulated = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         self.env_steps_seen += simulated
-        metrics = self.finish_metrics(_METRICS, sums / num_steps)
+        with self.blame_env(rollout):
+            metrics = self.finish_metrics(_METRICS, sums / num_steps)
         metrics.update({**self.schedule_metrics(), "diag/valid_fraction": valid.numel() / simulated,
                         "diag/num_valid": float(valid.numel())})
         return metrics

@@ -183,7 +183,8 @@ class PPO(BaseAlgorithm):
         self.policy.update_normalizer(rollout["obs"][:, :-1])
         self.env_steps_seen += self._all.numel() * self.seq_len
         values = torch.cat([sums / num_minibatches, explained_var.reshape(1)])
-        metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
+        with self.blame_env(rollout):
+            metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
         metrics.update({**self.schedule_metrics(), "diag/epochs": float(epochs)})
         return metrics
 

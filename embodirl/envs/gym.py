@@ -13,6 +13,7 @@ true last one in ``info["final_obs"]``, which becomes :attr:`StepResult.final_ob
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -55,11 +56,24 @@ def _contract_space(space: gym.Space) -> gym.Space:
 
 
 def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The spec of ``env_id``, or a :class:`ConfigError` that lists the closest registered ids."""
+    """The spec of ``env_id``, or a :class:`ConfigError` that lists the closest registered ids.
+
+    ``"module:Env-v0"`` (gymnasium's form for an env registered by a module of your own) imports ``module`` first,
+    as ``gymnasium.make`` does. A checkpoint's config never gets here with such an id unless the user trusts it
+    (:mod:`embodirl.targets`).
+    """
+    module, _, name = env_id.rpartition(":") if ":" in env_id else ("", "", env_id)
+    if module:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            raise ConfigError("id", env_id, f"an id whose module (before the colon) can be imported ({err})",
+                              f"install {module} or put its folder on PYTHONPATH; the module must call "
+                              "gymnasium.register") from None
     try:
-        return gym.spec(env_id)
+        return gym.spec(name)
     except (gym.error.Error, ModuleNotFoundError) as err:
-        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError("id", env_id, f"a registered gymnasium environment id (gymnasium says: {err})",
                           fix=f"{hint}List the registered ids with: {_LIST_IDS}") from None
@@ -82,7 +96,8 @@ class GymEnv(BatchedEnv):
     """``num_envs`` copies of a gymnasium environment behind the batched-env contract.
 
     Args:
-        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``.
+        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``; ``"module:MyEnv-v0"`` imports
+            ``module`` (which registers ``MyEnv-v0``) first.
         num_envs: Number of sub-envs ``N``.
         vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a subprocess per sub-env).
         max_episode_steps: Time limit; None takes the spec's.
