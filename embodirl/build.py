@@ -368,11 +368,11 @@ def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv,
     """
     settings = instantiate_checked(eval_cfg, "eval.")
     count = settings.video_num_envs
-    if count is None:
-        return dataclasses.replace(settings, video_num_envs=min(4, env.num_envs))
-    check(not settings.video or count <= env.num_envs, "eval.video_num_envs", count,
+    check(not settings.video or count is None or count <= env.num_envs, "eval.video_num_envs", count,
           f"an int in [1, {env.num_envs}] (the evaluation envs: {count_key}={env.num_envs})",
           f"pass eval.video_num_envs={env.num_envs} (or null), or raise {count_key}", absolute=True)
+    if count is None:
+        settings = dataclasses.replace(settings, video_num_envs=min(4, env.num_envs))
     if settings.video:
         try:
             env.render([0], 16)
@@ -409,7 +409,7 @@ def dry_run_guard(env: BatchedEnv, key: str):
     try:
         yield
     except (TypeError, ValueError, IndexError, KeyError, AssertionError, RuntimeError) as exc:
-        if isinstance(exc, ConfigError):
+        if isinstance(exc, ConfigError | torch.OutOfMemoryError):
             raise
         what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(key, env_label(env), f"an env whose first reset and step follow the batched-env contract "

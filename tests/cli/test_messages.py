@@ -117,16 +117,16 @@ def own_env_module(tmp_path, monkeypatch):
         from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
         class NanLater(CartPoleEnv):
-            def __init__(self, what="reward", **kwargs):
+            def __init__(self, what="reward", after=3, **kwargs):
                 super().__init__(**kwargs)
-                self.what, self.count = what, 0
+                self.what, self.after, self.count = what, after, 0
 
             def step(self, action):
                 obs, reward, terminated, truncated, info = super().step(action)
                 self.count += 1
-                if self.count > 3 and self.what == "reward":
+                if self.count > self.after and self.what == "reward":
                     reward = float("nan")
-                elif self.count > 3:
+                elif self.count > self.after:
                     obs = np.full_like(obs, np.nan)
                 return obs, reward, terminated, truncated, info
 
@@ -158,3 +158,15 @@ def test_an_env_that_turns_nan_is_named_not_the_learning_rate(cli, tmp_path, own
     assert result.code == 3, result.err
     assert f"the env GymEnv {own_env_module}:MyNanLater-v0 produced a NaN or infinite {named}" in line
     assert "learning_rate" not in line
+
+
+def test_an_env_that_breaks_the_contract_in_the_dry_run_is_a_config_error(cli, tmp_path, own_env_module):
+    result = cli("embodirl-train", [*TINY, "env=gym", f"env.id={own_env_module}:MyNanLater-v0",
+                                    "+env.env_kwargs.what=obs", "+env.env_kwargs.after=0",
+                                    f"hydra.run.dir={tmp_path / 'run'}"])
+    (line,) = result.err.strip().splitlines()
+    assert result.code == 2, result.err
+    assert line.startswith(f"embodirl-train: error: env='GymEnv {own_env_module}:MyNanLater-v0' is invalid: expected "
+                           "an env whose first reset and step follow the batched-env contract (GymEnv.step().obs"
+                           "['state'] contains NaN or infinite values). Fix: check the env.* values"), line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
