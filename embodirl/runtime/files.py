@@ -132,7 +132,9 @@ def parse_yaml(data: bytes) -> Any:
     try:
         return _check_depth(yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader))  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        raise ValueError(" ".join(str(exc).split())) from None
+        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None) or str(exc)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ValueError(" ".join(f"{where}{problem}".split())) from None
     except RecursionError:
         raise ValueError(f"lists or mappings nested more than {MAX_DEPTH} deep") from None
 
