@@ -242,6 +242,7 @@ def test_the_sweep_end_reports_every_job_despite_a_fifo_status(finished, tmp_pat
     assert promptly(end, fifo=spoilt / "status.json") == 1  # the job whose status is unreadable did not complete
     captured = capsys.readouterr()
     assert "1 of 2 sweep jobs did not complete" in captured.err and "job 1 [" in captured.err
+    assert "] an unreadable status.json (see " in captured.err
     assert "│   0 │" in captured.out and "completed" in captured.out
 
 

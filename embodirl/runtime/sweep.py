@@ -105,7 +105,9 @@ class SweepFate(Callback):
         lines = []
         for run, st in bad:
             overrides = " ".join(_overrides(run))
-            what = "no status.json (never started?)" if st is None else st["status"]
+            what = st["status"] if st is not None else (
+                "an unreadable status.json" if (run / "status.json").is_symlink() or (run / "status.json").exists()
+                else "no status.json (never started?)")
             if st and st.get("message"):
                 what += f": {st.get('exception')}: {(str(st['message']).strip().splitlines() or [''])[0]}"
             lines.append("  " + printable(f"job {run.relative_to(sweep_dir)} [{overrides}] {what} "
