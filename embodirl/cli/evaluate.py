@@ -144,8 +144,13 @@ def _evaluate(cfg: DictConfig) -> float:
 
 def main() -> None:
     """The ``embodirl-eval`` console script."""
-    from embodirl.cli.errors import hydra_entry
+    import sys
 
+    from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.flags import refuse_rerun
+
+    refuse_rerun(PROG, sys.argv[1:], "run again with the overrides in <eval dir>/.hydra_eval/overrides.yaml "
+                 "(e.g. embodirl-eval run=<run dir> checkpoint=best)")
     hydra_entry(PROG, _evaluate)
 
 
