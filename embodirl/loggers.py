@@ -156,6 +156,8 @@ class TensorBoardLogger:
     """
 
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        """Write into ``log_dir``; with ``purge_step``, TensorBoard hides the events of earlier files in it at
+        steps >= ``purge_step`` (``SummaryWriter``'s ``purge_step``: a session-start event at that step)."""
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
 
@@ -293,7 +295,9 @@ def build_loggers(run_dir: Path, settings: LoggerSettings, config_dict: dict, to
     if settings.tensorboard:
         tb_dir = run_dir / "tb"
         earlier = tb_dir.is_dir() and any(tb_dir.glob("events.out.tfevents.*"))
-        writers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps if earlier else None))
+        # TensorBoard hides the earlier events at and after purge_step: those past the checkpoint, exactly the
+        # lines JsonlLogger drops, while the checkpoint's own step stays (it is not logged again).
+        writers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps + 1 if earlier else None))
     if settings.wandb.enabled:
         writers.append(_checked(WandbLogger, run_dir, config_dict, settings.wandb, wandb_name, wandb_group))
     # Built last, so that its clock (the steps/s it shows) starts with training, not before the writers' set-up.

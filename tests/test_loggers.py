@@ -165,3 +165,49 @@ def test_the_console_clock_starts_after_the_other_loggers_are_set_up(tmp_path, m
     assert kinds == [JsonlLogger, ConsoleLogger, TensorBoardLogger]
     assert loggers.loggers[1]._start >= before + 0.3
     loggers.close()
+
+
+# --- TensorBoard after a resume: the same points as metrics.jsonl --------------------------------------------
+COMPARED = ("loss/policy", "loss/value", "episode/return_mean", "eval/return_mean", "train/learning_rate")
+
+
+def _jsonl_points(run_dir, key):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["env_steps"], r[key]) for r in records if r.get(key) is not None]
+
+
+def _tensorboard_points(run_dir, key):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(key)]
+
+
+def _assert_tensorboard_equals_jsonl(run_dir, steps):
+    import numpy as np
+
+    for key in COMPARED:
+        jsonl = [(step, float(np.float32(value))) for step, value in _jsonl_points(run_dir, key)]  # TB holds float32
+        assert _tensorboard_points(run_dir, key) == jsonl, key
+    assert [s for s, _ in _jsonl_points(run_dir, "loss/policy")] == steps
+
+
+def test_tensorboard_equals_metrics_jsonl_after_a_budget_extension(tmp_path, tiny):
+    run_training(compose_config([*tiny, "trainer.total_env_steps=256"]), tmp_path)
+    run_training(compose_config([*tiny, "trainer.total_env_steps=512"]), tmp_path)  # continues from 256
+    _assert_tensorboard_equals_jsonl(tmp_path, [128, 256, 384, 512])
+
+
+def test_tensorboard_equals_metrics_jsonl_after_a_crash_and_resume(tmp_path, tiny):
+    cfg = compose_config([*tiny, "trainer.total_env_steps=512", "trainer.keep_checkpoints=10"])
+    run_training(cfg, tmp_path)
+    ckpts = tmp_path / "checkpoints"
+    # As if killed after logging 384 and 512 but before their checkpoints: last.pt still holds env_steps=256.
+    (ckpts / "step_000000000256.pt").replace(ckpts / "last.pt")
+    for path in ckpts.glob("step_*.pt"):
+        path.unlink()
+    run_training(cfg, tmp_path)  # resumes at 256, redoes 384 and 512
+    _assert_tensorboard_equals_jsonl(tmp_path, [128, 256, 384, 512])
+    assert [json.loads(x)["env_steps"] for x in (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()] \
+        == [384, 512]

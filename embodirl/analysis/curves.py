@@ -13,16 +13,21 @@ bold mean, so the spread is visible without a band that hides how many seeds it 
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from embodirl.analysis.report import RETURN_KEY, ReportError, Run, solved_threshold
 from embodirl.analysis.stats import finite
+from embodirl.runtime.files import printable
 
 __all__ = ["Curve", "SeedCurve", "draw_curves", "mean_curve", "plot_curves", "seed_curve"]
 
 HELD_NOTE = "a completed run that stopped early keeps its final value (dotted)"
+# Far beyond any return or step count; matplotlib's axis and tick maths overflow for values near the float
+# limit (1.8e308) and fail to draw.
+MAX_PLOTTED = 1e300
 
 
 @dataclass
@@ -59,11 +64,18 @@ class Curve:
     num_held: list[int]
 
 
+def _plottable(value: object) -> float | None:
+    """``value`` as a float if matplotlib can draw it: finite and within :data:`MAX_PLOTTED` in magnitude."""
+    number = finite(value)
+    return number if number is not None and abs(number) <= MAX_PLOTTED else None
+
+
 def seed_curve(run: Run, key: str = RETURN_KEY) -> SeedCurve:
-    """``key`` over a run's metrics, sorted by env steps (last value wins on ties)."""
+    """``key`` over a run's metrics, sorted by env steps (last value wins on ties); points whose steps or value
+    are not finite or beyond :data:`MAX_PLOTTED` in magnitude (a corrupt or diverged run's) are left out."""
     points: dict[float, float] = {}
     for record in run.metrics:
-        steps, value = finite(record.get("env_steps")), finite(record.get(key))
+        steps, value = _plottable(record.get("env_steps")), _plottable(record.get(key))
         if steps is not None and value is not None:
             points[steps] = value
     xs = sorted(points)
@@ -94,8 +106,15 @@ def mean_curve(seeds: list[SeedCurve]) -> Curve | None:
     return Curve(grid.tolist(), np.nanmean(values, axis=0).tolist(), count.tolist(), held.sum(axis=0).tolist())
 
 
+def _plain(text: object) -> str:
+    """Text from a file as a matplotlib label shown as it is: one line, ``$`` escaped (a pair of them would
+    start mathtext, whose parser fails on most text)."""
+    return printable(text, 200).replace("$", r"\$")
+
+
 def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
     """Draw one configuration; returns whether a stopped seed was held (drawn dotted)."""
+    label = _plain(label)
     curve = mean_curve(seeds)
     seeds = [s for s in seeds if s.env_steps]
     end = curve.env_steps[-1]
@@ -110,7 +129,7 @@ def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
                     alpha=min(2 * alpha, 1.0), linestyle=":")
             held_any = True
     if single:
-        ax.plot([], [], color=color, linewidth=width, label=f"{label}: seed {seeds[0].seed or '?'}")
+        ax.plot([], [], color=color, linewidth=width, label=f"{label}: seed {_plain(seeds[0].seed or '?')}")
         return held_any
     n = max(curve.num_seeds)
     num_early = sum(s.stopped and s.env_steps[-1] < end for s in seeds)
@@ -171,7 +190,9 @@ def draw_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KE
     ax.set_title(_title(key, [seeds for seeds, _, _ in drawn], held), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # values near 1e308 overflow the tick maths
+        warnings.filterwarnings("ignore", "Tight layout not applied")  # long labels: the plot is drawn anyway
+        fig.tight_layout()
     return fig
 
 
@@ -181,5 +202,6 @@ def plot_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KE
     if fig is None:
         return None
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    with np.errstate(all="ignore"):  # see draw_curves
+        fig.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -16,16 +16,23 @@ Conventions (also stated in the report):
 * Learning curves (:mod:`embodirl.analysis.curves`) use every run with evaluations, running ones included, and
   hold a completed run's final value so that a seed that stopped early does not pull the mean down.
 
-Every loader tolerates missing, partial, torn or corrupt files: a run may be completed, failed, running
-or preempted, ``metrics.jsonl`` may end in a half-written line or hold bytes that are not UTF-8, and
-``status.json`` may be unreadable. Each unreadable file gets one warning (logged, naming the file) and
-the run is shown with what could be read (an unreadable status is ``unknown``).
+Every loader tolerates missing, partial, torn, corrupt or hostile files: a run may be completed, failed,
+running or preempted, ``metrics.jsonl`` may end in a half-written line or hold bytes that are not UTF-8, and
+``status.json`` may be unreadable. Only regular files are read, each up to a cap (1 MiB; the last 64 MiB
+of ``metrics.jsonl``), YAML without aliases and JSON or YAML nested at most 32 deep
+(:mod:`embodirl.runtime.files`). Each unreadable file gets one warning (logged, naming the file and what
+was wrong) and the run is shown with what could be read (an unreadable status is ``unknown``).
+
+Every string taken from a file (run names, overrides, seeds, statuses, error messages) is written into the
+Markdown as text: one line, control characters replaced, Markdown and HTML syntax escaped (:func:`md_text`,
+:func:`md_code`), so a file cannot add links, images, HTML or table cells to the report.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import math
+import os
 import re
 import statistics
 from collections import Counter
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+import numpy as np
 
 from embodirl.analysis.stats import (
     finite,
@@ -43,10 +50,19 @@ from embodirl.analysis.stats import (
     format_number,
     stratified_bootstrap_ci,
 )
+from embodirl.runtime.files import (
+    MAX_METRICS_BYTES,
+    describe_size,
+    open_regular_file,
+    parse_json,
+    parse_yaml,
+    printable,
+    read_regular_file,
+)
 
 __all__ = ["ConfigStats", "ReportError", "Run", "Stat", "discover_runs", "group_runs", "iqm_interval", "load_run",
-           "load_runs", "read_metrics", "render_report", "render_table", "solved_threshold", "split_overrides",
-           "summarize", "varying_keys"]
+           "load_runs", "md_code", "md_text", "read_metrics", "render_report", "render_table", "solved_threshold",
+           "split_overrides", "summarize", "varying_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +124,7 @@ class Run:
         if self.ended:
             return finite(self.summary.get("sps"))
         steps, wall = self.final("env_steps"), self.final("wall_time_s")
-        return steps / wall if steps is not None and wall else None
+        return finite(steps / wall) if steps is not None and wall else None
 
 
 def _natural_key(path: Path) -> list:
@@ -136,7 +152,7 @@ def discover_runs(root: str | Path) -> list[Path]:
 def _read_json(path: Path, what: str) -> dict[str, Any] | None:
     """A JSON object file; None if missing, and None with one warning if unreadable (``what`` follows then)."""
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = parse_json(read_regular_file(path))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -151,10 +167,10 @@ def _read_json(path: Path, what: str) -> dict[str, Any] | None:
 def _read_yaml(path: Path, what: str) -> Any:
     """A YAML file; None if missing, and None with one warning if unreadable (``what`` follows then)."""
     try:
-        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+        return parse_yaml(read_regular_file(path))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except (OSError, ValueError) as exc:
         log.warning("%s is not readable YAML (%s): %s", path, _reason(exc), what)
         return None
 
@@ -162,36 +178,57 @@ def _read_yaml(path: Path, what: str) -> Any:
 def _reason(exc: Exception) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"bytes that are not UTF-8 at offset {exc.start}"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return printable(exc, 300) if str(exc) else type(exc).__name__
+
+
+def _read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
+    """``(data, skipped)``: the last ``max_bytes`` of the regular file ``path`` from the start of a line, and
+    the number of bytes before them left unread (0 for a file that fits)."""
+    with open_regular_file(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        skipped = max(size - max_bytes, 0)
+        file.seek(skipped)
+        data = file.read(max_bytes)
+    if skipped:
+        cut = data.find(b"\n") + 1  # the first line began before the window; 0: the window is inside one line
+        skipped, data = skipped + (cut or len(data)), data[cut:] if cut else b""
+    return data, skipped
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a ``metrics.jsonl``, one per line, in order.
 
     A missing file gives no records and a torn last line (no newline after it: the run is writing) is
-    skipped silently. Any other line that is not UTF-8 JSON holding an object is skipped with one
-    warning for the file, naming it and the lines.
+    skipped silently. A file that is no regular file gives no records; of a file over 64 MiB the lines in
+    its last 64 MiB are read (earlier points are left out of the curves); any other line that is not UTF-8
+    JSON holding an object (at most 32 deep) is skipped. Each gives one warning for the file, naming it.
     """
     try:
-        data = path.read_bytes()
-    except OSError:
+        data, skipped = _read_tail(path, MAX_METRICS_BYTES)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("%s is not readable (%s): the run is shown without its metrics", path, _reason(exc))
         return []
     lines = data.splitlines()
     records, bad = [], []
     for number, line in enumerate(lines, start=1):
         try:
-            record = json.loads(line.decode("utf-8"))
+            record = parse_json(line)
         except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             record = None
         if isinstance(record, dict):
             records.append(record)
         elif line.strip() and not (number == len(lines) and not data.endswith(b"\n")):
             bad.append(number)
+    problems = [f"only its last {describe_size(MAX_METRICS_BYTES)} were read ({skipped:,} bytes before them "
+                "are left out of the curves)"] if skipped else []
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-        log.warning("%s: skipped %d line%s that %s not UTF-8 JSON objects (line %s); the report uses the other "
-                    "%d", path, len(bad), "s" if len(bad) > 1 else "", "are" if len(bad) > 1 else "is", shown,
-                    len(records))
+        problems.append(f"skipped {len(bad)} line{'s' if len(bad) > 1 else ''} that "
+                        f"{'are' if len(bad) > 1 else 'is'} not UTF-8 JSON objects (line {shown})")
+    if problems:
+        log.warning("%s: %s; the report uses the %d readable lines", path, "; ".join(problems), len(records))
     return records
 
 
@@ -214,8 +251,8 @@ def _read_status(path: Path, summary: dict[str, Any] | None) -> tuple[str, dict[
     else:
         status = record.get("status")
     if not isinstance(status, str) or not status.strip():
-        log.warning("%s: status %r is not a status name (completed, running, preempted, failed): %s",
-                    file, status, unknown)
+        log.warning("%s: status %s is not a status name (completed, running, preempted, failed): %s",
+                    file, printable(repr(status), 100), unknown)
         return "unknown", record
     return status, record
 
@@ -298,11 +335,20 @@ class Stat:
 
     @classmethod
     def of(cls, values: list[float | None]) -> Stat:
+        """The statistics of the values that are not None; a mean or std beyond the float range (values near
+        1e308 from a diverged or corrupt run) is None."""
         values = [v for v in values if v is not None]
         if not values:
             return cls(None, None, 0)
-        std = statistics.stdev(values) if len(values) > 1 else None
-        return cls(statistics.fmean(values), std, len(values), values)
+        try:
+            mean = statistics.fmean(values)
+        except OverflowError:  # the sum overflowed: the mean of the values scaled down is in range
+            mean = math.fsum(v / len(values) for v in values)
+        try:
+            std = finite(statistics.stdev(values)) if len(values) > 1 else None
+        except OverflowError:
+            std = None
+        return cls(finite(mean), std, len(values), values)
 
 
 def iqm_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -314,7 +360,11 @@ def iqm_interval(values: list[float]) -> tuple[float | None, float | None, float
         return None, None, None
     if len(values) == 1:
         return values[0], None, None
-    return stratified_bootstrap_ci([values])
+    with np.errstate(all="ignore"):  # values near 1e308 overflow: checked below
+        point, low, high = stratified_bootstrap_ci([values])
+    if not all(math.isfinite(x) for x in (point, low, high)):
+        return finite(point), None, None
+    return point, low, high
 
 
 @dataclass
@@ -371,6 +421,25 @@ def solved_threshold(runs: list[Run], key: str) -> float | None:
 
 
 # --- Markdown ------------------------------------------------------------------------------------------
+# Characters that Markdown (CommonMark with GitHub's tables, strikethrough and math) or HTML read as syntax in
+# running text. An underscore inside a word cannot open emphasis, so `algo.learning_rate` stays readable.
+_MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]<>&~$]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def md_text(text: Any) -> str:
+    """A string from a file as Markdown text that shows it as it is: one line (:func:`printable`), and each
+    character Markdown or HTML would read as syntax backslash-escaped (``|`` is left to the table cells)."""
+    return _MARKDOWN_SYNTAX.sub(lambda match: "\\" + match.group(0), printable(text))
+
+
+def md_code(text: Any) -> str:
+    """A string from a file as one Markdown code span; its fence is longer than any run of backticks in it."""
+    line = printable(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", line)), default=0) + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") else ""
+    return f"{fence}{pad}{line}{pad}{fence}"
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -392,13 +461,15 @@ def config_table(stats: list[ConfigStats], keys: list[str]) -> str:
     """The grouped table: one row per configuration."""
     with_success = any(s.success_rate.n for s in stats) or any(
         r.final(SUCCESS_KEY) is not None for s in stats for r in s.runs)
-    headers = [*(keys or ["configuration"]), "seeds", "status", "eval return", "eval return IQM [95% CI]"]
+    headers = [*(md_text(k) for k in keys or ["configuration"]), "seeds", "status", "eval return",
+               "eval return IQM [95% CI]"]
     headers += ["eval success", "eval success IQM [95% CI]"] if with_success else []
     headers += ["solved", "solved time (s)", "solved env steps", "steps/s"]
     rows = []
     for s in stats:
-        row = [s.params.get(k, "-") for k in keys] or ["all runs"]
-        row += [f"{s.num_completed}/{len(s.runs)}", s.status, format_estimate(s.eval_return.mean, s.eval_return.std),
+        row = [md_text(s.params.get(k, "-")) for k in keys] or ["all runs"]
+        row += [f"{s.num_completed}/{len(s.runs)}", md_text(s.status),
+                format_estimate(s.eval_return.mean, s.eval_return.std),
                 format_interval(*iqm_interval(s.eval_return.values))]
         if with_success:
             row += [format_estimate(s.success_rate.mean, s.success_rate.std, 3),
@@ -415,14 +486,14 @@ def config_table(stats: list[ConfigStats], keys: list[str]) -> str:
 def run_table(runs: list[Run], keys: list[str]) -> str:
     """The per-run table (final values once a run ended, latest ones while it runs)."""
     with_success = any(r.final(SUCCESS_KEY) is not None for r in runs)
-    headers = ["run", *keys, "seed", "status", "env steps", "eval return"]
+    headers = ["run", *(md_text(k) for k in keys), "seed", "status", "env steps", "eval return"]
     headers += ["eval success"] if with_success else []
     headers += ["solved time (s)", "solved env steps", "steps/s"]
     rows = []
     for r in runs:
         status = f"{r.status}: {r.error}" if r.error else r.status
-        row = [r.name, *(r.params.get(k, "-") for k in keys), r.seed or "-", status, format_count(r.env_steps),
-               format_number(r.final(RETURN_KEY))]
+        row = [md_text(r.name), *(md_text(r.params.get(k, "-")) for k in keys), md_text(r.seed or "-"),
+               md_text(status), format_count(r.env_steps), format_number(r.final(RETURN_KEY))]
         row += [format_number(r.final(SUCCESS_KEY), 3)] if with_success else []
         row += [format_number(r.final("solved_wall_time_s"), 3), format_count(r.final("solved_env_steps")),
                 format_count(r.sps)]
@@ -443,11 +514,11 @@ def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | No
     keys, common = varying_keys(groups)
     stats = [summarize(g) for g in groups]
     grouped, per_run = config_table(stats, keys), run_table(runs, keys)
-    lines = [f"# embodirl report: `{Path(root).resolve()}`", "",
+    lines = [f"# embodirl report: {md_code(Path(root).resolve())}", "",
              f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(groups)} configuration"
-             f"{'s' if len(groups) != 1 else ''} ({status_tally(runs)}).", ""]
+             f"{'s' if len(groups) != 1 else ''} ({md_text(status_tally(runs))}).", ""]
     if common:
-        lines += ["Common overrides: " + " ".join(f"`{k}={v}`" for k, v in common.items()), ""]
+        lines += ["Common overrides: " + " ".join(md_code(f"{k}={v}") for k, v in common.items()), ""]
     lines += ["## Configurations", "",
               "Over the completed runs of each configuration (seeds: completed/all runs): mean ± sample std "
               "(n-1) over seeds, no ± for one seed; " + IQM_NOTE + "; solved time and env steps over the runs "

@@ -10,7 +10,9 @@ rliable itself is not a dependency: it pulls in arch, statsmodels, pandas, seabo
 Numbers are formatted so that a column reads consistently: a value alone to ``digits`` significant
 digits (integer digits are never dropped, counts keep every digit); a value with an uncertainty (a
 standard deviation or an interval) to the decimal place of the uncertainty's second significant digit,
-so ``499.8 ± 0.3464`` reads ``499.80 ± 0.35`` and ``260.12 ± 45.7`` reads ``260 ± 46``.
+so ``499.8 ± 0.3464`` reads ``499.80 ± 0.35`` and ``260.12 ± 45.7`` reads ``260 ± 46``. A magnitude of
+1e15 or more (no count or score reaches it; a diverged or corrupt run's values up to 1e308 do) is written
+in scientific notation, ``1.000e+308``, instead of 309 digits.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ __all__ = ["finite", "format_count", "format_estimate", "format_interval", "form
 
 
 def finite(value: object) -> float | None:
-    """``value`` as a float if it is a finite int or float (not a bool), else None (null, NaN, text...)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    """``value`` as a float if it is a finite int or float (not a bool), else None (null, NaN, text, an int
+    beyond the float range such as a 400-digit one from a corrupt file...)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 # --- aggregates ----------------------------------------------------------------------------------------
@@ -106,8 +113,14 @@ def stratified_bootstrap_ci(
 
 
 # --- formatting ----------------------------------------------------------------------------------------
+LARGE = 1e15  # from here on numbers are written in scientific notation
+
+
 def _fixed(value: float, decimals: int) -> str:
-    """``value`` rounded to ``decimals`` places (negative: tens, hundreds...), thousands separated, no -0."""
+    """``value`` rounded to ``decimals`` places (negative: tens, hundreds...), thousands separated, no -0;
+    from :data:`LARGE` on in scientific notation with four significant digits."""
+    if abs(value) >= LARGE:
+        return f"{value:.3e}"
     rounded = round(value, decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
     return f"{rounded:,.{max(decimals, 0)}f}"
 
@@ -115,6 +128,8 @@ def _fixed(value: float, decimals: int) -> str:
 def _uncertainty_decimals(uncertainty: float) -> int:
     """Decimal places that keep two significant digits of ``uncertainty > 0`` (negative above 100)."""
     rounded = float(f"{uncertainty:.2g}")  # 0.0996 -> 0.1: the exponent after rounding decides
+    if not math.isfinite(rounded):  # 1.79e308 rounds up beyond the float range
+        rounded = uncertainty
     return 1 - math.floor(math.log10(rounded))
 
 
@@ -122,7 +137,7 @@ def format_number(value: float | None, digits: int = 4) -> str:
     """``value`` to ``digits`` significant digits, keeping every integer digit.
 
     ``None`` -> ``-``; ``0.0014050388998463588`` -> ``0.001405``; ``499.8`` -> ``499.8``;
-    ``9.0`` -> ``9.000``; ``163840.4`` -> ``163,840``; below 1e-4 in scientific notation.
+    ``9.0`` -> ``9.000``; ``163840.4`` -> ``163,840``; below 1e-4 and from 1e15 on in scientific notation.
     """
     if value is None:
         return "-"
@@ -130,6 +145,8 @@ def format_number(value: float | None, digits: int = 4) -> str:
         return str(value)
     if value == 0:
         return "0"
+    if abs(value) >= LARGE:
+        return f"{value:.{digits - 1}e}"
     rounded = float(f"{value:.{digits}g}")  # 9.9996 -> 10.0: count digits after rounding
     if abs(rounded) < 1e-4:
         return f"{value:.{digits - 1}e}"
@@ -174,8 +191,8 @@ def format_interval(point: float | None, low: float | None, high: float | None, 
         return "-"
     if low is None or high is None:
         return format_number(point, digits)
-    half_width = (high - low) / 2.0
-    if not half_width > 0:
+    half_width = high / 2.0 - low / 2.0  # halves first: (high - low) overflows for bounds near +-1e308
+    if not half_width > 0 or not math.isfinite(half_width):
         return f"{format_number(point, digits)} [{format_number(low, digits)}, {format_number(high, digits)}]"
     decimals = _uncertainty_decimals(half_width)
     return f"{_fixed(point, decimals)} [{_fixed(low, decimals)}, {_fixed(high, decimals)}]"

@@ -169,8 +169,11 @@ def main() -> None:
     import sys
 
     from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.flags import refuse_rerun
     from embodirl.cli.help import eval_help_page, help_request
 
+    refuse_rerun(PROG, sys.argv[1:], "run again with the overrides in <eval dir>/.hydra_eval/overrides.yaml "
+                 "(e.g. embodirl-eval run=<run dir> checkpoint=best)")
     overrides = help_request(sys.argv[1:])
     if overrides is not None:
         hydra_entry(PROG, lambda: print(eval_help_page(overrides, PROG)), config_name="eval")

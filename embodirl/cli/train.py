@@ -133,10 +133,13 @@ def main() -> None:
     :mod:`embodirl.cli.help` and :mod:`embodirl.cli.completion`; everything else goes to Hydra)."""
     from embodirl.cli.completion import shell_completion
     from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.flags import refuse_rerun
     from embodirl.cli.help import help_page, help_request
     from embodirl.cli.multirun import check_multirun
 
     argv = sys.argv[1:]
+    refuse_rerun(PROG, argv, "run again with the overrides in <run dir>/.hydra/overrides.yaml, or continue that run "
+                 "with them and hydra.run.dir=<run dir>")
     if shell_completion(argv, _train):
         return
     wants_help = help_request(argv) is not None  # parses the flags first: argparse reports bad ones, as before

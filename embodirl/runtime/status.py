@@ -8,7 +8,6 @@ States: ``running`` (written at start, with host, pid, SLURM ids and the attempt
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from embodirl.checkpoint import atomic_write_json
+from embodirl.runtime.files import MAX_FILE_BYTES, parse_json, read_regular_file
 
 __all__ = ["STATES", "fate_of", "read_status", "write_status"]
 
@@ -41,11 +41,12 @@ def fate_of(exc: BaseException | None) -> str:
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's status record, or None when it has none or it is unreadable or malformed (not JSON,
-    not UTF-8, no string ``status``); a malformed ``attempt`` or ``started_at`` is dropped."""
+    """The run's status record, or None when it has none or it is unreadable or malformed (not a regular
+    file, over 1 MiB, not UTF-8 JSON, nested too deep, no string ``status``: see :mod:`embodirl.runtime.files`);
+    a malformed ``attempt`` or ``started_at`` is dropped."""
     try:
-        record = json.loads((Path(run_dir) / STATUS_FILE).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        record = parse_json(read_regular_file(Path(run_dir) / STATUS_FILE, MAX_FILE_BYTES))
+    except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or not isinstance(record.get("status"), str):
         return None

@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from embodirl.runtime.status import read_status
 from embodirl.analysis.stats import format_count, format_number
+from embodirl.runtime.files import parse_yaml, printable, read_regular_file
+from embodirl.runtime.status import read_status
 
 __all__ = ["SweepFate", "report_command", "sweep_fates", "sweep_table"]
 
@@ -45,7 +46,7 @@ def sweep_table(sweep_dir: Path, objective: str) -> Table:
 
     Numbers to significant digits (:mod:`embodirl.analysis.stats`); a failed job shows its exception's class
     (the message follows in :class:`SweepFate`'s failure lines), a job still running (or never
-    started) its latest values.
+    started) its latest values. Text from the jobs' files is shown as it is (never read as rich markup).
 
     Raises:
         ReportError: ``sweep_dir`` holds no job.
@@ -54,23 +55,25 @@ def sweep_table(sweep_dir: Path, objective: str) -> Table:
 
     runs = [load_run(run, sweep_dir) for run in discover_runs(sweep_dir)]
     common, varying = _varying([_overrides(run.path) for run in runs])
-    table = Table(title=f"sweep {sweep_dir}" + (f"  (every job: {' '.join(common)})" if common else ""),
-                  title_justify="left")
+    title = f"sweep {sweep_dir}" + (f"  (every job: {printable(' '.join(common), 2000)})" if common else "")
+    table = Table(title=Text(title), title_justify="left")
     for name, justify in (("job", "right"), ("overrides", "left"), ("status", "left"), (objective, "right"),
                           ("env steps", "right"), ("wall time", "right")):
         table.add_column(name, justify=justify, overflow="fold")
     for run, job_overrides in zip(runs, varying, strict=True):
         wall = run.final("wall_time_s")
         status = f"{run.status}: {run.error.split(':')[0]}" if run.error else run.status  # the message: below
-        table.add_row(run.name, " ".join(job_overrides) or "-", status, format_number(run.final(objective)),
+        table.add_row(Text(printable(run.name)), Text(printable(" ".join(job_overrides) or "-")),
+                      Text(printable(status)), format_number(run.final(objective)),
                       format_count(run.env_steps), "-" if wall is None else f"{format_number(wall, 3)} s")
     return table
 
 
 def _overrides(run: Path) -> list[str]:
+    """The job's overrides; none when its ``overrides.yaml`` is unreadable (the report's loader warns about it)."""
     try:
-        found = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
+        found = parse_yaml(read_regular_file(run / ".hydra" / "overrides.yaml"))
+    except (OSError, ValueError):
         return []
     return [str(o) for o in found] if isinstance(found, list) else []
 
@@ -102,10 +105,13 @@ class SweepFate(Callback):
         lines = []
         for run, st in bad:
             overrides = " ".join(_overrides(run))
-            what = "no status.json (never started?)" if st is None else st["status"]
+            what = st["status"] if st is not None else (
+                "an unreadable status.json" if (run / "status.json").is_symlink() or (run / "status.json").exists()
+                else "no status.json (never started?)")
             if st and st.get("message"):
-                what += f": {st.get('exception')}: {st['message'].splitlines()[0]}"
-            lines.append(f"  job {run.relative_to(sweep_dir)} [{overrides}] {what} (see {run / 'status.json'})")
+                what += f": {st.get('exception')}: {(str(st['message']).strip().splitlines() or [''])[0]}"
+            lines.append("  " + printable(f"job {run.relative_to(sweep_dir)} [{overrides}] {what} "
+                                          f"(see {run / 'status.json'})", 2000))
         message = f"{len(bad)} of {len(fates)} sweep jobs did not complete:\n" + "\n".join(lines)
         print(f"embodirl-train: error: {message}", file=sys.stderr)
         raise SystemExit(1)

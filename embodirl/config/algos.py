@@ -1,0 +1,170 @@
+"""Schemas of the algorithms (``algo=ppo|grpo|a2c``) and their optimizers (``algo/optimizer=adam|adamw|sgd``).
+
+The keys every on-policy algorithm shares (learning rate and its schedule, epochs and minibatches, entropy
+bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse_schedule
+from embodirl.config.schema import Node, Schema, key
+from embodirl.errors import ConfigError
+
+__all__ = ["A2CConfig", "AdamConfig", "AdamWConfig", "GRPOConfig", "OnPolicyConfig", "OptimizerConfig", "PPOConfig",
+           "SGDConfig"]
+
+_RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size", "accumulate_grad_batches": "accumulate_minibatches",
+            "adam_eps": "optimizer.eps"}
+
+
+# --- optimizers: torch.optim classes take these keys as keyword arguments ------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig(Schema):
+    """Keys every shipped optimizer takes; the algorithm passes the parameters and the learning rate."""
+
+    takes_keywords = True
+    refused = {"lr": ("no value: the algorithm passes the learning rate",
+                      "remove it, and set algo.learning_rate (and algo.lr_schedule) instead"),
+               "params": ("no value: the algorithm passes the parameters", "remove it")}
+    weight_decay: float = key(0.0, ge=0, doc="L2 penalty (AdamW: decoupled weight decay)")
+    foreach: bool | None = key(None, doc="torch's multi-tensor implementation; null = torch's choice")
+    fused: bool | None = key(None, doc="one fused kernel for every parameter; null = on where the class has it")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdamConfig(OptimizerConfig):
+    """``torch.optim.Adam``."""
+
+    target = "torch.optim.Adam"
+    eps: float = key(1e-5, gt=0, doc="added to the denominator (torch's default is 1e-8; 1e-5 is the RL habit)")
+    betas: tuple[float, float] = key((0.9, 0.999), ge=0, lt=1, doc="decay of the moment estimates")
+    amsgrad: bool = key(False, doc="the AMSGrad variant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdamWConfig(AdamConfig):
+    """``torch.optim.AdamW`` (decoupled weight decay)."""
+
+    target = "torch.optim.AdamW"
+    weight_decay: float = key(0.01, ge=0, doc="decoupled weight decay")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGDConfig(OptimizerConfig):
+    """``torch.optim.SGD``."""
+
+    target = "torch.optim.SGD"
+    momentum: float = key(0.9, ge=0, doc="momentum factor (0 = plain SGD)")
+    dampening: float = key(0.0, ge=0, le=1, doc="dampening of the momentum")
+    nesterov: bool = key(False, doc="Nesterov momentum (needs momentum > 0 and dampening 0)")
+
+    def check(self) -> None:
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ConfigError("nesterov", True, "false unless momentum > 0 and dampening = 0",
+                              "pass nesterov=false, or momentum=0.9 dampening=0")
+
+
+# --- algorithms ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class OnPolicyConfig(Schema):
+    """What every on-policy algorithm shares: the update's epochs of minibatch gradient steps and its schedules."""
+
+    renamed = _RENAMED
+    learning_rate: float = key(3e-4, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
+    lr_schedule: ScheduleSpec = key("constant", doc="constant | linear | cosine (learning_rate -> 0 over "
+                                    "trainer.total_env_steps) | adaptive_kl | [[env_step, lr], ...]")
+    lr_schedule_kind: ScheduleKind = key("step", doc="how a list lr_schedule is read: step (jump and hold) | interp")
+    desired_kl: float = key(0.01, gt=0, doc="lr_schedule=adaptive_kl: lr /1.5 when a minibatch's approx-KL > 2x "
+                            "this, x1.5 when < half (clamped to [1e-5, 1e-2])")
+    optimizer: Node | None = key(None, doc="a torch.optim class and its keys (conf/algo/optimizer/); "
+                                 "null = Adam(eps=1e-5)")
+    num_epochs: int = key(4, ge=1, doc="passes over each rollout per update")
+    minibatch_size: int | None = key(2048, ge=1, doc="transitions per minibatch; null = the whole rollout")
+    shuffle_minibatches: bool = key(True, doc="shuffle into minibatches every epoch; false = contiguous, in order")
+    accumulate_minibatches: int = key(1, ge=1, doc="minibatches whose gradients make one optimizer step")
+    target_kl: float | None = key(None, gt=0, doc="stop an update's epochs once an epoch's approx-KL exceeds "
+                                  "this; null = off")
+    gamma: float = key(0.99, ge=0, le=1, doc="discount")
+    ent_coef: float = key(0.0, ge=0, doc="entropy bonus weight (the start of a linear/cosine ent_coef_schedule)")
+    ent_coef_schedule: ScheduleSpec = key("constant", doc="constant | linear | cosine (ent_coef -> 0 over "
+                                          "trainer.total_env_steps) | [[env_step, ent_coef], ...]")
+    ent_coef_schedule_kind: ScheduleKind = key("step", doc="how a list ent_coef_schedule is read: step | interp")
+    max_grad_norm: float = key(0.5, gt=0, doc="global gradient-norm clip")
+    amp: Literal["off", "bf16", "fp16"] = key("off", doc="mixed precision of forward and loss: off | bf16 | fp16 "
+                                              "(with a gradient scaler); for CUDA (slower on a CPU)")
+
+    def check(self) -> None:
+        self.lr()
+        self.ent()
+
+    def lr(self) -> Schedule:
+        """The learning-rate schedule."""
+        return parse_schedule("lr_schedule", self.lr_schedule, self.lr_schedule_kind, self.learning_rate,
+                              adaptive=True)
+
+    def ent(self) -> Schedule:
+        """The entropy-weight schedule."""
+        return parse_schedule("ent_coef_schedule", self.ent_coef_schedule, self.ent_coef_schedule_kind, self.ent_coef)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(OnPolicyConfig):
+    """PPO: clipped surrogate + (optionally clipped) value loss + entropy bonus, GAE with truncation bootstrap."""
+
+    target = "embodirl.algos.ppo.PPO"
+    num_steps: int = key(32, ge=1, doc="rollout length T per env (batch = env.num_envs x num_steps)")
+    gae_lambda: float = key(0.95, ge=0, le=1, doc="GAE lambda")
+    clip_coef: float = key(0.2, gt=0, doc="surrogate clip range")
+    clip_value_coef: float | None = key(None, gt=0, doc="value-update clip range around the collecting value; "
+                                        "null = off")
+    dual_clip_coef: float | None = key(None, gt=1, doc="dual-clip PPO: bound the objective of negative "
+                                       "advantages at this x A (e.g. 3.0); null = off")
+    vf_coef: float = key(0.5, ge=0, doc="value loss weight")
+    normalize_advantage: bool = key(True, doc="normalise advantages over the rollout")
+    normalize_rewards: bool = key(False, doc="divide rewards by the running std of the discounted return "
+                                  "(SB3 VecNormalize reward scaling)")
+    seq_len: int = key(16, ge=1, doc="recurrent policies: training sequence length (truncated BPTT); divides "
+                       "num_steps")
+
+
+@dataclass(frozen=True, kw_only=True)
+class A2CConfig(OnPolicyConfig):
+    """A2C: one gradient step per rollout on the advantage-weighted log-likelihood, a value loss and an entropy
+    bonus (GAE advantages; gae_lambda=1 gives the classic n-step returns)."""
+
+    target = "embodirl.algos.a2c.A2C"
+    num_epochs: int = key(1, ge=1, doc="passes over each rollout per update (A2C: 1)")
+    minibatch_size: int | None = key(None, ge=1, doc="transitions per minibatch; null = the whole rollout (A2C)")
+    num_steps: int = key(8, ge=1, doc="rollout length T per env")
+    gae_lambda: float = key(1.0, ge=0, le=1, doc="GAE lambda (1 = n-step returns)")
+    vf_coef: float = key(0.5, ge=0, doc="value loss weight")
+    normalize_advantage: bool = key(False, doc="normalise advantages over the rollout")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GRPOConfig(OnPolicyConfig):
+    """GRPO: critic-free, group-relative advantages over groups of envs that share their start."""
+
+    target = "embodirl.algos.grpo.GRPO"
+    renamed = {**_RENAMED, "truncate_at_first_done": "first_episode_only"}
+    learning_rate: float = key(1e-4, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
+    num_epochs: int = key(10, ge=1, doc="passes over the valid transitions of a rollout")
+    minibatch_size: int | None = key(8192, ge=1, doc="valid transitions per minibatch; null = all of them")
+    ent_coef: float = key(0.001, ge=0, doc="entropy bonus weight (the start of a linear/cosine ent_coef_schedule)")
+    num_steps: int | None = key(None, ge=1, doc="rollout length T; null = the env's episode limit (every env can "
+                                "finish one episode)")
+    clip_coef: float = key(0.2, gt=0, doc="surrogate clip range")
+    dual_clip_coef: float | None = key(None, gt=1, doc="dual clip: bound the objective of negative advantages at "
+                                       "this x A (e.g. 3.0); null = off")
+    kl_coef: float = key(0.0, ge=0, doc="k3 KL to a frozen reference policy; 0 = no reference (from scratch), "
+                         "~0.02 fine-tuning")
+    ref_update_every: int = key(0, ge=0, doc="refresh the reference every this many updates; 0 = never")
+    group_size: int = key(4, ge=2, doc="envs per group (must divide env.num_envs)")
+    eps: float = key(1e-8, gt=0, doc="added to the group std")
+    reset_every_rollout: bool = key(True, doc="reset every env before each rollout (steps compared at equal t)")
+    first_episode_only: bool = key(True, doc="keep only each env's first episode per rollout (collection stops "
+                                   "once every env has finished one)")
+    group_shared_reset: bool = key(True, doc="members of a group start from one shared initial state")

@@ -1,0 +1,425 @@
+"""Typed schemas of the configuration: one frozen dataclass per configurable component.
+
+Each key of a component is a dataclass field declared with :func:`key`: the annotation is its type, and the
+field holds its default, its bounds and its one-line doc. :func:`parse` checks a plain mapping (a composed
+Hydra node) against a schema and returns the schema instance, which the component's constructor takes.
+Schemas import neither torch nor the components they configure, so the command line checks the whole
+composed config before importing torch; ``--help`` and the configuration reference are generated from them.
+
+A schema names the class its nodes build (``target``, the YAML's ``_target_``); a class of your own declares
+its schema by annotating its constructor's first argument (``def __init__(self, cfg: MyConfig, ...)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import importlib
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, dataclass
+from typing import Any, ClassVar, TypeVar
+
+from embodirl.errors import ConfigError
+
+__all__ = ["NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema", "conform", "describe_type", "key",
+           "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
+
+NO_MATCH = object()
+STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+S = TypeVar("S", bound="Schema")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The numeric range of a key: ``ge``/``gt`` below, ``le``/``lt`` above; ``finite`` refuses nan and inf."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    finite: bool = True
+
+    def holds(self, value: Any) -> bool:
+        """Whether a number is in range (non-numbers are the type check's business)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True
+        if self.finite and not math.isfinite(value):
+            return False
+        return not ((self.ge is not None and not value >= self.ge) or (self.gt is not None and not value > self.gt)
+                    or (self.le is not None and not value <= self.le) or (self.lt is not None and not value < self.lt))
+
+    def describe(self) -> str:
+        """``"in [0, 1]"``, ``"> 0"``, ``">= 1"`` (empty without bounds)."""
+        low = (f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None)
+        high = (f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None)
+        if low and high:
+            return f"in {low}, {high}"
+        if low:
+            return f"{'>=' if self.ge is not None else '>'} {low[1:]}"
+        if high:
+            return f"{'<=' if self.le is not None else '<'} {high[:-1]}"
+        return ""
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float | None = None,
+        le: float | None = None, lt: float | None = None, finite: bool = True,
+        factory: Callable[[], Any] | None = None) -> Any:
+    """A schema key: its default (or ``factory`` for lists and mappings), bounds and one-line doc.
+
+    Args:
+        default: The value when the config does not set the key (MISSING: the key is required).
+        doc: One line saying what the key does (shown by ``--help`` and in the configuration reference).
+        ge, gt, le, lt: Bounds of a number (``>=``, ``>``, ``<=``, ``<``).
+        finite: Refuse nan and inf for a float (default); False where inf means "no limit".
+        factory: Builds a mutable default (``list``, ``dict``).
+    """
+    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite)}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+class Schema:
+    """Base class of component schemas (subclasses are ``@dataclass(frozen=True, kw_only=True)``).
+
+    Attributes:
+        target: The class a node of this schema builds (its ``_target_``); None for parts of a component.
+        takes_keywords: The class takes the keys as keyword arguments (a ``torch.optim`` class) rather than
+            the schema instance.
+        renamed: Old key -> new key (relative to the node), for one-line "renamed to" errors.
+        refused: Key -> ``(what is valid, fix)`` for keys that must not be set here.
+    """
+
+    target: ClassVar[str | None] = None
+    takes_keywords: ClassVar[bool] = False
+    renamed: ClassVar[Mapping[str, str]] = {}
+    refused: ClassVar[Mapping[str, tuple[str, str]]] = {}
+
+    def check(self) -> None:
+        """Rules across keys (``log_std_min < log_std_max``); raise :class:`ConfigError` with the relative key."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """A checked config node that names a class with ``_target_`` (an env, a policy, an optimizer, a callback).
+
+    Attributes:
+        target: The class's import path.
+        cfg: Its keys parsed by the class's schema; None for a class without one (its keys are then checked
+            against its signature when it is built).
+        values: The node's own keys as written (structural keys left out).
+    """
+
+    target: str
+    cfg: Schema | None
+    values: Mapping[str, Any]
+
+
+# --- types -------------------------------------------------------------------------------------------------
+def _is_schema(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, Schema)
+
+
+def _is_node_value(value: Any) -> bool:
+    return isinstance(value, Mapping) and isinstance(value.get("_target_"), str)
+
+
+def conform(value: Any, annotation: Any) -> Any:
+    """``value`` converted to fit ``annotation``, or :data:`NO_MATCH`.
+
+    The only conversion is an integral float for an int (``1e5`` on the command line is a float to Hydra):
+    ``1e5`` -> ``100000``; ``1.5`` stays a mismatch. Bools never pass for numbers. Schemas nested in the
+    annotation are not parsed here (see :func:`parse`); a mapping matches them.
+    """
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            converted = conform(value, arg)
+            if converted is not NO_MATCH:
+                return converted
+        return NO_MATCH
+    if origin is typing.Literal:
+        return value if any(value == a and type(value) is type(a) for a in typing.get_args(annotation)) else NO_MATCH
+    if annotation is type(None):
+        return value if value is None else NO_MATCH
+    if annotation is bool:
+        return value if isinstance(value, bool) else NO_MATCH
+    if annotation is int:
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else NO_MATCH
+    if annotation is float:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else NO_MATCH
+    if annotation is str:
+        return value if isinstance(value, str) else NO_MATCH
+    if _is_schema(annotation):
+        return value if isinstance(value, Mapping) else NO_MATCH
+    if annotation is Node:
+        return value if _is_node_value(value) else NO_MATCH
+    if origin in (list, tuple, Sequence) or annotation in (list, tuple):
+        return _conform_items(value, typing.get_args(annotation))
+    if origin in (dict, Mapping) or annotation in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            return NO_MATCH
+        args = typing.get_args(annotation)
+        items = {k: conform(v, args[1]) if args else v for k, v in value.items()}
+        return NO_MATCH if any(v is NO_MATCH for v in items.values()) else items
+    return value
+
+
+def _conform_items(value: Any, args: tuple[Any, ...]) -> Any:
+    if not isinstance(value, list | tuple):
+        return NO_MATCH
+    if not args or args[-1] is Ellipsis and args[0] is Any:
+        return list(value)
+    item = args[0]
+    if len(args) > 1 and args[-1] is not Ellipsis:  # a fixed-length tuple
+        if len(value) != len(args):
+            return NO_MATCH
+        items = [conform(v, a) for v, a in zip(value, args, strict=True)]
+    else:
+        items = [conform(v, item) for v in value]
+    return NO_MATCH if any(v is NO_MATCH for v in items) else items
+
+
+def describe_type(annotation: Any) -> str:
+    """The type in words, as error messages and the reference show it (``"null or a float"``)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        words = [describe_type(a) for a in args if a is not type(None)]
+        return ("null or " if type(None) in args else "") + " or ".join(words)
+    if origin is typing.Literal:
+        return "one of: " + ", ".join("null" if a is None else str(a).lower() if isinstance(a, bool) else str(a)
+                                      for a in typing.get_args(annotation))
+    names = {int: "an int", float: "a float", bool: "true or false", str: "a string", type(None): "null",
+             Any: "any value"}
+    if annotation in names:
+        return names[annotation]
+    if _is_schema(annotation):
+        return f"a mapping ({annotation.__name__})"
+    if annotation is Node:
+        return "a node naming a class with _target_"
+    if origin in (list, tuple, Sequence) or annotation in (list, tuple):
+        args = typing.get_args(annotation)
+        if len(args) > 1 and args[-1] is not Ellipsis:
+            return f"a list of {len(args)} ({', '.join(describe_type(a) for a in args)})"
+        return f"a list of {_plural(args[0])}" if args else "a list"
+    if origin in (dict, Mapping) or annotation in (dict, Mapping):
+        return "a mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _plural(annotation: Any) -> str:
+    words = {int: "ints", float: "floats", str: "strings", bool: "bools"}
+    return words.get(annotation, f"({describe_type(annotation)})")
+
+
+# --- parsing ------------------------------------------------------------------------------------------------
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def suggest(name: str, choices: Sequence[str]) -> str | None:
+    """The closest of ``choices`` to a misspelled ``name`` (difflib), or None when nothing is close."""
+    found = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigError:
+    if name in cls.refused:
+        expected, fix = cls.refused[name]
+        return ConfigError(prefix + name, value, expected, fix, absolute=True)
+    if name in cls.renamed:
+        new = cls.renamed[name]
+        return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {prefix}{new}",
+                           f"pass {prefix}{new}={_cli(value)} instead", absolute=True)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    close = suggest(name, names)
+    hint = f"did you mean {prefix}{close}? " if close else ""
+    return ConfigError(prefix + name, value, f"a key of {cls.__name__} (one of: {', '.join(names)})",
+                       f"{hint}correct the spelling, or remove {prefix}{name}", absolute=True)
+
+
+def _cli(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _expected(annotation: Any, bounds: Bounds) -> str:
+    text, limits = describe_type(annotation), bounds.describe()
+    return f"{text} {limits}".strip() if limits else text
+
+
+def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: str) -> Any:
+    """One key checked: type, bounds, nested schemas."""
+    annotation = _hints(cls)[f.name]
+    bounds: Bounds = f.metadata.get("bounds", Bounds())
+    converted = conform(value, annotation)
+    example = _example(f)
+    if converted is NO_MATCH or not _in_bounds(converted, bounds):
+        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds),
+                          f"pass a value of that type{example}", absolute=True)
+    return _nested(annotation, converted, prefix + f.name)
+
+
+def _in_bounds(value: Any, bounds: Bounds) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_in_bounds(v, bounds) for v in value)
+    return bounds.holds(value)
+
+
+def _example(f: dataclasses.Field) -> str:
+    default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
+                                                          else MISSING)
+    if default is MISSING or default is None or isinstance(default, Mapping | list):
+        return ""
+    return f", e.g. the default {_cli(default)}"
+
+
+def _nested(annotation: Any, value: Any, path: str) -> Any:
+    """Parse schemas and nodes nested in ``annotation`` (one, or a list or mapping of them)."""
+    for arg in (annotation, *typing.get_args(annotation)):
+        if _is_schema(arg) and isinstance(value, Mapping):
+            return parse(arg, value, f"{path}.")
+        if arg is Node and _is_node_value(value):
+            return parse_node(value, f"{path}.")
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    item = args[-1] if args else None
+    if origin in (list, tuple, Sequence) and args and (_is_schema(args[0]) or args[0] is Node):
+        return [_nested(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, Mapping) and len(args) == 2 and (_is_schema(item) or item is Node):
+        return {k: _nested(item, v, f"{path}.{k}") for k, v in value.items()}
+    return value
+
+
+def parse_node(values: Mapping[str, Any], prefix: str = "") -> Node:
+    """A ``_target_`` node checked by its class's schema (:func:`schema_for`); a class without a schema keeps
+    its keys unchecked until it is built."""
+    target = values["_target_"]
+    schema = schema_for(target)
+    own = {k: v for k, v in values.items() if k not in STRUCTURAL_KEYS}
+    return Node(target, None if schema is None else parse(schema, own, prefix), own)
+
+
+def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S:
+    """``values`` checked against schema ``cls``: unknown keys, types, bounds, nested schemas, cross-key rules.
+
+    Args:
+        cls: The schema.
+        values: Plain mapping of the node (structural keys such as ``_target_`` are skipped).
+        prefix: The node's dotted path with a trailing dot (``"algo."``), for messages.
+
+    Raises:
+        ConfigError: Naming the full key, the value, what is valid and a fix.
+    """
+    values = {} if values is None else values
+    if not isinstance(values, Mapping):
+        raise ConfigError(prefix.rstrip(".") or cls.__name__, values, f"a mapping of {cls.__name__} keys",
+                          "pass key=value overrides of its keys", absolute=True)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    for name, value in values.items():
+        if name not in fields and name not in STRUCTURAL_KEYS:
+            raise _unknown(cls, str(name), value, prefix)
+    kwargs = {}
+    for name, f in fields.items():
+        if name in values:
+            kwargs[name] = _field_value(cls, f, values[name], prefix)
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(prefix + name, None, f"a value ({f.metadata.get('doc', '')})",
+                              f"pass {prefix}{name}=<value>", absolute=True)
+    instance = cls(**kwargs)
+    try:
+        instance.check()
+    except ConfigError as exc:
+        raise exc.with_prefix(prefix) from None
+    return instance
+
+
+# --- lookup and documentation -------------------------------------------------------------------------------
+def schemas() -> Iterator[type[Schema]]:
+    """Every schema class defined so far (subclasses of :class:`Schema`, depth first)."""
+    stack = list(Schema.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        yield cls
+
+
+def _shipped() -> dict[str, type[Schema]]:
+    importlib.import_module("embodirl.config.components")  # the schemas of embodirl's own components
+    return {cls.target: cls for cls in schemas() if cls.target}
+
+
+def schema_for(target: str) -> type[Schema] | None:
+    """The schema of the class ``target`` names: a shipped component's without importing it, else the
+    annotation of the class's first constructor argument (importing the class); None when it has none."""
+    shipped = _shipped().get(target)
+    if shipped is not None:
+        return shipped
+    from hydra.utils import get_class  # user classes: imported, as instantiating them would
+
+    try:
+        cls = get_class(target)
+    except Exception:  # an unimportable _target_ is reported where the node is built
+        return None
+    init = getattr(cls, "__init__", None)
+    try:
+        hints = typing.get_type_hints(init)
+    except Exception:
+        return None
+    first = next(iter(p for p in _parameters(init) if p != "self"), None)
+    annotation = hints.get(first) if first else None
+    return annotation if _is_schema(annotation) else None
+
+
+def _parameters(func: Any) -> list[str]:
+    import inspect
+
+    try:
+        return list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One key as ``--help`` and the configuration reference show it."""
+
+    path: str
+    type: str
+    default: Any
+    bounds: str
+    doc: str
+
+
+def key_docs(cls: type[Schema], prefix: str = "") -> list[KeyDoc]:
+    """Every key of ``cls`` (nested schemas expanded) with its type, default, bounds and doc."""
+    rows = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        annotation = _hints(cls)[f.name]
+        nested = next((a for a in (annotation, *typing.get_args(annotation)) if _is_schema(a)), None)
+        default = f.default if f.default is not MISSING else (
+            f.default_factory() if f.default_factory is not MISSING else MISSING)
+        if nested is not None and not typing.get_origin(annotation) in (list, dict, Mapping, Sequence):
+            rows.extend(key_docs(nested, f"{prefix}{f.name}."))
+            continue
+        bounds: Bounds = f.metadata.get("bounds", Bounds())
+        rows.append(KeyDoc(prefix + f.name, describe_type(annotation), default, bounds.describe(),
+                           f.metadata.get("doc", "")))
+    return rows

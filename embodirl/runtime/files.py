@@ -1,0 +1,147 @@
+"""Reading what a run directory holds, whatever it holds: regular files only, bounded in size, data only.
+
+A run directory is written by embodirl, but a report or a sweep's end reads whatever is there: a FIFO named
+``status.json`` (opening it waits for a writer forever), ``metrics.jsonl`` linked to ``/dev/zero`` (reading it
+never ends), a YAML alias bomb, JSON nested a million deep, integers too long to convert. The readers here
+refuse such files with an :class:`UnreadableFileError` (an ``OSError``: callers that skip unreadable files
+catch it already) or a ``ValueError`` (a parse that failed), each naming what was wrong in one line.
+
+Size caps: :data:`MAX_FILE_BYTES` (1 MiB) for ``status.json``, ``summary.json`` and the ``.hydra`` YAML files,
+which hold a few kB (a status with a traceback tens of kB); :data:`MAX_METRICS_BYTES` (64 MiB) for
+``metrics.jsonl`` (about 90,000 iterations of about 700 bytes), of which a longer file is read from its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import yaml
+from yaml.composer import ComposerError
+
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_METRICS_BYTES", "UnreadableFileError", "describe_size",
+           "open_regular_file", "parse_json", "parse_yaml", "printable", "read_regular_file"]
+
+MAX_FILE_BYTES = 1 << 20
+MAX_METRICS_BYTES = 64 << 20
+MAX_DEPTH = 32  # nesting of lists and mappings in a parsed file; embodirl's own files nest 4 deep at most
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
+
+
+class UnreadableFileError(OSError):
+    """A file that is not read: not a regular file, or larger than the reader's cap."""
+
+
+def _check_regular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise UnreadableFileError(f"{kind}, not a regular file")
+
+
+def open_regular_file(path: str | Path) -> BinaryIO:
+    """``path`` opened for binary reading if it is a regular file (a symlink to one is followed).
+
+    The path is checked before it is opened (opening a device can have effects) and the open file again
+    (the path may have changed in between). ``O_NONBLOCK`` keeps the open of a FIFO from waiting for a writer.
+
+    Raises:
+        FileNotFoundError: No such file (or a dangling symlink).
+        UnreadableFileError: A FIFO, device, directory or socket.
+    """
+    _check_regular(os.stat(path).st_mode)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        _check_regular(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_regular_file(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular_file`), at most ``max_bytes`` of them.
+
+    Raises:
+        FileNotFoundError: No such file.
+        UnreadableFileError: Not a regular file, or larger than ``max_bytes``.
+    """
+    with open_regular_file(path) as file:
+        data = file.read(max_bytes + 1)  # bounded even if the file grows after the check
+    if len(data) > max_bytes:
+        raise UnreadableFileError(f"larger than the {describe_size(max_bytes)} read from such a file")
+    return data
+
+
+def describe_size(num_bytes: int) -> str:
+    """``64 MiB`` for whole MiB, else ``1,234 bytes``."""
+    return f"{num_bytes >> 20} MiB" if num_bytes and num_bytes % (1 << 20) == 0 else f"{num_bytes:,} bytes"
+
+
+def _check_depth(value: Any) -> Any:
+    """``value`` if its lists and mappings nest at most :data:`MAX_DEPTH` deep (checked without recursion, so
+    that a later ``repr`` or comparison of it cannot exceed Python's recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= MAX_DEPTH:
+                    raise ValueError(f"lists or mappings nested more than {MAX_DEPTH} deep")
+                stack.append((child, depth + 1))
+    return value
+
+
+def parse_json(data: bytes) -> Any:
+    """UTF-8 JSON data as Python values.
+
+    Raises:
+        ValueError: Not UTF-8, not JSON, an integer over Python's 4,300-digit limit, or nested too deep.
+    """
+    try:
+        return _check_depth(json.loads(data.decode("utf-8")))
+    except RecursionError:
+        raise ValueError(f"lists or mappings nested more than {MAX_DEPTH} deep") from None
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without aliases: ``*name`` refers back to an anchored node, so a few hundred bytes
+    can stand for billions of items (an alias bomb). Hydra and OmegaConf never write aliases."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ComposerError(None, None, f"an alias (*{event.anchor}), which embodirl's files never hold",
+                                event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(data: bytes) -> Any:
+    """UTF-8 YAML data as Python values (the safe subset: no Python objects, no aliases).
+
+    Raises:
+        ValueError: Not UTF-8, not YAML (``yaml.YAMLError`` is re-raised as ``ValueError``), an alias, an
+            integer over Python's 4,300-digit limit, or nested too deep.
+    """
+    try:
+        return _check_depth(yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader))  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None) or str(exc)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ValueError(" ".join(f"{where}{problem}".split())) from None
+    except RecursionError:
+        raise ValueError(f"lists or mappings nested more than {MAX_DEPTH} deep") from None
+
+
+def printable(text: Any, max_chars: int = 500) -> str:
+    """``text`` as one line for a report or a terminal: whitespace runs become one space, other control
+    characters (e.g. terminal escape sequences) become U+FFFD, and more than ``max_chars`` end in "..."."""
+    line = " ".join(str(text).split())
+    line = "".join(c if c.isprintable() else "\ufffd" for c in line)
+    return line if len(line) <= max_chars else line[: max_chars - 3] + "..."
