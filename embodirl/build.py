@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import logging
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from embodirl.algos.base import BaseAlgorithm
-from embodirl.checked import NO_MATCH, conform, conform_int, instantiate_checked
+from embodirl.checked import NO_MATCH, check_finite_values, conform, conform_int, instantiate_checked
 from embodirl.collector import Collector
 from embodirl.compiled import Acceleration, Stopwatch, configure_cache, resolve_acceleration
 from embodirl.evaluation import Evaluator
@@ -82,6 +83,9 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
                           "pass device=cpu (or device=auto)")
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError("device", device, "auto, cpu, cuda or cuda:N", "pass device=auto")
+    if dev.type == "cpu" and dev.index not in (None, 0):
+        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N (the CPU is one device: it takes no index)",
+                          "pass device=cpu")
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", local_rank if local_rank else torch.cuda.current_device())
     return dev
@@ -91,10 +95,10 @@ def configure_torch(seed: int, num_threads: int) -> None:
     """Seed torch, cap intra-op threads (small nets on small machines run fastest on one) and keep freed memory
     in the process (:mod:`embodirl.runtime.allocator`)."""
     num_threads = conform_int("num_threads", num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
-    seed = conform(seed, int)
-    check(seed is not NO_MATCH, "seed", seed, "an int", "pass seed=0")
+    converted = conform(seed, int)
+    check(converted is not NO_MATCH and abs(converted) <= MAX_SEED, "seed", seed, SEED_RANGE, "pass seed=0")
     torch.set_num_threads(num_threads)
-    torch.manual_seed(seed)
+    torch.manual_seed(converted)
     keep_freed_memory()
 
 
@@ -163,6 +167,7 @@ def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
           "pass env.solved_metric=eval/return_mean (or eval/success_rate for envs that report success)", absolute=True)
     check(solved_threshold is None or conform(solved_threshold, float) is not NO_MATCH, "env.solved_threshold",
           solved_threshold, "null (the env's own) or a number", "pass e.g. env.solved_threshold=400", absolute=True)
+    check_finite_values("env.solved_threshold", solved_threshold, 400)
 
 
 def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> PolicyProtocol:
@@ -181,8 +186,7 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
     policy = instantiate_checked(node, "policy.", observation_space=env.observation_space,
                                  action_space=env.action_space).to(device)
     if init_from is not None:
-        load_pretrained(policy, init_from)
-        log.info("policy weights loaded from %s", init_from)
+        log.info("%s", load_pretrained(policy, init_from))
     if patterns:
         log.info("frozen policy parameters: %s", ", ".join(freeze(policy, patterns)))
     return policy
@@ -193,6 +197,9 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
 # from the states of some rank's training episodes.
 RANK_SEED_STRIDE = 1_000_003
 EVAL_SEED_OFFSET = 7_919_000_017
+# Seeds plus these offsets must stay int64 (torch and numpy seeds); 2^62 leaves room for any number of ranks.
+MAX_SEED = 2**62
+SEED_RANGE = "an int in [-2^62, 2^62] (evaluation and other ranks add offsets to it, which must fit in 64 bits)"
 
 # Keys every env option accepts besides its class's arguments; build_env applies them to the built env.
 ENV_BUILD_KEYS = ("solved_metric", "solved_threshold")
@@ -227,7 +234,8 @@ def check_top_level(cfg: DictConfig) -> RunSettings:
             raise ConfigError(str(key), cfg[key], "a known top-level key (one of: " + ", ".join(TOP_LEVEL_KEYS) + ")",
                               f"remove +{key}=... or correct its spelling")
     seed = conform(cfg.seed, int)
-    check(seed is not NO_MATCH and -(2**63) <= seed < 2**63, "seed", cfg.seed, "an int", "pass seed=0")
+    check(seed is not NO_MATCH and abs(seed) <= MAX_SEED, "seed", cfg.seed,
+          "an int" if seed is NO_MATCH else SEED_RANGE, "pass seed=0")
     check(isinstance(cfg.device, str), "device", cfg.device, "auto, cpu, cuda or cuda:N", "pass device=auto")
     threads = conform_int("num_threads", cfg.num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
     update_threads = None if cfg.num_update_threads is None else conform_int(
@@ -312,14 +320,18 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
         torch.manual_seed(rank_seed(top.seed, rank))
     algo = instantiate_checked(cfg.algo, "algo.", policy=policy, device=device,
                                total_env_steps=_total_env_steps(cfg), accel=accel)
+    check_objective_metric(cfg.get("objective"), algo)
+    algo.env_name = env_label(env)
     plan = algo.collect_plan(env)
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs or algo.num_steps (the rollout holds "
                           "num_envs x (num_steps + 1) transitions)"):
         collector = Collector(env, policy, plan, accel)
     evaluator = Evaluator(eval_env, policy, accel)
     video = build_video_settings(cfg.eval, eval_env)
-    dry_run(env, policy)
-    dry_run(eval_env, policy)
+    for built, node in ((env, "env"), (eval_env, "trainer.eval_env_overrides" if cfg.trainer.get("eval_env_overrides")
+                                         else "env")):
+        with dry_run_guard(built, node):
+            dry_run(built, policy)
     compile_s = warm_up(collector, algo, evaluator) if accel.compile else 0.0
     return Components(env, eval_env, policy, algo, collector, evaluator, device, video, top, accel, compile_s)
 
@@ -347,9 +359,20 @@ def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> 
     return watch.seconds
 
 
-def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings:
-    """Video settings from the ``eval`` node; refuses ``eval.video=true`` for an env without frames."""
+def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv,
+                         count_key: str = "trainer.num_eval_envs") -> VideoSettings:
+    """Video settings from the ``eval`` node, ``video_num_envs`` resolved (null: up to 4 of ``env``'s envs).
+
+    Refuses ``eval.video=true`` for an env without frames, and more filmed envs than ``env`` has (``count_key``
+    names the key that sets its number).
+    """
     settings = instantiate_checked(eval_cfg, "eval.")
+    count = settings.video_num_envs
+    check(not settings.video or count is None or count <= env.num_envs, "eval.video_num_envs", count,
+          f"an int in [1, {env.num_envs}] (the evaluation envs: {count_key}={env.num_envs})",
+          f"pass eval.video_num_envs={env.num_envs} (or null), or raise {count_key}", absolute=True)
+    if count is None:
+        settings = dataclasses.replace(settings, video_num_envs=min(4, env.num_envs))
     if settings.video:
         try:
             env.render([0], 16)
@@ -362,6 +385,36 @@ def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv) -> VideoSettings
 def _total_env_steps(cfg: DictConfig) -> int:
     return conform_int("trainer.total_env_steps", cfg.trainer.total_env_steps, 1,
                        "pass e.g. trainer.total_env_steps=1000000")
+
+
+def check_objective_metric(objective: Any, algo: BaseAlgorithm) -> None:
+    """A ``loss/*`` or ``diag/*`` objective must be a metric the algorithm logs (when it declares ``metric_names``)."""
+    names = getattr(algo, "metric_names", None)
+    if names is None or not isinstance(objective, str) or not objective.startswith(("loss/", "diag/")):
+        return
+    check(objective in names, "objective", objective, f"a summary key such as eval/return_mean, or a metric "
+          f"{type(algo).__name__} logs: {', '.join(names)}", "pass objective=eval/return_mean (or one of those)")
+
+
+def env_label(env: BatchedEnv) -> str:
+    """``GymEnv Pendulum-v1`` or ``PushCube``: the env class, and the gymnasium id when it has one."""
+    env_id = getattr(env, "id", None)
+    return f"{type(env).__name__} {env_id}" if isinstance(env_id, str) else type(env).__name__
+
+
+@contextlib.contextmanager
+def dry_run_guard(env: BatchedEnv, key: str):
+    """Turn a failed dry run (the env's first reset/step broke the batched-env contract, or the policy could not act
+    on it) into one :class:`ConfigError` on ``key`` naming the env and what failed."""
+    try:
+        yield
+    except (TypeError, ValueError, IndexError, KeyError, AssertionError, RuntimeError) as exc:
+        if isinstance(exc, ConfigError | torch.OutOfMemoryError):
+            raise
+        what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(key, env_label(env), f"an env whose first reset and step follow the batched-env contract "
+                          f"({what})", f"check the {key}.* values that shape the env (or the env's code: "
+                          "embodirl.envs.base documents the contract)", absolute=True) from None
 
 
 def dry_run(env: BatchedEnv, policy: PolicyProtocol) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Sequence
@@ -21,7 +22,8 @@ from omegaconf import DictConfig
 
 from embodirl.errors import ConfigError, check
 
-__all__ = ["NO_MATCH", "check_fields", "conform", "conform_int", "describe", "instantiate_checked"]
+__all__ = ["NO_MATCH", "check_finite_values", "check_fields", "conform", "conform_int", "describe",
+           "instantiate_checked"]
 
 NO_MATCH = object()
 
@@ -75,6 +77,32 @@ def conform_int(key: str, value: Any, minimum: int, fix: str) -> int:
     return converted
 
 
+def _non_finite(value: Any, key: str) -> str | None:
+    """The key of the first NaN or infinite float in ``value`` (a mapping's entries by dotted key; a list as a whole)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else key
+    if isinstance(value, dict):
+        return next((found for k, v in value.items() if (found := _non_finite(v, f"{key}.{k}"))), None)
+    if isinstance(value, list | tuple):
+        return key if any(_non_finite(v, key) for v in value) else None
+    return None
+
+
+def check_finite_values(key: str, value: Any, example: Any = None) -> None:
+    """Refuse NaN and infinite floats anywhere in ``value``: no hyperparameter, env argument or threshold of embodirl
+    takes one (a learning rate of ``inf`` trains nothing and fails late). Raises a :class:`ConfigError` naming the
+    (nested) key."""
+    found = _non_finite(value, key)
+    if found is None:
+        return
+    shown = value
+    for part in found.removeprefix(key).split(".")[1:]:
+        shown = shown[part]
+    advice = f", e.g. {found}={example}" if example is not None and found == key else ""
+    raise ConfigError(found, shown, "finite numbers (nan and inf are not values of this key)",
+                      f"pass a finite value{advice}")
+
+
 def describe(annotation: Any) -> str:
     if typing.get_origin(annotation) is typing.Literal:
         return "one of: " + ", ".join(str(a) for a in typing.get_args(annotation))
@@ -111,6 +139,8 @@ def instantiate_checked(node: DictConfig, prefix: str, **runtime: Any) -> Any:
             example = f", e.g. {prefix}{key}={default}" if default is not inspect.Parameter.empty else ""
             raise ConfigError(prefix + key, value, f"{describe(annotation)}",
                               f"pass a value of that type{example}")
+        default = params[key].default
+        check_finite_values(prefix + key, converted, None if default is inspect.Parameter.empty else default)
         kwargs[key] = converted
     try:
         return func(**kwargs, **runtime)
@@ -131,6 +161,20 @@ def check_fields(prefix: str, values: Any, cls: type) -> Any:
         result = conform(value, hints[key])
         if result is NO_MATCH:
             raise ConfigError(prefix + key, value, describe(hints[key]),
-                              f"pass a value of that type, e.g. {prefix}{key}={fields[key].default}")
+                              f"pass a value of that type, e.g. {prefix}{key}={_example(fields[key])}")
+        check_finite_values(prefix + key, result, _example(fields[key]))
         converted[key] = result
     return cls(**converted)
+
+
+def _example(field: dataclasses.Field) -> Any:
+    """A field's default as an example value (``[]`` for a ``default_factory``)."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return _value_text(field.default_factory())
+    return "<value>"
+
+
+def _value_text(value: Any) -> Any:
+    return "[]" if value == [] else "{}" if value == {} else value

@@ -25,10 +25,22 @@ from typing import Any, TextIO
 
 from embodirl.analysis.stats import format_count, format_number
 
-__all__ = ["ConsoleLogger", "StopGoal", "TaskProgress", "format_duration", "remaining_time", "stop_message",
-           "task_progress"]
+__all__ = ["ConsoleLogger", "StopGoal", "TaskProgress", "format_duration", "output_console", "remaining_time",
+           "stop_message", "task_progress"]
 
 log = logging.getLogger(__name__)
+
+# Width of tables printed where no terminal sets one (files, pipes, CI and SLURM logs): nothing is cut, and a
+# table is as wide as its content (rich's default there is 80 columns, which cut paths short).
+UNBOUNDED_WIDTH = 10_000
+
+
+def output_console(file: TextIO | None = None) -> Any:
+    """A rich Console on ``file`` (stdout by default): the terminal's width on a terminal, no limit elsewhere."""
+    from rich.console import Console
+
+    console = Console(file=file)
+    return console if console.is_terminal else Console(file=file, width=UNBOUNDED_WIDTH)
 
 
 def format_duration(seconds: float | None) -> str:

@@ -31,7 +31,7 @@ from tensordict import TensorDict
 
 from embodirl.envs.observations import ObsSpec, allocate, key_name
 
-__all__ = ["ROLLOUT_KEYS", "allocate_rollout", "transitions", "validate_rollout"]
+__all__ = ["ROLLOUT_KEYS", "allocate_rollout", "non_finite_env_output", "transitions", "validate_rollout"]
 
 # key -> (dtype, who writes it); shapes follow from the observation spec and the action shape.
 ROLLOUT_KEYS: dict[str, tuple[torch.dtype | None, str]] = {
@@ -138,3 +138,18 @@ def transitions(rollout: TensorDict, **extra: torch.Tensor) -> TensorDict:
     for key, value in extra.items():
         view.set(key, value)
     return view.reshape(-1)
+
+
+def non_finite_env_output(rollout: TensorDict) -> str | None:
+    """What the env wrote that is NaN or infinite (``"reward"``, ``"observation 'state'"``), else None.
+
+    Called after a non-finite loss (one host sync, only then): if the env's own output already was, the loss only
+    followed it, and the env is what needs fixing, not the learning rate.
+    """
+    steps = rollout.batch_size[1] - 1  # slot T holds the bootstrap observation only
+    if not bool(torch.isfinite(rollout["reward"][:, :steps]).all()):
+        return "reward"
+    for key, value in rollout["obs"].items(include_nested=True, leaves_only=True):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"observation {key_name(key if isinstance(key, tuple) else (key,))!r}"
+    return None

@@ -30,20 +30,21 @@ class VideoSettings:
 
     Args:
         video: Record a video at every evaluation (train) or once (embodirl-eval).
-        video_num_envs: Envs shown side by side in a grid.
+        video_num_envs: Envs shown side by side in a grid; None: up to 4 (as many as there are evaluation envs).
         video_size: Pixel size of each env's square frame.
         video_fps: Frames per second of the file.
         video_format: ``mp4`` (H.264 via imageio-ffmpeg) or ``gif``.
     """
 
     video: bool = False
-    video_num_envs: int = 4
+    video_num_envs: int | None = None
     video_size: int = 192
     video_fps: int = 20
     video_format: Literal["mp4", "gif"] = "mp4"
 
     def __post_init__(self) -> None:
-        check(self.video_num_envs >= 1, "video_num_envs", self.video_num_envs, "an int >= 1")
+        check(self.video_num_envs is None or self.video_num_envs >= 1, "video_num_envs", self.video_num_envs,
+              "an int >= 1, or null (up to 4)")
         check(16 <= self.video_size <= 2048, "video_size", self.video_size, "an int in [16, 2048]")
         check(self.video_fps >= 1, "video_fps", self.video_fps, "an int >= 1")
         check_choice("video_format", self.video_format, ["mp4", "gif"])
@@ -148,8 +149,16 @@ def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size:
     return np.stack(frames)
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save_video(frames: np.ndarray, path: str | Path, fps: int) -> Path:
-    """Write ``[T, H, W, 3]`` uint8 frames to ``path`` (format from its suffix) atomically."""
+    """Write ``[T, H, W, 3]`` uint8 frames to ``path`` (format from its suffix) atomically, with the permissions of
+    any file the user creates (``0666`` less the umask)."""
     import imageio.v2 as imageio
 
     path = Path(path)
@@ -163,6 +172,7 @@ def save_video(frames: np.ndarray, path: str | Path, fps: int) -> Path:
             # Even sizes keep every H.264 player happy.
             frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
             imageio.mimsave(tmp, list(frames), fps=fps, macro_block_size=1)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a video is shared like any file the user writes
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

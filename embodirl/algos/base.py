@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from embodirl.runtime.distributed import allreduce_grads, allreduce_mean
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError, check, check_choice
 from embodirl.policies.base import Policy
-from embodirl.rollout import validate_rollout
+from embodirl.rollout import non_finite_env_output, validate_rollout
 
 __all__ = ["BaseAlgorithm", "CollectPlan", "check_removed_adam_eps"]
 
@@ -79,6 +80,7 @@ class BaseAlgorithm(ABC):
         self.total_env_steps = total_env_steps
         self.accel = accel
         self.env_steps_seen = 0
+        self.env_name = "(see env=)"  # named in messages about the env's output; the build sets it
         self._graphed: list[str] = []  # attributes holding steps to capture in use_cuda_graphs()
 
     @abstractmethod
@@ -230,6 +232,21 @@ class BaseAlgorithm(ABC):
         elif self.accel.cuda_graphs:
             for name in self._graphed:
                 setattr(self, name, capture(getattr(self, name), True, self.device))
+
+    @contextlib.contextmanager
+    def blame_env(self, rollout: TensorDict) -> Iterator[None]:
+        """Re-raise a :class:`NonFiniteLossError` as the env's fault when the env itself produced NaN or infinite
+        rewards or observations in ``rollout`` (a lower learning rate would not help); ``env_name`` names it."""
+        try:
+            yield
+        except NonFiniteLossError:
+            what = non_finite_env_output(rollout)
+            if what is None:
+                raise
+            raise NonFiniteLossError(
+                f"the env {self.env_name} produced a NaN or infinite {what}, and the loss followed: training stopped, "
+                "the last good checkpoint is kept. Fix: check the env's settings (env.*) or its code; its reward and "
+                "observations must stay finite") from None
 
     def check_rollout(self, rollout: TensorDict) -> None:
         """Validate the rollout against the schema and the policy's spaces (metadata only, no sync)."""

@@ -74,6 +74,9 @@ class GRPO(BaseAlgorithm):
         accel: Compile (and later capture) the minibatch step.
     """
 
+    # The loss/* and diag/* names update() returns (a sweep's objective= is checked against them before training).
+    metric_names = (*_METRICS, "diag/valid_fraction", "diag/num_valid")
+
     def __init__(
         self,
         policy: Policy,
@@ -203,7 +206,8 @@ class GRPO(BaseAlgorithm):
         self.policy.update_normalizer(rollout["obs"][:, :-1])
         simulated = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         self.env_steps_seen += simulated
-        metrics = self.finish_metrics(_METRICS, sums / num_steps)
+        with self.blame_env(rollout):
+            metrics = self.finish_metrics(_METRICS, sums / num_steps)
         metrics.update({**self.schedule_metrics(), "diag/valid_fraction": valid.numel() / simulated,
                         "diag/num_valid": float(valid.numel())})
         return metrics

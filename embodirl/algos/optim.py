@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from embodirl.checked import check_finite_values
 from embodirl.errors import ConfigError
 
 __all__ = ["AMP_DTYPES", "OptimizerFactory", "autocast_loss", "build_optimizer"]
@@ -74,13 +76,54 @@ def build_optimizer(factory: OptimizerFactory | None, params: list[Tensor], lr: 
             raise ConfigError(f"optimizer.{key}", value, f"an option of {name} (one of: {valid})",
                               f"remove it with ~optimizer.{key}, or select a preset of conf/algo/optimizer/ "
                               "(e.g. algo/optimizer=sgd)")
+    for key, value in options.items():
+        default = accepted[key].default
+        check_finite_values(f"optimizer.{key}", value, None if default is inspect.Parameter.empty else default)
+    _check_betas(options.get("betas"))
     capturable = "capturable" in accepted
+    given = dict(options)
     if cuda_graphs and capturable:
         options.update(capturable=True, foreach=True)
-        return cls(params, lr=torch.tensor(lr, dtype=torch.float32, device=device), **options), True
-    if "fused" in accepted and not {"fused", "foreach"} & options.keys():
-        options["fused"] = True  # one kernel over every parameter: Adam's step 319 -> 85 us on our CPU (12 tensors)
-    return cls(params, lr=lr, **options), capturable
+        lr_value: float | Tensor = torch.tensor(lr, dtype=torch.float32, device=device)
+    else:
+        lr_value = lr
+        if "fused" in accepted and not {"fused", "foreach"} & options.keys():
+            options["fused"] = True  # one kernel over every parameter: Adam's step 319 -> 85 us on our CPU (12 tensors)
+    try:
+        return cls(params, lr=lr_value, **options), capturable
+    except (ValueError, TypeError, IndexError, RuntimeError) as exc:
+        raise _refused(name, given, accepted, exc) from None
+
+
+# Words torch's optimizers use for their options in "Invalid <word> value" messages.
+_TORCH_WORDS = {"epsilon": "eps", "beta": "betas", "learning": "lr"}
+
+
+def _refused(name: str, options: dict[str, Any], accepted: Any, exc: Exception) -> ConfigError:
+    """The :class:`ConfigError` for options a ``torch.optim`` class refused: the option it names, else all of them."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    word = re.search(r"[Ii]nvalid (\w+)", text)
+    key = _TORCH_WORDS.get(word[1], word[1]) if word else None
+    if key in options:
+        default = accepted[key].default
+        instead = "" if default is inspect.Parameter.empty else f"pass optimizer.{key}={default} " \
+            f"({name.rpartition('.')[2]}'s default), or "
+        return ConfigError(f"optimizer.{key}", options[key], f"a value {name} accepts (torch says: {text})",
+                           f"{instead}remove it with ~optimizer.{key}")
+    return ConfigError("optimizer", options, f"options {name} accepts (torch says: {text})",
+                       "correct the options of algo.optimizer, or select a preset (algo/optimizer=adam)")
+
+
+def _check_betas(betas: Any) -> None:
+    """Adam-style ``betas``: two floats in [0, 1) (torch indexes the pair before checking it)."""
+    if betas is None:
+        return
+    fits = isinstance(betas, list | tuple) and len(betas) == 2 and all(
+        isinstance(b, int | float) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
+    if not fits:
+        raise ConfigError("optimizer.betas", list(betas) if isinstance(betas, tuple) else betas,
+                          "two floats in [0, 1), the decay rates of the gradient's mean and square",
+                          "pass optimizer.betas=[0.9,0.999]")
 
 
 def autocast_loss(loss_fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], amp: str,

@@ -70,6 +70,9 @@ class PPO(BaseAlgorithm):
         accel: Compile (and later capture) the update's preparation and minibatch step.
     """
 
+    # The loss/* and diag/* names update() returns (a sweep's objective= is checked against them before training).
+    metric_names = (*_METRICS, "diag/explained_variance", "diag/epochs")
+
     def __init__(
         self,
         policy: Policy,
@@ -180,7 +183,8 @@ class PPO(BaseAlgorithm):
         self.policy.update_normalizer(rollout["obs"][:, :-1])
         self.env_steps_seen += self._all.numel() * self.seq_len
         values = torch.cat([sums / num_minibatches, explained_var.reshape(1)])
-        metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
+        with self.blame_env(rollout):
+            metrics = self.finish_metrics([*_METRICS, "diag/explained_variance"], values)
         metrics.update({**self.schedule_metrics(), "diag/epochs": float(epochs)})
         return metrics
 

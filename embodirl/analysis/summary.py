@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from embodirl.console import output_console
+
 __all__ = ["print_eval", "print_summary"]
 
 
@@ -24,7 +26,7 @@ def _fmt(value: Any) -> str:
 
 def print_summary(summary: dict[str, Any], console: Console | None = None) -> None:
     """Print status, budget, speed, final returns, when it was solved and where the files are."""
-    console = console or Console()
+    console = console or output_console()
     table = Table(title="embodirl-train summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -52,7 +54,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
 
 def print_eval(result: dict[str, Any], console: Console | None = None) -> None:
     """Print an evaluation's metrics as a two-column table."""
-    console = console or Console()
+    console = console or output_console()
     table = Table(title="embodirl-eval", show_header=True, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")

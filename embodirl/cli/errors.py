@@ -136,8 +136,12 @@ def fail(prog: str, exc: BaseException, code: int | None = None) -> NoReturn:
     sys.exit(exit_code(exc) if code is None else code)
 
 
-def hydra_entry(prog: str, hydra_main: Callable[[], Any]) -> None:
-    """Call a ``@hydra.main`` function; a failure outside the task (composition, run directory) exits via :func:`fail`."""
+def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "train") -> None:
+    """Call a ``@hydra.main`` function; a failure outside the task (composition, run directory) exits via :func:`fail`.
+
+    An unknown key or option gets the closest real one (or the option that has the key) as its fix
+    (:mod:`embodirl.cli.suggest`, which composes ``config_name`` with the command line's other overrides).
+    """
     if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's full tracebacks
         hydra_main()
         return
@@ -149,11 +153,18 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any]) -> None:
     except BrokenPipeError:  # the reader went away (`embodirl-train --help | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush fails no more
         sys.exit(141)  # 128 + SIGPIPE, what a shell shows for a program killed by a closed pipe
-    except OSError as exc:  # outside the task: the run directory could not be created
+    except BaseException as exc:  # noqa: BLE001 - every failure ends in one line
         from hydra.errors import HydraException
 
-        fail(prog, exc, code=None if isinstance(exc, HydraException) else 2)
-    except BaseException as exc:  # noqa: BLE001 - every failure ends in one line
-        fail(prog, exc)
+        from embodirl.cli.suggest import explain_composition_error
+
+        text = None
+        if isinstance(exc, HydraException) and not _moved_key_message(str(exc)):
+            text = explain_composition_error(exc, sys.argv[1:], config_name)
+        if text is not None:
+            print(f"{prog}: error: {text}", file=sys.stderr)
+            sys.exit(2)
+        # An OSError outside the task: the run directory could not be created (a user's path: exit 2).
+        fail(prog, exc, code=2 if isinstance(exc, OSError) and not isinstance(exc, HydraException) else None)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)

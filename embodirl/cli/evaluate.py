@@ -11,6 +11,7 @@ see :mod:`embodirl.targets`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,23 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from embodirl.errors import CheckpointError, ConfigError
 
+log = logging.getLogger("embodirl.eval")  # into the evaluation directory's evaluate.log, and the console
+
 PROG = "embodirl-eval"
 NAMED = ("best", "last")  # checkpoint=best|last: checkpoints/best.pt or last.pt of run=RUN_DIR
+
+
+def as_run(run: Any, checkpoint: Any) -> tuple[Any, Any]:
+    """``(run, checkpoint)`` with ``checkpoint=<a run directory>`` read as ``run=<it>`` (its last checkpoint)."""
+    if run is None and isinstance(checkpoint, str) and checkpoint and (Path(checkpoint) / "checkpoints").is_dir():
+        return checkpoint, "last"
+    return run, checkpoint
 
 
 def _owning_run(run: Any, checkpoint: Any) -> Path | None:
     """The run directory an evaluation belongs to: the run whose ``checkpoints/`` folder holds the checkpoint
     file (named in ``run`` and ``checkpoint``, or a path in ``checkpoint``); None when there is no such file."""
+    run, checkpoint = as_run(run, checkpoint)
     path = Path(str(checkpoint))
     if run is not None:
         name = f"{checkpoint}.pt" if checkpoint in NAMED else str(checkpoint)
@@ -46,9 +57,13 @@ OmegaConf.register_new_resolver("embodirl_eval_dir", eval_dir, replace=True)
 def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
     """The checkpoint file ``run`` and ``checkpoint`` name (see ``conf/eval.yaml``).
 
+    ``checkpoint=<a run directory>`` is read as ``run=<it> checkpoint=last``.
+
     Raises:
-        ConfigError: ``run`` is no directory, a named checkpoint without ``run``, or a path with ``run``.
+        ConfigError: ``run`` is no directory, a named checkpoint without ``run``, a path with ``run``, or a
+            directory that is not a run's.
     """
+    run, checkpoint = as_run(run, checkpoint)
     if not isinstance(checkpoint, str) or not checkpoint:
         raise ConfigError("checkpoint", checkpoint, "best, last, a file name in RUN_DIR/checkpoints/, or a .pt path",
                           "pass run=outputs/<date>/<time> checkpoint=best (or checkpoint=<path>.pt)")
@@ -56,6 +71,10 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
         if checkpoint in NAMED and not Path(checkpoint).is_file():
             raise ConfigError("checkpoint", checkpoint, f"a .pt path ({checkpoint} names a run's checkpoint: add run=RUN_DIR)",
                               f"pass run=outputs/<date>/<time> checkpoint={checkpoint}, or checkpoint=<path of a .pt file>")
+        if Path(checkpoint).is_dir():
+            raise ConfigError("checkpoint", checkpoint, "a .pt file, or a run directory (one that holds checkpoints/)",
+                              f"pass run=<the run directory> (this one has no checkpoints/), or checkpoint=<a .pt file "
+                              f"in {checkpoint}>")
         return Path(checkpoint)
     folder = Path(str(run)) / "checkpoints"
     if not Path(str(run)).is_dir() or not folder.is_dir():
@@ -106,7 +125,8 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint={str(path)!r}: its policy weights do not fit its own config "
                               f"({str(exc).splitlines()[0]})") from exc
     policy.eval()
-    video = build_video_settings(cfg.eval, env)
+    video = build_video_settings(cfg.eval, env, count_key="env.num_envs")
+    log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
     extra = {}
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
@@ -118,6 +138,8 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     solved = env.is_solved(metrics)
     trained = state["trainer"].get("env_steps") if isinstance(state["trainer"], dict) else None
     owner = _owning_run(cfg.run, cfg.checkpoint)
+    log.info("%s on %d %s envs: %s", path, env.num_envs, type(env).__name__,
+             ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
     return {"checkpoint": str(path.resolve()), "run": str(owner.resolve()) if owner else None,
             "env": train_cfg.env._target_,
             "num_envs": env.num_envs, "env_steps_trained": trained if isinstance(trained, int) else None, **metrics,
@@ -138,20 +160,25 @@ def _evaluate(cfg: DictConfig) -> float:
     except (Exception, KeyboardInterrupt) as exc:  # one line and an exit status for every failure
         fail(PROG, exc)
     print_eval(result)
-    print(f"wrote {out}")
+    log.info("wrote %s", out)
     return result["eval/return_mean"]
 
 
 def main() -> None:
-    """The ``embodirl-eval`` console script."""
+    """The ``embodirl-eval`` console script (``--help`` is answered by :func:`embodirl.cli.help.eval_help_page`)."""
     import sys
 
     from embodirl.cli.errors import hydra_entry
     from embodirl.cli.flags import refuse_rerun
+    from embodirl.cli.help import eval_help_page, help_request
 
     refuse_rerun(PROG, sys.argv[1:], "run again with the overrides in <eval dir>/.hydra_eval/overrides.yaml "
                  "(e.g. embodirl-eval run=<run dir> checkpoint=best)")
-    hydra_entry(PROG, _evaluate)
+    overrides = help_request(sys.argv[1:])
+    if overrides is not None:
+        hydra_entry(PROG, lambda: print(eval_help_page(overrides, PROG)), config_name="eval")
+        return
+    hydra_entry(PROG, _evaluate, config_name="eval")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["STRUCTURAL_KEYS", "config_comments", "file_description", "help_page", "help_request", "key_comments",
-           "needs_plus", "package_groups", "primary_groups"]
+__all__ = ["STRUCTURAL_KEYS", "config_comments", "eval_help_page", "file_description", "help_page", "help_request",
+           "key_comments", "needs_plus", "package_groups", "primary_groups"]
 
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
@@ -37,6 +37,15 @@ EXAMPLES = (
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
+)
+
+EVAL_EXAMPLES = (
+    ("embodirl-eval run=outputs/<date>/<time>", "the run's checkpoints/last.pt, results into <run>/eval/<time>/"),
+    ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "its best.pt (or step_*.pt, a file in checkpoints/)"),
+    ("embodirl-eval checkpoint=path/to/file.pt", "any checkpoint file (a run directory works too)"),
+    ("embodirl-eval run=<run> num_episodes=20 env.num_envs=4", "fewer episodes, on 4 env copies"),
+    ("embodirl-eval run=<run> eval.video=true", "also film one episode (video.mp4 next to eval.json)"),
+    ("embodirl-eval run=<run> trusted_targets=[mypkg.MyEnv]", "a run whose config names your own classes"),
 )
 
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*|'[^']*'|\"[^\"]*\") *:(?:\s+(?P<rest>.*))?$")
@@ -296,4 +305,29 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
     lines += _keys_section(job, config_comments(choices), choices)
     lines += ["", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags;",
               f"      eval \"$({prog} -sc install=bash)\" installs shell completion; README \"Using it\"."]
+    return "\n".join(lines)
+
+
+def eval_help_page(overrides: list[str], prog: str = "embodirl-eval") -> str:
+    """``embodirl-eval --help``: usage, examples and every key of ``conf/eval.yaml`` with its comment.
+
+    Raises:
+        hydra.errors.HydraException: An override that does not compose (unknown key).
+    """
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        cfg = compose("eval", overrides=list(overrides))
+    job = OmegaConf.to_container(cfg, resolve=False)
+    comments = {k: v for k, v in key_comments(_conf_text("eval.yaml") or "").items() if v is not None}
+    lines = [f"{prog}: run deterministic episodes with a trained policy. The env and the policy are rebuilt from the "
+             "checkpoint's own config (no training flags to repeat); results go to eval.json (and a video).", "",
+             f"Usage: {prog} run=RUN_DIR [checkpoint=best|last|step_*.pt] [key=value ...]",
+             f"       {prog} checkpoint=PATH.pt [key=value ...]", "", "Examples:"]
+    for command, what in EVAL_EXAMPLES:
+        lines += [f"  {command:<58}# {what}"] if len(command) <= 56 else [f"  {command}", f"  {'':<58}# {what}"]
+    lines += ["", *_keys_section(job, comments, {})]
+    lines += ["", "Env keys of the checkpoint's config can be changed too: env.num_envs=8, or any other with "
+              "+env.KEY=VALUE.", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags."]
     return "\n".join(lines)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -39,6 +41,24 @@ def _share_run_time() -> None:
     os.environ[RUN_TIME_ENV] = broadcast_object(START.isoformat())
 
 
+def resume_command(hydra_cfg: Any, run_dir: Path, argv: list[str]) -> str:
+    """The command that continues the run in ``run_dir``: the same overrides, with ``hydra.run.dir`` pinned to it
+    (the default run directory is named by the start time, so "the same command" would start a new run)."""
+    config_dir = [a for i, a in enumerate(argv) if a in ("--config-dir", "-cd") or (i and argv[i - 1] in
+                                                                                    ("--config-dir", "-cd"))]
+    hydra_overrides = [o for o in hydra_cfg.overrides.hydra if not str(o).startswith(("hydra.run.dir=", "hydra.mode="))]
+    words = [PROG, *config_dir, *map(str, hydra_cfg.overrides.task), *map(str, hydra_overrides),
+             f"hydra.run.dir={run_dir.resolve()}"]
+    return shlex.join(words)
+
+
+def stopped(exc: BaseException, hydra_cfg: Any, run_dir: Path, code: int) -> NoReturn:
+    """End a run stopped by Ctrl-C or a signal with one line saying how to resume it, and exit with ``code``."""
+    said = " ".join(str(exc).split(";")[0].split())  # what happened; the resume advice is ours
+    print(f"{PROG}: {said}; resume with: {resume_command(hydra_cfg, run_dir, sys.argv[1:])}", file=sys.stderr)
+    sys.exit(code)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
 def _train(cfg: DictConfig) -> float:
     """Train one configuration; return ``summary[cfg.objective]`` for Hydra sweepers (NaN if it failed).
@@ -50,7 +70,7 @@ def _train(cfg: DictConfig) -> float:
     from embodirl.cli.errors import fail, message
     from embodirl.runtime.distributed import env_rank
     from embodirl.runtime.run import run_training, wandb_identity  # after parsing: fast --help
-    from embodirl.runtime.preemption import PreemptedError
+    from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.analysis.summary import print_summary
 
     hydra_cfg = HydraConfig.get()
@@ -59,10 +79,12 @@ def _train(cfg: DictConfig) -> float:
     files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
              "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
     sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
-    names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep)
+    names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env.get("id"))
     try:
         summary = run_training(cfg, run_dir, files, names)
     except Exception as exc:
+        if isinstance(exc, PreemptedError) and not multirun:
+            stopped(exc, hydra_cfg, run_dir, 124)
         if not multirun or isinstance(exc, PreemptedError):
             fail(PROG, exc)
         text = message(exc)
@@ -71,12 +93,39 @@ def _train(cfg: DictConfig) -> float:
         else:
             print(f"{PROG}: job {run_dir}: {text}", file=sys.stderr)
         return math.nan
+    except Interrupted as exc:  # the first Ctrl-C: the iteration finished and checkpoints/last.pt was saved
+        if not multirun:
+            stopped(exc, hydra_cfg, run_dir, 130)
+        fail(PROG, exc)
     except KeyboardInterrupt as exc:
         fail(PROG, exc)
     objective = summary.get(cfg.objective)
     if env_rank() == 0:
         print_summary(summary)
     return math.nan if objective is None else float(objective)
+
+
+def debug_last(argv: list[str]) -> list[str]:
+    """``argv`` with ``+debug=trainer`` after the experiment when it selects ``trainer=debug`` and appends one.
+
+    An appended ``+experiment=...`` is merged after every group, so its budget (10M steps) would beat the debug
+    trainer's; ``conf/debug/trainer.yaml`` applies the debug trainer again after it, as lightning-hydra-template
+    applies ``debug=`` last. Keys set on the command line still win over both.
+    """
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        overrides = OverridesParser.create().parse_overrides(get_args_parser().parse_args(argv).overrides)
+    except Exception:  # noqa: BLE001 - Hydra reports overrides that do not parse
+        return argv
+    chosen = {(o.key_or_group, o.is_add()): o for o in overrides if not o.is_sweep_override()}
+    debug = chosen.get(("trainer", False))
+    if debug is None or debug.value() != "debug" or ("experiment", True) not in chosen or any(
+            o.key_or_group == "debug" for o in overrides):
+        return argv
+    at = argv.index(chosen[("experiment", True)].input_line) + 1  # right after it: among the positional overrides
+    return [*argv[:at], "+debug=trainer", *argv[at:]]
 
 
 def main() -> None:
@@ -86,17 +135,21 @@ def main() -> None:
     from embodirl.cli.errors import hydra_entry
     from embodirl.cli.flags import refuse_rerun
     from embodirl.cli.help import help_page, help_request
+    from embodirl.cli.multirun import check_multirun
 
     argv = sys.argv[1:]
     refuse_rerun(PROG, argv, "run again with the overrides in <run dir>/.hydra/overrides.yaml, or continue that run "
                  "with them and hydra.run.dir=<run dir>")
     if shell_completion(argv, _train):
         return
-    overrides = help_request(argv)
+    wants_help = help_request(argv) is not None  # parses the flags first: argparse reports bad ones, as before
+    argv = debug_last(argv)
+    sys.argv[1:] = argv  # Hydra reads the command line from sys.argv
+    overrides = help_request(argv) if wants_help else None
     if overrides is not None:
         hydra_entry(PROG, lambda: print(help_page(overrides, PROG)))
         return
-    hydra_entry(PROG, lambda: (_share_run_time(), _train()))
+    hydra_entry(PROG, lambda: (check_multirun(argv), _share_run_time(), _train()))
 
 
 if __name__ == "__main__":

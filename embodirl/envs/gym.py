@@ -13,6 +13,8 @@ true last one in ``info["final_obs"]``, which becomes :attr:`StepResult.final_ob
 from __future__ import annotations
 
 import difflib
+import importlib
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -54,21 +56,48 @@ def _contract_space(space: gym.Space) -> gym.Space:
 
 
 def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The spec of ``env_id``, or a :class:`ConfigError` that lists the closest registered ids."""
+    """The spec of ``env_id``, or a :class:`ConfigError` that lists the closest registered ids.
+
+    ``"module:Env-v0"`` (gymnasium's form for an env registered by a module of your own) imports ``module`` first,
+    as ``gymnasium.make`` does. A checkpoint's config never gets here with such an id unless the user trusts it
+    (:mod:`embodirl.targets`).
+    """
+    module, _, name = env_id.rpartition(":") if ":" in env_id else ("", "", env_id)
+    if module:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            raise ConfigError("id", env_id, f"an id whose module (before the colon) can be imported ({err})",
+                              f"install {module} or put its folder on PYTHONPATH; the module must call "
+                              "gymnasium.register") from None
     try:
-        return gym.spec(env_id)
+        return gym.spec(name)
     except (gym.error.Error, ModuleNotFoundError) as err:
-        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError("id", env_id, f"a registered gymnasium environment id (gymnasium says: {err})",
                           fix=f"{hint}List the registered ids with: {_LIST_IDS}") from None
+
+
+def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) -> ConfigError:
+    """The :class:`ConfigError` for an env constructor that refused its arguments: the keyword it names, else all."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    bad = re.search(r"unexpected keyword argument '(\w+)'", text)
+    if bad and bad[1] in env_kwargs:
+        return ConfigError(f"env_kwargs.{bad[1]}", env_kwargs[bad[1]], f"a keyword argument of {env_id}'s constructor "
+                           f"(it says: {text.split(' was raised')[0]})", f"remove env_kwargs.{bad[1]}, or check "
+                           f"the arguments {env_id} takes (gymnasium.spec('{env_id}').entry_point)")
+    key, value = ("env_kwargs", env_kwargs) if env_kwargs else ("id", env_id)
+    return ConfigError(key, value, f"arguments {env_id}'s constructor accepts (it raised {type(err).__name__}: {text})",
+                       f"check env.{key} against the arguments {env_id} takes")
 
 
 class GymEnv(BatchedEnv):
     """``num_envs`` copies of a gymnasium environment behind the batched-env contract.
 
     Args:
-        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``.
+        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``; ``"module:MyEnv-v0"`` imports
+            ``module`` (which registers ``MyEnv-v0``) first.
         num_envs: Number of sub-envs ``N``.
         vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a subprocess per sub-env).
         max_episode_steps: Time limit; None takes the spec's.
@@ -117,6 +146,8 @@ class GymEnv(BatchedEnv):
             box2d = "box2d" in f"{spec.entry_point} {err}".lower()
             raise ConfigError("id", id, f"an environment whose dependencies are installed (gymnasium says: {err})",
                               fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
+        except (TypeError, ValueError, AssertionError, gym.error.Error) as err:
+            raise _constructor_error(id, dict(env_kwargs or {}), err) from None
         try:
             self._check_spaces(id, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
@@ -126,6 +157,7 @@ class GymEnv(BatchedEnv):
             self._vec.close()
             raise
         obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
+        self.id = id
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = int(time_limit)

@@ -49,7 +49,8 @@ class ActorCritic(Policy):
                          log_std_max, normalize_obs, encoders, actor_keys, critic_keys,
                          distribution)
         sizes = list(hidden_sizes if critic_hidden_sizes is None else critic_hidden_sizes)
-        self.critic = build_mlp(self.feature_dim(self.critic_keys), 1, sizes, activation, 1.0)
+        key = "hidden_sizes" if critic_hidden_sizes is None else "critic_hidden_sizes"
+        self.critic = build_mlp(self.feature_dim(self.critic_keys), 1, sizes, activation, 1.0, key)
 
     def _value(self, features: Mapping[str, Tensor], batch: torch.Size) -> Tensor:
         return self.critic(self.join(features, self.critic_keys)).squeeze(-1)

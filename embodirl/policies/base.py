@@ -157,11 +157,26 @@ class Policy(nn.Module):
     @staticmethod
     def _encoder(name: str, leaf: tuple[tuple[int, ...], torch.dtype], factory: Any) -> Encoder:
         shape, dtype = leaf
-        encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
+        try:
+            encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
+        except ConfigError as exc:  # the encoder's own key (shape, kernels) lives under encoders.<name>
+            if exc.key != "shape":
+                raise exc.with_prefix(f"encoders.{name}.") from None
+            kind = getattr(factory, "func", factory).__name__
+            raise ConfigError(f"encoders.{name}", kind, f"an encoder for the {name!r} observation, shape {list(shape)} "
+                              f"({kind} needs {exc.expected})", f"drop that encoder (a vector is used as it is), "
+                              f"or pick one for vectors: +policy/encoder@policy.encoders.{name}=mlp") from None
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoders.{name}", type(encoder).__name__, "an embodirl.policies.encoders.Encoder",
                               "name an Encoder class with _target_ and _partial_: true")
         return encoder
+
+    def actor_prefixes(self) -> tuple[str, ...]:
+        """``state_dict`` name prefixes of what the actions are computed from: the actor network, the distribution's
+        parameters, and the encoders and observation statistics of the actor's keys. The rest (a critic, encoders of
+        keys only the critic reads) may start fresh when fine-tuning (:mod:`embodirl.policies.pretrained`)."""
+        keys = [_module_key(name) for name in self.actor_keys]
+        return ("actor.", "dist.", *(f"{part}.{key}." for part in ("encoders", "normalizers") for key in keys))
 
     def feature_dim(self, names: Sequence[str]) -> int:
         """Size of the concatenated features of ``names``."""

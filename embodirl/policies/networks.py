@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 from torch import Tensor, nn
 
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ACTIVATIONS", "MLP", "build_mlp"]
+__all__ = ["ACTIVATIONS", "MLP", "available_memory", "build_mlp", "check_fits_in_memory"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
@@ -36,23 +37,50 @@ class MLP(nn.Sequential):
         return x
 
 
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (Linux: ``MemAvailable``; elsewhere: all physical memory)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_in_memory(key: str, hidden_sizes: Sequence[int], num_params: int) -> None:
+    """Refuse layers whose float32 weights, gradients and two Adam moments (16 bytes a parameter) exceed the memory
+    left, before allocating them: a 40 GB network would otherwise fail deep in torch or be killed by the OS."""
+    need = 16 * num_params
+    available = available_memory()
+    check(need <= available, key, list(hidden_sizes), f"layers that fit in memory ({num_params:,} parameters need "
+          f"{need / 1e9:.1f} GB for weights, gradients and Adam's moments; {available / 1e9:.1f} GB are available)",
+          f"use smaller layers, e.g. {key}=[256,256]")
+
+
 def build_mlp(
-    in_dim: int, out_dim: int, hidden_sizes: Sequence[int], activation: str, output_gain: float
+    in_dim: int, out_dim: int, hidden_sizes: Sequence[int], activation: str, output_gain: float,
+    key: str = "hidden_sizes",
 ) -> MLP:
     """``Linear -> act`` per hidden size, then a linear output; orthogonal weights, zero biases.
 
     Hidden layers use gain sqrt(2); the output layer ``output_gain`` (0.01 for policy heads so the
-    initial policy is near uniform, 1.0 for critics).
+    initial policy is near uniform, 1.0 for critics). ``key`` names ``hidden_sizes`` in messages
+    (``critic_hidden_sizes`` for a critic).
 
     Raises:
-        ConfigError: ``activation`` is unknown or a hidden size is not a positive int.
+        ConfigError: ``activation`` is unknown, a hidden size is not a positive int, or the layers do not fit in
+            memory.
     """
     if activation not in ACTIVATIONS:
         choices = ", ".join(ACTIVATIONS)
         raise ConfigError("activation", activation, f"one of: {choices}", f"pass activation=relu (or {choices})")
     for size in hidden_sizes:
-        check(isinstance(size, int) and not isinstance(size, bool) and size > 0, "hidden_sizes",
+        check(isinstance(size, int) and not isinstance(size, bool) and size > 0, key,
               list(hidden_sizes), "a list of positive ints, e.g. [64, 64]")
+    widths = [in_dim, *hidden_sizes, out_dim]
+    check_fits_in_memory(key, hidden_sizes, sum((a + 1) * b for a, b in zip(widths, widths[1:])))
     layers: list[nn.Module] = []
     last = in_dim
     for size in hidden_sizes:

@@ -69,8 +69,13 @@ class ActorCriticRNN(ActorCritic):
         # The heads read the core's output instead of the features.
         self.actor = build_mlp(core_size, self.dist.num_params, list(hidden_sizes), activation, 0.01)
         sizes = list(hidden_sizes if critic_hidden_sizes is None else critic_hidden_sizes)
-        self.critic = build_mlp(core_size, 1, sizes, activation, 1.0)
+        key = "hidden_sizes" if critic_hidden_sizes is None else "critic_hidden_sizes"
+        self.critic = build_mlp(core_size, 1, sizes, activation, 1.0, key)
         self._fields = ("h", "c") if core == "lstm" else ("h",)
+
+    def actor_prefixes(self) -> tuple[str, ...]:
+        """The feedforward actor's prefixes and the actor's core (see :meth:`Policy.actor_prefixes`)."""
+        return (*super().actor_prefixes(), "actor_core.")
 
     # --- the state -----------------------------------------------------------------------------------
     def initial_state(self, batch_size: int) -> TensorDict:

@@ -35,16 +35,21 @@ def check_objective(key: str) -> None:
         raise ConfigError("objective", key, "a summary key: " + ", ".join(OBJECTIVES), "pass objective=eval/return_mean")
 
 
-def wandb_identity(choices: Mapping[str, Any], seed: int, sweep: tuple[str, list[str]] | None) -> tuple[str, str]:
-    """Default wandb ``(name, group)``: ``<algo>-<env>-seed<seed>``, grouped by ``<algo>-<env>``; in a sweep
+def wandb_identity(choices: Mapping[str, Any], seed: int, sweep: tuple[str, list[str]] | None,
+                   env_id: str | None = None) -> tuple[str, str]:
+    """Default wandb ``(name, group)``: ``<what>-seed<seed>``, grouped by ``<what>``, where ``<what>`` is the
+    experiment (``ppo_pendulum``), else ``<algo>-<env>`` with a gymnasium env's id for its group's name
+    (``ppo-Pendulum-v1``: every gymnasium id shares ``env=gym``, and their runs must not share a name). In a sweep
     the name adds the job's overrides and the group is the sweep directory, so sweep runs never collide.
 
     Args:
         choices: Config group choices, e.g. ``{"algo": "ppo", "env": "cartpole"}``.
         seed: The run seed.
         sweep: ``(sweep_dir, job_overrides)`` for a multirun job, else None.
+        env_id: The env's ``id`` (gymnasium envs), if it has one.
     """
-    base = f"{choices.get('algo', 'algo')}-{choices.get('env', 'env')}"
+    env = env_id if isinstance(env_id, str) and env_id else choices.get("env", "env")
+    base = choices.get("experiment") or f"{choices.get('algo', 'algo')}-{env}"
     name = f"{base}-seed{seed}"
     if sweep is None:
         return name, base

@@ -1,13 +1,10 @@
 """Every bad input a user can type gets one line naming the key, the value, what is valid and the fix; exit 2.
 
-Each case runs ``embodirl-train`` as a user would (a subprocess) on a tiny config and checks: exit status 2,
-exactly one line on stderr (``embodirl-train: error: ...`` containing the expected fragments), no
-traceback, and nothing trained (no ``metrics.jsonl``).
+Each case runs ``embodirl-train`` on a tiny config, in this process (``main()`` with ``sys.argv`` patched, see
+``tests/cli/conftest.py``), and checks: exit status 2, exactly one line on stderr (``embodirl-train: error:
+...`` containing the expected fragments), no traceback, and nothing trained (no ``metrics.jsonl``). Two cases
+also run as a user runs them (the console script in a subprocess).
 """
-
-import os
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -22,7 +19,15 @@ BAD_INPUTS = [
     (["logger=nonexistent"], ["logger=nonexistent", "default", "Fix:"]),
     (["+experiment=nonexistent"], ["experiment=nonexistent", "ppo_cartpole", "Fix:"]),
     (["+sweep=nonexistent"], ["sweep=nonexistent", "seeds", "Fix:"]),
-    (["algo.foo=1"], ["algo.foo", "+algo.foo=1"]),
+    (["algo.foo=1"], ["algo.foo=1 is invalid: algo=ppo has no key foo", "Fix: remove algo.foo", "--help"]),
+    (["algo.learning_rat=1e-3"], ["algo.learning_rat=0.001", "did you mean algo.learning_rate?",
+                                  "Fix: pass algo.learning_rate=0.001"]),
+    (["algo.group_size=4"], ["algo=ppo has no key group_size; it is a key of algo=grpo",
+                             "Fix: pass algo=grpo algo.group_size=4"]),
+    (["algo.optimizer.momentum=0.9"], ["it is a key of algo/optimizer=sgd",
+                                       "Fix: pass algo/optimizer=sgd algo.optimizer.momentum=0.9"]),
+    (["+experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass +experiment=ppo_push_cube"]),
+    (["experiment=ppo_push_cube"], ["added with a +", "Fix: pass +experiment=ppo_push_cube"]),
     (["algo.learning_rate=["], ["algo.learning_rate=[", "Fix:"]),
     (["foo"], ["'foo'", "key=value"]),
     (["algo.learning_rate=1e-3,2e-3"], ["algo.learning_rate=1e-3,2e-3", "--multirun"]),
@@ -90,7 +95,9 @@ BAD_INPUTS = [
     (["env.num_envs=1e12"], ["env.num_envs=1000000000000", "fit in memory", "Fix: lower env.num_envs"]),
     (["env.max_episode_steps=0"], ["env.max_episode_steps=0", "Fix:"]),
     (["env.physics_dtype=float16"], ["env.physics_dtype='float16'", "float64", "Fix:"]),
-    (["env.foo=1"], ["env.foo", "+env.foo=1"]),
+    (["env.foo=1"], ["env.foo=1 is invalid: env=cartpole has no key foo", "Fix: remove env.foo"]),
+    (["env.id=Pendulum-v1"], ["env=cartpole has no key id; it is a key of env=gym",
+                              "Fix: pass env=gym env.id=Pendulum-v1"]),
     (["+env.foo=1"], ["env.foo=1", "a known key", "Fix: remove env.foo"]),
     (["env=gym", "env.id=CartPol-v1"], ["env.id='CartPol-v1'", "did you mean CartPole-v1", "Fix:"]),
     (["env=gym", "env.vectorization_mode=threads"], ["env.vectorization_mode='threads'", "sync", "Fix:"]),
@@ -127,42 +134,72 @@ BAD_INPUTS = [
     (["eval.video=maybe"], ["eval.video='maybe'", "bool", "Fix:"]),
     (["eval.video=true", "eval.video_size=8"], ["eval.video_size=8", "[16, 2048]", "Fix:"]),
     (["env=push_cube", "eval.video=true", "eval.video_format=avi"], ["eval.video_format='avi'", "mp4", "Fix:"]),
+    # --- found by trying to break it (issue 20): each was a traceback or silently accepted ---
+    (["device=cpu:1"], ["device='cpu:1'", "Fix: pass device=cpu"]),
+    (["algo.optimizer.eps=-1"], ["algo.optimizer.eps=-1", "Fix:"]),
+    (["+algo.optimizer.weight_decay=-1"], ["algo.optimizer.weight_decay=-1", "Fix:"]),
+    (["algo/optimizer=sgd", "algo.optimizer.momentum=-1"], ["algo.optimizer.momentum=-1", "Fix:"]),
+    (["+algo.optimizer.betas=[0.9]"], ["algo.optimizer.betas=[0.9]", "two floats", "Fix:"]),
+    (["policy.freeze=['*']"], ["policy.freeze=['*']", "every parameter", "Fix:"]),
+    (["env=gym", "env.env_kwargs=[1,2]"], ["env.env_kwargs=[1,2]", "mapping", "Fix:"]),
+    (["env=gym", "+env.env_kwargs.bogus=1"], ["env.env_kwargs.bogus=1", "CartPole-v1", "Fix: remove env.env_kwargs.bogus"]),
+    (["trainer.stop_on={}"], ["trainer.stop_on={}", "a list", "Fix:"]),
+    (["logger.wandb.tags=abc"], ["logger.wandb.tags='abc'", "list", "Fix:"]),
+    (["env=push_cube", "policy.init_log_std=nan"], ["policy.init_log_std=nan", "finite", "Fix:"]),
+    (["env=gym", "env.id=Pendulum-v1", "+env.env_kwargs.g=nan"], ["env.env_kwargs.g=nan", "finite", "Fix:"]),
+    (["policy.hidden_sizes=[100000,100000]"], ["policy.hidden_sizes=[100000, 100000]", "GB", "Fix:"]),
+    (["policy.critic_hidden_sizes=[0]"], ["policy.critic_hidden_sizes=[0]", "positive ints", "Fix:"]),
+    (["+policy/encoder@policy.encoders.state=cnn"], ["policy.encoders.state", "image", "Fix:"]),
+    (["seed=9223372036854775807"], ["seed=9223372036854775807", "Fix: pass seed=0"]),
+    (["objective=loss/nonexistent"], ["objective='loss/nonexistent'", "loss/policy", "Fix:"]),
+    (["algo.clip_coef=inf"], ["algo.clip_coef=inf", "finite", "Fix:"]),
+    (["algo.learning_rate=inf"], ["algo.learning_rate=inf", "finite", "Fix:"]),
+    (["algo.lr_schedule=[[0,1e-3],[100,inf]]"], ["algo.lr_schedule", "inf", "finite", "Fix:"]),
+    (["env.solved_threshold=nan"], ["env.solved_threshold=nan", "Fix:"]),
+    (["eval.video=true", "eval.video_num_envs=100"], ["eval.video_num_envs=100", "trainer.num_eval_envs=2", "Fix:"]),
+    (["-m", "seed=range(0)"], ["seed='range(0)'", "has none", "Fix: pass e.g. seed='range(0,3)'"]),
+    (["-m", "hydra/launcher=slurm"], ["hydra/launcher='slurm'", "sbatch and srun are not on PATH",
+                                      "Fix: run the sweep on a SLURM login node, or pass hydra/launcher=local"]),
+    (["-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=0"], ["hydra.launcher.tasks_per_node=0", "Fix:"]),
 ]
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    """Run every case once, as many at a time as there are cores (each is a separate process)."""
-    root = tmp_path_factory.mktemp("bad_input")
-
-    def run(index: int, overrides: list[str]):
-        cwd = root / str(index)
-        cwd.mkdir()
-        own_dir = [] if any(o.startswith("hydra.run.dir=") for o in overrides) else [f"hydra.run.dir={cwd / 'run'}"]
-        try:
-            return cwd / "run", run_cli("embodirl-train", [*TINY, *overrides, *own_dir], cwd=cwd, timeout=90)
-        except subprocess.TimeoutExpired as exc:  # a hang is this case's failure, not the others'
-            return cwd / "run", subprocess.CompletedProcess(exc.cmd, -1, "", f"timed out after {exc.timeout} s")
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = [pool.submit(run, i, overrides) for i, (overrides, _) in enumerate(BAD_INPUTS)]
-        return [future.result() for future in futures]
-
-
-@pytest.mark.parametrize("index", range(len(BAD_INPUTS)), ids=[" ".join(o) for o, _ in BAD_INPUTS])
-def test_bad_input_gives_one_line_and_exit_2_before_training(outcomes, index):
-    run_dir, result = outcomes[index]
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1 and lines[0].startswith("embodirl-train: error: "), result.stderr
-    for text in BAD_INPUTS[index][1]:
+def _check_one_line(code: int, stderr: str, fragments: list[str], run_dir) -> None:
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith("embodirl-train: error: "), stderr
+    for text in fragments:
         assert text in lines[0], lines[0]
     assert ".algo.algo." not in lines[0] and "algo.policy" not in lines[0] and "denv.id" not in lines[0]
+    assert "object at 0x" not in lines[0] and "please report it" not in lines[0]
     assert not (run_dir / "metrics.jsonl").exists()
 
 
-def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(tmp_path):
-    result = run_cli("embodirl-train", [*TINY, "algo.batch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"],
-                     cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "algo.batch_size=100000 exceeds the rollout of 128 transitions" in result.stdout + result.stderr
+def _args(overrides: list[str], tmp_path) -> list[str]:
+    """``TINY``, the case's overrides and a run (or sweep) directory under ``tmp_path``; flags (``-m``) first."""
+    flags = [o for o in overrides if o.startswith("-")]
+    rest = [o for o in overrides if not o.startswith("-")]
+    key = "hydra.sweep.dir" if "-m" in flags else "hydra.run.dir"
+    own = [] if any(o.startswith(f"{key}=") for o in rest) else [f"{key}={tmp_path / 'run'}"]
+    return [*flags, *TINY, *rest, *own]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_bad_input_gives_one_line_and_exit_2_before_training(cli, tmp_path, monkeypatch, overrides, fragments):
+    monkeypatch.chdir(tmp_path)  # a default run directory (outputs/...) lands here, never in the repository
+    result = cli("embodirl-train", _args(overrides, tmp_path))
+    _check_one_line(result.code, result.err, fragments, tmp_path / "run")
+
+
+@pytest.mark.parametrize("case", ["algo=nonexistent", "algo.clip_coef=-1"])
+def test_the_console_script_gives_the_same_line(tmp_path, case):
+    overrides, fragments = next((o, f) for o, f in BAD_INPUTS if o == [case])
+    result = run_cli("embodirl-train", _args(overrides, tmp_path), cwd=tmp_path, timeout=90)
+    assert "Traceback" not in result.stderr
+    _check_one_line(result.returncode, result.stderr, fragments, tmp_path / "run")
+
+
+def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(cli, tmp_path):
+    result = cli("embodirl-train", [*TINY, "algo.batch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 0, result.err
+    assert "algo.batch_size=100000 exceeds the rollout of 128 transitions" in result.out + result.err

@@ -1,6 +1,7 @@
 """embodirl-train and embodirl-eval as a user runs them: subprocesses, files, messages, exit codes."""
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -81,12 +82,13 @@ def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path):
     (["run=runs/a", "checkpoint=step_9.pt"], ["checkpoint='step_9.pt'", "found: ", "last.pt", "Fix:"]),
     (["run=runs/a", "checkpoint=/x/y.pt"], ["checkpoint='/x/y.pt'", "without run=", "Fix:"]),
 ])
-def test_eval_run_and_checkpoint_mistakes_get_one_line(tmp_path, args, fragments):
+def test_eval_run_and_checkpoint_mistakes_get_one_line(cli, tmp_path, monkeypatch, args, fragments):
     (tmp_path / "runs" / "a" / "checkpoints").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "checkpoints" / "last.pt").write_bytes(b"")
-    result = run_cli("embodirl-eval", args, cwd=tmp_path)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert all(f in result.stderr for f in fragments), result.stderr
+    monkeypatch.chdir(tmp_path)
+    result = cli("embodirl-eval", args)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+    assert all(f in result.err for f in fragments), result.err
     assert not (tmp_path / "runs" / "a" / "eval").exists()
 
 
@@ -211,14 +213,16 @@ def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
     (line,) = stderr.strip().splitlines()
-    assert "stopped on Ctrl-C after saving checkpoints/last.pt" in line
+    assert "stopped on Ctrl-C after saving checkpoints/last.pt" in line and "run the same command" not in line
+    said, _, command = line.partition("; resume with: ")
+    assert command.startswith("embodirl-train ") and f"hydra.run.dir={run_dir}" in command, line
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer"]["env_steps"] == last["env_steps"]
     assert json.loads((run_dir / "status.json").read_text())["status"] == "interrupted"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert not (run_dir / "checkpoints" / "interrupted.pt").exists()
-    result = run_cli("embodirl-train", [*TINY, f"trainer.total_env_steps={last['env_steps'] + 128}",
-                                        "trainer.checkpoint_every_env_steps=100000000", f"hydra.run.dir={run_dir}"],
+    # The printed command continues this run (a longer budget appended: the printed one is 100M steps).
+    result = run_cli("embodirl-train", [*shlex.split(command)[1:], f"trainer.total_env_steps={last['env_steps'] + 128}"],
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == last["env_steps"] + 128

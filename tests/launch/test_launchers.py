@@ -331,7 +331,7 @@ def test_plain_process_preempted_then_resumed_by_rerunning(tmp_path):
     finally:
         kill_tree(proc)
     assert proc.returncode == 124, out + err
-    assert "start the same command in the same run directory to resume" in err
+    assert "; resume with: embodirl-train " in err and f"hydra.run.dir={run_dir}" in err  # the command that resumes
     assert read_json(run_dir / "status.json")["status"] == "preempted"
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "preempted" and summary["stop_reason"] == "preempted"

@@ -1,0 +1,84 @@
+"""Checks of a multirun before Hydra launches anything: a sweep that runs nothing, a launcher that cannot start.
+
+``-m seed='range(0)'`` would exit 0 having run no job, ``-m hydra/launcher=slurm`` off a cluster dies in
+submitit ("Could not detect srun"), and ``hydra.launcher.tasks_per_node=0`` fails inside the launcher.
+:func:`check_multirun` refuses each in one line first. It composes Hydra's node once (no torch import).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from embodirl.errors import ConfigError, check, is_int
+
+__all__ = ["check_multirun"]
+
+# Launcher counts: (minimum, what it counts). gpus_per_node may also be null (CPU-only partitions).
+_LAUNCHER_INTS = {"nodes": 1, "tasks_per_node": 1, "cpus_per_task": 1, "timeout_min": 1, "array_parallelism": 1,
+                  "gpus_per_node": 0, "max_num_timeout": 0, "signal_delay_s": 0}
+
+
+def _check_sweeps(overrides: list[Any]) -> None:
+    """Every sweep override (``a=1,2``, ``range(...)``) must give at least one value."""
+    for override in overrides:
+        if not override.is_sweep_override():
+            continue
+        try:
+            values = list(override.sweep_string_iterator())
+        except Exception:  # noqa: BLE001 - interval sweeps (optuna) have no list of values
+            continue
+        text = override.input_line.split("=", 1)[1]
+        check(bool(values), override.key_or_group, text, "a sweep of at least one value (this one has none, so the "
+              "multirun would run no job)", f"pass e.g. {override.key_or_group}='range(0,3)' (range stops before "
+              "its end)", absolute=True)
+
+
+def _check_launcher(launcher: Any, choice: str | None) -> None:
+    """The launcher's counts are in range, and a SLURM launcher finds SLURM's commands."""
+    for key, minimum in _LAUNCHER_INTS.items():
+        value = launcher.get(key) if hasattr(launcher, "get") else None
+        if value is None and (key == "gpus_per_node" or key not in launcher):
+            continue
+        check(is_int(value) and value >= minimum, f"hydra.launcher.{key}", value, f"an int >= {minimum}",
+              f"pass hydra.launcher.{key}={max(minimum, 1)}", absolute=True)
+    mem = launcher.get("mem_gb") if hasattr(launcher, "get") else None
+    check(mem is None or (isinstance(mem, int | float) and not isinstance(mem, bool) and mem > 0),
+          "hydra.launcher.mem_gb", mem, "a number > 0 (GB per job)", "pass hydra.launcher.mem_gb=4", absolute=True)
+    if "slurm" in str(launcher.get("_target_", "")).lower():
+        missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+        if missing:
+            raise ConfigError("hydra/launcher", choice or "slurm", "a launcher this machine can start: SLURM's "
+                              f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on PATH (this is "
+                              "not a SLURM login node)", "run the sweep on a SLURM login node, or pass "
+                              "hydra/launcher=local to run its jobs on this machine", absolute=True)
+
+
+def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
+    """Refuse a multirun (``-m``) whose sweeps give no value or whose launcher cannot start; no-op otherwise.
+
+    Raises:
+        ConfigError: An empty sweep, a launcher count out of range, or a SLURM launcher without SLURM.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = get_args_parser().parse_args(list(argv))
+    if not args.multirun:
+        return
+    overrides = OverridesParser.create().parse_overrides(args.overrides)
+    _check_sweeps(overrides)
+    single = [o.input_line for o in overrides if not o.is_sweep_override()]
+    if args.config_dir is not None:
+        single.append(f"hydra.searchpath=[file://{os.path.abspath(args.config_dir)}]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module("embodirl.conf", version_base="1.3"):
+            cfg = compose(config_name, overrides=single, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    _check_launcher(cfg.hydra.launcher, cfg.hydra.runtime.choices.get("hydra/launcher"))
