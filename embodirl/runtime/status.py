@@ -4,6 +4,7 @@ States: ``running`` (written at start, with host, pid, SLURM ids and the attempt
 ``completed`` (with the objective), ``failed`` (exception, message and traceback), ``preempted``
 (the job was signalled; a requeued attempt resumes from ``checkpoints/last.pt``) and ``interrupted``
 (Ctrl-C; the same command resumes). Every write is atomic. ``summary.json`` carries the same status.
+A record written by a job of a multirun names the sweep (``sweep_id``, see :mod:`embodirl.runtime.sweep`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from typing import Any
 from embodirl.checkpoint import atomic_write_json
 from embodirl.runtime.files import MAX_FILE_BYTES, parse_json, read_regular_file
 
-__all__ = ["STATES", "fate_of", "read_status", "write_status"]
+__all__ = ["STATES", "SWEEP_ID_ENV", "fate_of", "read_status", "write_status"]
 
 STATES = ("running", "completed", "failed", "preempted", "interrupted")
 
 STATUS_FILE = "status.json"
+#: Set by :class:`embodirl.runtime.sweep.SweepFate` for the jobs of one multirun (launchers pass the
+#: environment on to the job processes), so that records tell this sweep's jobs from earlier runs.
+SWEEP_ID_ENV = "EMBODIRL_SWEEP_ID"
 _JOB_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_RESTART_COUNT",
             "SUBMITIT_LOCAL_JOB_ID")
 
@@ -72,6 +76,7 @@ def write_status(run_dir: str | Path, status: str, *, exc: BaseException | None 
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "job": {k: os.environ[k] for k in _JOB_ENV if k in os.environ},
+        **({"sweep_id": os.environ[SWEEP_ID_ENV]} if os.environ.get(SWEEP_ID_ENV) else {}),
         **fields,
     }
     if exc is not None:
