@@ -98,5 +98,5 @@ def check_divergence(limits: DivergenceLimits | None, metrics: dict[str, float],
         raise DivergedError(
             f"training diverged in iteration {iteration}: {metric}={value:.3g} is beyond trainer.divergence.{key}="
             f"{limit:g} (healthy runs stay far below); training stopped before logging or saving this update, so "
-            f"checkpoints/ holds only earlier states. Fix: {_FIXES[metric].format(lr=lr)}; trainer.divergence.{key}=null turns "
-            "this check off")
+            f"checkpoints/ holds only earlier states. Fix: {_FIXES[metric].format(lr=lr)}; "
+            f"trainer.divergence.{key}=null turns this check off")
