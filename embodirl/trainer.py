@@ -101,8 +101,8 @@ def _close_quietly(loggers: MetricLoggers) -> None:
     """Close the loggers while another error is propagating: a second failure is only logged."""
     try:
         loggers.close()
-    except Exception:
-        log.error("closing the metric loggers failed as well", exc_info=True)
+    except Exception as exc:
+        log.error("closing the metric loggers failed as well: %s: %s", type(exc).__name__, exc)
 
 
 def _end_reason(exc: BaseException, status: str, reason: str | None) -> str:
@@ -271,10 +271,10 @@ class Trainer:
         if self.dist.is_main:
             try:
                 atomic_write_json(self.run_dir / "summary.json", summary)
-            except OSError:
-                if sys.exc_info()[0] is None:
+            except OSError as exc:
+                if exc.__context__ is None:  # nothing else is propagating: this failure is the run's
                     raise
-                log.error("could not write %s", self.run_dir / "summary.json", exc_info=True)
+                log.error("could not write %s: %s", self.run_dir / "summary.json", exc)
         return summary
 
     def _agreed_stop(self, signals: StopSignals) -> str | None:

@@ -117,11 +117,11 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
 
 
 def _record(run_dir: Path, status: str, **fields: Any) -> None:
-    """Write ``status.json``; when the disk itself fails, log instead of hiding the original error."""
+    """Write ``status.json``; when the disk itself fails, log one line instead of hiding the original error."""
     try:
         write_status(run_dir, status, **fields)
-    except OSError:
-        log.error("could not record status %r in %s", status, run_dir / "status.json", exc_info=True)
+    except OSError as exc:
+        log.error("could not record status %r in %s: %s", status, run_dir / "status.json", exc)
 
 
 def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from rich.text import Text
 from embodirl.checkpoint import atomic_write_json
 from embodirl.analysis.stats import format_count, format_number
 from embodirl.runtime.files import parse_json, parse_yaml, printable, read_regular_file
-from embodirl.runtime.status import SWEEP_ID_ENV, read_status
+from embodirl.runtime.status import SWEEP_ID_ENV, as_failed_if_gone, read_status
 
 __all__ = ["SweepFate", "failed_jobs", "record_job_failure", "report_command", "sweep_fates", "sweep_table"]
 
@@ -189,7 +189,7 @@ class SweepFate(Callback):
             del os.environ[SWEEP_ID_ENV]  # the jobs have ended: later runs in this process are not this sweep's
         sweep_dir = Path(config.hydra.sweep.dir)
         failures = failed_jobs(sweep_dir, self.sweep_id) if self.sweep_id else {}
-        fates = sweep_fates(sweep_dir.resolve(), failures)
+        fates = [(run, st and as_failed_if_gone(st)) for run, st in sweep_fates(sweep_dir.resolve(), failures)]
         bad = [(run, failures.get(run, st)) for run, st in fates
                if run in failures or st is None or st.get("status") != "completed"]
         log.info("sweep %s: %d of %d jobs completed", sweep_dir, len(fates) - len(bad), len(fates))
