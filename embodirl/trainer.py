@@ -21,6 +21,7 @@ from embodirl.callbacks import Callbacks
 from embodirl.checkpoint import (
     atomic_write_bytes,
     atomic_write_json,
+    check_optimizer_state,
     load_checkpoint,
     rng_state,
     serialize_checkpoint,
@@ -439,6 +440,7 @@ class Trainer:
                 "Fix: resume with the same policy, env and algo settings the checkpoint was trained with "
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
+        check_optimizer_state(self.algo.optimizer, f"{key}={str(path)!r}")
         if state["env"] is not None and self.dist.is_main:  # the checkpoint holds rank 0's env
             with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
                 self.env.load_state_dict(state["env"])
