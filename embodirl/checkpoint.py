@@ -180,7 +180,7 @@ def _describe(value: Any) -> str:
 
 
 def _tensors(node: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(dotted name, tensor)`` for every tensor in nested dicts, lists and tuples (iteratively: no recursion limit)."""
+    """``(dotted name, tensor)`` for every tensor in nested dicts, lists and tuples (iterative: no recursion limit)."""
     stack = [(name, node)]
     while stack:
         name, node = stack.pop()
