@@ -24,13 +24,12 @@ loss. A policy that collapses slowly (entropy to 0 at a modest approx-KL) is not
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from embodirl.checked import check_fields
-from embodirl.errors import DivergedError, check
+from embodirl.config.schema import Schema, key, parse
+from embodirl.errors import DivergedError
 
 __all__ = ["DivergenceLimits", "check_divergence", "parse_divergence"]
 
@@ -40,31 +39,20 @@ _FIXES = {
                       "when an update's approx-KL is high)",
     "loss/value": "lower algo.learning_rate{lr}, or pass algo.normalize_rewards=true, or lower algo.vf_coef",
 }
+_METRICS = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss"}
 
 
-@dataclass(frozen=True)
-class DivergenceLimits:
-    """Upper limits on an update's metrics (None: not checked).
+@dataclass(frozen=True, kw_only=True)
+class DivergenceLimits(Schema):
+    """``trainer.divergence``: upper limits on an update's metrics (null: that metric is not checked)."""
 
-    Attributes:
-        max_approx_kl: Limit of ``diag/approx_kl`` (nats).
-        max_value_loss: Limit of ``loss/value``.
-    """
-
-    max_approx_kl: float | None = 10.0
-    max_value_loss: float | None = 1e10
-
-    def __post_init__(self) -> None:
-        for key in ("max_approx_kl", "max_value_loss"):
-            value = getattr(self, key)
-            check(value is None or (math.isfinite(value) and value > 0), f"trainer.divergence.{key}", value,
-                  "null (no check) or a finite float > 0", f"pass trainer.divergence.{key}=null to turn the check off",
-                  absolute=True)
+    max_approx_kl: float | None = key(10.0, gt=0, doc="fail the run once an update's diag/approx_kl exceeds this")
+    max_value_loss: float | None = key(1e10, gt=0, doc="fail the run once an update's loss/value exceeds this")
 
     def limits(self) -> dict[str, tuple[str, float]]:
-        """``metric -> (config key, limit)`` of the checks that are on."""
-        keys = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss"}
-        return {metric: (key, getattr(self, key)) for metric, key in keys.items() if getattr(self, key) is not None}
+        """``metric -> (key, limit)`` of the checks that are on."""
+        return {metric: (name, getattr(self, name)) for metric, name in _METRICS.items()
+                if getattr(self, name) is not None}
 
 
 def parse_divergence(node: dict[str, Any] | None) -> DivergenceLimits | None:
@@ -73,9 +61,7 @@ def parse_divergence(node: dict[str, Any] | None) -> DivergenceLimits | None:
     Raises:
         ConfigError: An unknown key, or a limit that is not null or a finite float > 0.
     """
-    if node is None:
-        return None
-    return check_fields("trainer.divergence.", node, DivergenceLimits)
+    return None if node is None else parse(DivergenceLimits, node, "trainer.divergence.")
 
 
 def check_divergence(limits: DivergenceLimits | None, metrics: dict[str, float], iteration: int,
@@ -90,13 +76,13 @@ def check_divergence(limits: DivergenceLimits | None, metrics: dict[str, float],
     """
     if limits is None:
         return
-    for metric, (key, limit) in limits.limits().items():
+    for metric, (name, limit) in limits.limits().items():
         value = metrics.get(metric)
         if value is None or value <= limit:
             continue
         lr = f" (now {learning_rate():g})" if learning_rate is not None else ""
         raise DivergedError(
-            f"training diverged in iteration {iteration}: {metric}={value:.3g} is beyond trainer.divergence.{key}="
+            f"training diverged in iteration {iteration}: {metric}={value:.3g} is beyond trainer.divergence.{name}="
             f"{limit:g} (healthy runs stay far below); training stopped before logging or saving this update, so "
             f"checkpoints/ holds only earlier states. Fix: {_FIXES[metric].format(lr=lr)}; "
-            f"trainer.divergence.{key}=null turns this check off")
+            f"trainer.divergence.{name}=null turns this check off")
