@@ -80,7 +80,8 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         RunDirBusyError: Another process holds the run directory (nothing was written).
         ConfigError: A bad value; raised before any training.
         CheckpointError: A missing, corrupt or incompatible checkpoint, or a changed config for an existing run.
-        NonFiniteLossError: Training diverged; the last good checkpoint is kept.
+        DivergedError: Training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``); the last
+            good checkpoint is kept.
         PreemptedError, Interrupted, KeyboardInterrupt: Stopped by a signal (see :mod:`embodirl.runtime.preemption`).
     """
     run_dir = Path(run_dir)
