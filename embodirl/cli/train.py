@@ -43,10 +43,10 @@ def _share_run_time() -> None:
 def _train(cfg: DictConfig) -> float:
     """Train one configuration; return ``summary[cfg.objective]`` for Hydra sweepers (NaN if it failed).
 
-    In a multirun a failing job records its failure in the sweep directory (and ``failed`` in its ``status.json``
-    where it may write it) and returns NaN so the other jobs go on; the sweep's end callback then fails the
-    command naming it. A single run exits with the
-    status of :mod:`embodirl.cli.errors`. Ctrl-C and preemption stop a sweep too.
+    In a multirun a failing job records its failure in the sweep directory (and ``failed`` in its
+    ``status.json`` where it may write it) and returns NaN so the other jobs go on; the sweep's end callback
+    then fails the command naming it. A single run exits with the status of :mod:`embodirl.cli.errors`.
+    Ctrl-C and preemption stop a sweep too.
     """
     from embodirl.cli.errors import fail, message
     from embodirl.runtime.distributed import env_rank
