@@ -97,3 +97,22 @@ def test_a_job_refused_by_a_busy_directory_fails_the_sweep_and_leaves_the_holder
     (failure,) = [line for line in err.splitlines() if line.startswith("  job ")]
     assert "job 0 [" in failure and "is in use by process" in failure
     assert "1 of 2 sweep jobs did not complete" in err
+
+
+def test_job_records_that_are_not_this_sweeps_are_skipped(tmp_path, caplog):
+    from embodirl.runtime.sweep import JOBS_DIR, failed_jobs
+
+    sweep_id = "0" * 32
+    folder = tmp_path / JOBS_DIR / sweep_id
+    folder.mkdir(parents=True)
+    (tmp_path / "0").mkdir()
+    good = {"status": "failed", "exception": "CheckpointError", "message": "m", "run_dir": str(tmp_path / "0"),
+            "overrides": ["seed=0"]}
+    (folder / "0.json").write_text(json.dumps(good))
+    (folder / "1.json").write_text(json.dumps({**good, "run_dir": "/etc"}))  # outside the sweep
+    (folder / "2.json").write_text(json.dumps({**good, "overrides": [{"a": 1}]}))
+    os.mkfifo(folder / "3.json")  # a FIFO would block a plain read forever
+    found = failed_jobs(tmp_path, sweep_id)
+    job = (tmp_path / "0").resolve()
+    assert list(found) == [job] and found[job]["exception"] == "CheckpointError"
+    assert sum("skipped, not a job record" in r.getMessage() for r in caplog.records) == 3
