@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["CheckpointError", "ConfigError", "NonFiniteLossError", "check", "check_choice", "is_int"]
+__all__ = ["CheckpointError", "ConfigError", "DivergedError", "NonFiniteLossError", "check", "check_choice", "is_int"]
 
 
 class ConfigError(ValueError):
@@ -48,7 +48,11 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or incompatible."""
 
 
-class NonFiniteLossError(RuntimeError):
+class DivergedError(RuntimeError):
+    """Training diverged (see :mod:`embodirl.divergence`); the last good checkpoint is kept."""
+
+
+class NonFiniteLossError(DivergedError):
     """Training produced a NaN or infinite loss; the last good checkpoint is kept."""
 
 

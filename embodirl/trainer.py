@@ -21,6 +21,7 @@ from embodirl.callbacks import Callbacks
 from embodirl.checkpoint import (
     atomic_write_bytes,
     atomic_write_json,
+    check_optimizer_state,
     load_checkpoint,
     rng_state,
     serialize_checkpoint,
@@ -29,7 +30,8 @@ from embodirl.checkpoint import (
 from embodirl.collector import Collector
 from embodirl.runtime.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
 from embodirl.envs.base import BatchedEnv, env_mode
-from embodirl.errors import CheckpointError, NonFiniteLossError, check, check_choice
+from embodirl.divergence import check_divergence, parse_divergence
+from embodirl.errors import CheckpointError, DivergedError, NonFiniteLossError, check, check_choice
 from embodirl.evaluation import Evaluator
 from embodirl.runtime.status import fate_of
 from embodirl.loggers import MetricLoggers
@@ -100,8 +102,17 @@ def _close_quietly(loggers: MetricLoggers) -> None:
     """Close the loggers while another error is propagating: a second failure is only logged."""
     try:
         loggers.close()
-    except Exception:
-        log.error("closing the metric loggers failed as well", exc_info=True)
+    except Exception as exc:
+        log.error("closing the metric loggers failed as well: %s: %s", type(exc).__name__, exc)
+
+
+def _end_reason(exc: BaseException, status: str, reason: str | None) -> str:
+    """The ``stop_reason`` of a run that ``exc`` ended in ``status``."""
+    if isinstance(exc, NonFiniteLossError):
+        return "non_finite_loss"
+    if isinstance(exc, DivergedError):
+        return "diverged"
+    return "aborted" if status == "interrupted" else reason or type(exc).__name__
 
 
 def next_threshold(value: int, every: int) -> int:
@@ -146,6 +157,8 @@ class Trainer:
         allow_config_change: Continue a run directory whose checkpoint was trained with a different config
             (outside the budget, stop and output keys); checked by :func:`embodirl.runtime.run.run_training`
             before anything is written (see :mod:`embodirl.runtime.rundir`).
+        divergence: Limits on an update's metrics beyond which the run fails as diverged, e.g.
+            ``{max_approx_kl: 100, max_value_loss: 1e10}`` (see :mod:`embodirl.divergence`); None: no check.
     """
 
     def __init__(self, collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator, run_dir: Path,
@@ -156,7 +169,7 @@ class Trainer:
                  stop_on_solved: bool = True, stop_on: list[dict] | None = None, max_wall_time_s: float | None = None,
                  best_metric: str | None = None, best_mode: Literal["max", "min"] = "max",
                  callbacks: list[Any] | None = None, eval_env_overrides: dict | None = None,
-                 resume: str | None = None, allow_config_change: bool = False) -> None:
+                 resume: str | None = None, allow_config_change: bool = False, divergence: dict | None = None) -> None:
         check(total_env_steps >= 1, "total_env_steps", total_env_steps, "an int >= 1")
         check(eval_every_env_steps >= 1, "eval_every_env_steps", eval_every_env_steps, "an int >= 1")
         check(num_eval_envs >= 1, "num_eval_envs", num_eval_envs, "an int >= 1")
@@ -189,6 +202,7 @@ class Trainer:
             + [("trainer.best_metric" if best_metric else "env.solved_metric", self.best_metric)],
             known=(*ALWAYS_LOGGED, *info), after_record=("loss/", "diag/", "perf/"), after_evaluation=SUCCESS_KEYS)
         self.max_wall_time_s = max_wall_time_s
+        self.divergence = parse_divergence(divergence)
         self.resume_path = resume
         self.allow_config_change = allow_config_change
         self.video = video
@@ -236,8 +250,7 @@ class Trainer:
                 loggers.close()
             except BaseException as exc:
                 status = fate_of(exc)
-                reason = "non_finite_loss" if isinstance(exc, NonFiniteLossError) else (
-                    "aborted" if status == "interrupted" else reason or type(exc).__name__)
+                reason = _end_reason(exc, status, reason)
                 _close_quietly(loggers)
                 raise
             finally:
@@ -259,10 +272,10 @@ class Trainer:
         if self.dist.is_main:
             try:
                 atomic_write_json(self.run_dir / "summary.json", summary)
-            except OSError:
-                if sys.exc_info()[0] is None:
+            except OSError as exc:
+                if exc.__context__ is None:  # nothing else is propagating: this failure is the run's
                     raise
-                log.error("could not write %s", self.run_dir / "summary.json", exc_info=True)
+                log.error("could not write %s: %s", self.run_dir / "summary.json", exc)
         return summary
 
     def _agreed_stop(self, signals: StopSignals) -> str | None:
@@ -285,6 +298,7 @@ class Trainer:
         t1 = time.perf_counter()
         with torch_threads(self.num_update_threads):
             metrics = self.algo.update(rollout)
+        check_divergence(self.divergence, metrics, self.state.iteration + 1, lambda: self.algo.learning_rate)
         t2 = time.perf_counter()
         steps = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
         if self.dist.world_size > 1:
@@ -426,6 +440,7 @@ class Trainer:
                 "Fix: resume with the same policy, env and algo settings the checkpoint was trained with "
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
+        check_optimizer_state(self.algo.optimizer, f"{key}={str(path)!r}")
         if state["env"] is not None and self.dist.is_main:  # the checkpoint holds rank 0's env
             with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
                 self.env.load_state_dict(state["env"])

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from embodirl.runtime.status import as_failed_if_gone, process_gone
 from embodirl.analysis.stats import (
     finite,
     format_count,
@@ -287,6 +288,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
             seed = str(config["seed"])
     summary = _read_json(path / "summary.json", "the run's final values come from metrics.jsonl")
     status, record = _read_status(path, summary)
+    if status == "running" and process_gone(record):  # killed outright: summary.json, if any, is an earlier attempt's
+        status, summary, record = "failed", None, as_failed_if_gone(record)
     error = None
     if status == "failed":
         message = str(record.get("message") or "").strip()

@@ -4,14 +4,15 @@
 |---|---|
 | 2 | bad input: an unknown option or key, a wrong type or impossible value, a missing, corrupt or hostile checkpoint, a changed config for an existing run, a busy or uncreatable run directory |
 | 1 | the machine failed the run (disk full, unwritable file, a logger error); unexpected errors (with a traceback) |
-| 3 | training diverged (non-finite loss) |
+| 3 | training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``) |
 | 124 | preempted (SIGTERM/SIGUSR2) |
 | 130 | Ctrl-C |
 | 141 | the reader of the output went away (e.g. ``--cfg job`` piped into ``head``); nothing printed |
 
 :func:`hydra_entry` runs a ``@hydra.main`` function with Hydra's own error report turned off
 (``HYDRA_FULL_ERROR=1`` makes Hydra re-raise) so composition errors get the same one-line treatment;
-set ``HYDRA_FULL_ERROR=1`` yourself to see full tracebacks instead.
+set ``HYDRA_FULL_ERROR=1`` yourself to see full tracebacks instead. It first refuses an empty output
+directory on the command line (``hydra.run.dir=``: Hydra would write into the current directory).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from embodirl.errors import CheckpointError, ConfigError, NonFiniteLossError
+from embodirl.errors import CheckpointError, ConfigError, DivergedError
 
-__all__ = ["exit_code", "fail", "hydra_entry", "message", "one_line"]
+__all__ = ["check_output_dirs", "exit_code", "fail", "hydra_entry", "message", "one_line"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def exit_code(exc: BaseException) -> int:
         return 130
     if isinstance(exc, PreemptedError):
         return 124
-    if isinstance(exc, NonFiniteLossError):
+    if isinstance(exc, DivergedError):
         return 3
     if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException):
         return 2
@@ -119,7 +120,7 @@ def message(exc: BaseException) -> str | None:
         return "aborted on Ctrl-C; checkpoints/last.pt (if any) holds the last saved state"
     if isinstance(exc, HydraException | OmegaConfBaseException):
         return "error: " + _hydra_message(exc)
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | NonFiniteLossError | LoggerError):
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | DivergedError | LoggerError):
         return "error: " + one_line(str(exc))
     if isinstance(exc, OSError):
         return "error: " + _os_message(exc)
@@ -136,12 +137,42 @@ def fail(prog: str, exc: BaseException, code: int | None = None) -> NoReturn:
     sys.exit(exit_code(exc) if code is None else code)
 
 
+OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def check_output_dirs(args: list[str]) -> None:
+    """Refuse an output directory override that is empty (or only quotes and spaces): Hydra would make it the
+    current directory (or put every sweep job into the sweep directory itself).
+
+    Raises:
+        ConfigError: Naming the override.
+    """
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+")
+        if sep and key in OUTPUT_DIR_KEYS and not value.strip().strip("'\"").strip():
+            example = "${hydra.job.num}" if key == "hydra.sweep.subdir" else "outputs/my_run"
+            raise ConfigError(key, value, "a directory (an empty one would be the current directory)",
+                              f"pass {key}={example}, or leave {key} out for the default")
+
+
+def _logging_os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``logging.config``'s "Unable to configure handler" (e.g. an unwritable ``train.log``)."""
+    cause = exc.__cause__
+    ok = isinstance(exc, ValueError) and str(exc).startswith("Unable to configure handler")
+    return cause if ok and isinstance(cause, OSError) else None
+
+
 def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "train") -> None:
     """Call a ``@hydra.main`` function; a failure outside the task (composition, run directory) exits via :func:`fail`.
 
     An unknown key or option gets the closest real one (or the option that has the key) as its fix
     (:mod:`embodirl.cli.suggest`, which composes ``config_name`` with the command line's other overrides).
     """
+    try:
+        check_output_dirs(sys.argv[1:])
+    except ConfigError as exc:
+        fail(prog, exc)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's full tracebacks
         hydra_main()
         return
@@ -164,6 +195,9 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
         if text is not None:
             print(f"{prog}: error: {text}", file=sys.stderr)
             sys.exit(2)
+        cause = _logging_os_error(exc)  # Hydra's job logging could not open <run_dir>/train.log (read-only, ...)
+        if cause is not None:
+            fail(prog, cause, code=2)
         # An OSError outside the task: the run directory could not be created (a user's path: exit 2).
         fail(prog, exc, code=2 if isinstance(exc, OSError) and not isinstance(exc, HydraException) else None)
     finally:

@@ -63,14 +63,16 @@ def stopped(exc: BaseException, hydra_cfg: Any, run_dir: Path, code: int) -> NoR
 def _train(cfg: DictConfig) -> float:
     """Train one configuration; return ``summary[cfg.objective]`` for Hydra sweepers (NaN if it failed).
 
-    In a multirun a failing job records ``failed`` in its ``status.json`` and returns NaN so the other
-    jobs go on; the sweep's end callback then fails the command naming it. A single run exits with the
-    status of :mod:`embodirl.cli.errors`. Ctrl-C and preemption stop a sweep too.
+    In a multirun a failing job records its failure in the sweep directory (and ``failed`` in its
+    ``status.json`` where it may write it) and returns NaN so the other jobs go on; the sweep's end callback
+    then fails the command naming it. A single run exits with the status of :mod:`embodirl.cli.errors`.
+    Ctrl-C and preemption stop a sweep too.
     """
     from embodirl.cli.errors import fail, message
     from embodirl.runtime.distributed import env_rank
     from embodirl.runtime.run import run_training, wandb_identity  # after parsing: fast --help
     from embodirl.runtime.preemption import Interrupted, PreemptedError
+    from embodirl.runtime.sweep import record_job_failure
     from embodirl.analysis.summary import print_summary
 
     hydra_cfg = HydraConfig.get()
@@ -87,6 +89,8 @@ def _train(cfg: DictConfig) -> float:
             stopped(exc, hydra_cfg, run_dir, 124)
         if not multirun or isinstance(exc, PreemptedError):
             fail(PROG, exc)
+        if env_rank() == 0:
+            record_job_failure(hydra_cfg.sweep.dir, hydra_cfg.job.num, run_dir, list(hydra_cfg.overrides.task), exc)
         text = message(exc)
         if text is None:
             log.exception("job failed (recorded in %s)", run_dir / "status.json")

@@ -85,7 +85,8 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         RunDirBusyError: Another process holds the run directory (nothing was written).
         ConfigError: A bad value; raised before any training.
         CheckpointError: A missing, corrupt or incompatible checkpoint, or a changed config for an existing run.
-        NonFiniteLossError: Training diverged; the last good checkpoint is kept.
+        DivergedError: Training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``); the last
+            good checkpoint is kept.
         PreemptedError, Interrupted, KeyboardInterrupt: Stopped by a signal (see :mod:`embodirl.runtime.preemption`).
     """
     run_dir = Path(run_dir)
@@ -122,11 +123,11 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
 
 
 def _record(run_dir: Path, status: str, **fields: Any) -> None:
-    """Write ``status.json``; when the disk itself fails, log instead of hiding the original error."""
+    """Write ``status.json``; when the disk itself fails, log one line instead of hiding the original error."""
     try:
         write_status(run_dir, status, **fields)
-    except OSError:
-        log.error("could not record status %r in %s", status, run_dir / "status.json", exc_info=True)
+    except OSError as exc:
+        log.error("could not record status %r in %s: %s", status, run_dir / "status.json", exc)
 
 
 def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:

@@ -38,7 +38,8 @@ CHANGEABLE_ON_RESUME = (
     "env.solved_metric", "env.solved_threshold", "trainer.resume", "trainer.callbacks", "trainer.best_metric",
     "trainer.best_mode", "trainer.eval_env_overrides", "trainer.eval_env_overrides.", "trainer.allow_config_change",
     "trainer.eval_every_env_steps", "trainer.num_eval_episodes",
-    "trainer.checkpoint_every_env_steps", "trainer.keep_checkpoints", "logger.", "eval.", "objective",
+    "trainer.checkpoint_every_env_steps", "trainer.keep_checkpoints", "trainer.divergence", "trainer.divergence.",
+    "logger.", "eval.", "objective",
     "num_threads", "num_update_threads",
 )
 

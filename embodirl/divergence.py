@@ -1,0 +1,89 @@
+"""Divergence: an update whose metrics are far beyond any healthy run's fails the run (``trainer.divergence``).
+
+A NaN or infinite loss is caught where it is computed (:class:`~embodirl.errors.NonFiniteLossError`). A run
+can also diverge with finite numbers: with ``algo.learning_rate=1e3`` CartPole's first PPO update moved
+the policy by an approx-KL of 1e9 to 6e9 nats, its value loss reached 1e25 to 1e27 and the next update saw
+a collapsed policy (entropy 0, approx-KL 0): the run went on to "complete". After each update the trainer
+checks its metrics against these limits (each ``null`` turns its check off; ``trainer.divergence=null`` all):
+
+* ``max_approx_kl`` (default 10 nats): ``diag/approx_kl``, the mean KL between the policy before and after
+  the update, which PPO's and GRPO's clipped objectives keep small. Measured on CPU (every update of each run,
+  recorded in ``tests/data/update_metrics.json``): the presets (PPO and GRPO on CartPole and PushCube, the
+  UR10 arm, pixels, a recurrent policy, the gymnasium recipes) stayed below 0.03 in every update, Pendulum's
+  below 0.06; runs that still learned at 15 to 50 times the preset learning rate below 0.2; learning rates
+  of 10 to 1e3 gave 3e3 to 8e30 in their first update. Runs that had stopped learning sit between (Pendulum
+  at ``algo.learning_rate=1e-2``, ten times its preset's, reached 72).
+* ``max_value_loss`` (default 1e10): ``loss/value``, the critic's squared error. The presets stayed below
+  4e3 (LunarLander, whose returns are in the hundreds); it grows with the square of the returns, so an env
+  whose returns reach 1e5 needs a higher limit.
+
+One update beyond a limit is enough: after a blow-up the policy has often collapsed, and the next updates
+look calm (approx-KL 0), so waiting for several would miss it. The run ends ``failed`` (exit status 3)
+before the update is logged or saved, so ``checkpoints/last.pt`` keeps the last good state, as for a NaN
+loss. A policy that collapses slowly (entropy to 0 at a modest approx-KL) is not caught.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from embodirl.config.schema import Schema, key, parse
+from embodirl.errors import DivergedError
+
+__all__ = ["DivergenceLimits", "check_divergence", "parse_divergence"]
+
+# What usually fixes each metric's blow-up.
+_FIXES = {
+    "diag/approx_kl": "lower algo.learning_rate{lr}, or pass algo.lr_schedule=adaptive_kl (it lowers the rate "
+                      "when an update's approx-KL is high)",
+    "loss/value": "lower algo.learning_rate{lr}, or pass algo.normalize_rewards=true, or lower algo.vf_coef",
+}
+_METRICS = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DivergenceLimits(Schema):
+    """``trainer.divergence``: upper limits on an update's metrics (null: that metric is not checked)."""
+
+    max_approx_kl: float | None = key(10.0, gt=0, doc="fail the run once an update's diag/approx_kl exceeds this")
+    max_value_loss: float | None = key(1e10, gt=0, doc="fail the run once an update's loss/value exceeds this")
+
+    def limits(self) -> dict[str, tuple[str, float]]:
+        """``metric -> (key, limit)`` of the checks that are on."""
+        return {metric: (name, getattr(self, name)) for metric, name in _METRICS.items()
+                if getattr(self, name) is not None}
+
+
+def parse_divergence(node: dict[str, Any] | None) -> DivergenceLimits | None:
+    """``trainer.divergence`` as limits (None: off); missing keys take the defaults.
+
+    Raises:
+        ConfigError: An unknown key, or a limit that is not null or a finite float > 0.
+    """
+    return None if node is None else parse(DivergenceLimits, node, "trainer.divergence.")
+
+
+def check_divergence(limits: DivergenceLimits | None, metrics: dict[str, float], iteration: int,
+                     learning_rate: Callable[[], float] | None = None) -> None:
+    """Raise :class:`DivergedError` naming the first metric of ``metrics`` beyond its limit (NaN counts as beyond).
+
+    Args:
+        limits: The limits (None: nothing is checked).
+        metrics: One update's metrics.
+        iteration: The iteration of the update, for the message.
+        learning_rate: Returns the optimizer's learning rate, named in the fix (called only then).
+    """
+    if limits is None:
+        return
+    for metric, (name, limit) in limits.limits().items():
+        value = metrics.get(metric)
+        if value is None or value <= limit:
+            continue
+        lr = f" (now {learning_rate():g})" if learning_rate is not None else ""
+        raise DivergedError(
+            f"training diverged in iteration {iteration}: {metric}={value:.3g} is beyond trainer.divergence.{name}="
+            f"{limit:g} (healthy runs stay far below); training stopped before logging or saving this update, so "
+            f"checkpoints/ holds only earlier states. Fix: {_FIXES[metric].format(lr=lr)}; "
+            f"trainer.divergence.{name}=null turns this check off")
