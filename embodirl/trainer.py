@@ -263,7 +263,7 @@ class Trainer:
                 signals.hand_over(call_previous=self.dist.is_main)  # submitit: requeue + exit; else PreemptedError
         if status == "interrupted":
             raise Interrupted(f"stopped on Ctrl-C after saving checkpoints/last.pt at env_steps="
-                              f"{self.state.env_steps:,}; run the same command to resume")
+                              f"{self.state.env_steps:,}; train again in {self.run_dir} (hydra.run.dir) to resume")
         return summary
 
     def _write_summary(self, status: str, reason: str | None) -> dict[str, Any]:

@@ -114,4 +114,4 @@ class StopSignals:
             previous(signum, self._frame)  # submitit's requeue handler exits the process on rank 0
         saved = "after saving checkpoints/last.pt" if self.defer else "before training started (nothing to save)"
         raise PreemptedError(f"stopped on {signal.Signals(signum).name} {saved}; "
-                             "start the same command in the same run directory to resume")
+                             "train again in the same run directory (hydra.run.dir) to resume")
