@@ -434,11 +434,7 @@ def cpu_model() -> str:
 
 
 def run_info(overrides: list[str]) -> dict[str, Any]:
-    """What a results page says about the run that measured them: machine, versions, settings, date.
-
-    ``threads`` is the composed config's ``num_threads``, which every measurement sets (torch's own default is
-    the core count, which the measurements do not use).
-    """
+    """What a results page says about the run that measured them: machine, versions, settings, date."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -452,8 +448,19 @@ def run_info(overrides: list[str]) -> dict[str, Any]:
     return {"device": "GPU" if cuda else "CPU", "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
             "embodirl": embodirl_version, "torch": torch.__version__, "cpu": cpu_model(), "cores": os.cpu_count(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "threads": _compose(overrides).num_threads, "overrides": list(overrides),
+            "threads": _num_threads(overrides), "overrides": list(overrides),
             "compile": cuda if compile_choice == "auto" else compile_choice.lower() == "true"}
+
+
+def _num_threads(overrides: list[str]) -> str:
+    """The ``num_threads`` every measurement sets, as given (a bad value fails the first measurement in one line),
+    else the config's default.
+
+    torch's own default (the core count) is not what the measurements use. The overrides are not composed: they
+    may name keys only a preset has (``env.obs_mode`` for push_cube).
+    """
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("num_threads=")]
+    return given[-1] if given else str(_compose([]).num_threads)
 
 
 def _read_merges(paths: list[Path], device: str) -> list[dict[str, Any]]:
@@ -514,7 +521,7 @@ def _md_header(by_device: dict[str, dict[str, Any]], command: str) -> str:
         ("embodirl / torch", lambda r: f"{r['embodirl']} / {r['torch']}"),
         ("CPU", lambda r: f"{r['cpu']}, {r['cores']} cores"),
         ("GPU", lambda r: r["gpu"] or "none"),
-        ("torch threads", lambda r: str(r["threads"])),
+        ("torch threads", lambda r: r["threads"]),
         ("compile", lambda r: "on: steps compiled before training; compile time excluded from every figure, "
                               "shown apart as compile s" if r["compile"] else "off (eager): no compile time"),
         ("overrides", lambda r: " ".join(f"`{o}`" for o in r["overrides"]) or "none"))]

@@ -136,3 +136,12 @@ def test_bench_puts_a_gpu_run_beside_a_merged_cpu_run(tmp_path):
     rows = _page_rows(page, "`ppo_cartpole`")
     assert "not measured" not in rows["CPU"] and "not measured" not in rows["GPU"]
     assert "not measured" not in page.split("###")[0]  # both columns of the header describe a run
+
+
+def test_the_page_header_reads_threads_from_overrides_meant_for_a_preset():
+    from embodirl.cli.bench import run_info
+
+    # env.obs_mode exists for push_cube, not for the default CartPole: describing the run must not compose it.
+    assert run_info(["env.obs_mode=rgb"])["threads"] == "1"
+    info = run_info(["env.obs_mode=rgb", "num_threads=2", "compile=true"])
+    assert (info["threads"], info["compile"]) == ("2", True)
