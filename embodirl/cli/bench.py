@@ -10,8 +10,13 @@ Examples::
     embodirl-bench --presets --envs --costs cartpole push_cube --scaling ppo_cartpole   # the GPU tables
     embodirl-bench --presets --envs --cli-runs 10   # the default embodirl-train, as users run it, 10 times
     embodirl-bench --presets --envs --scaling ppo_cartpole --scaling-sizes 1024 65536 1048576 device=cuda
+    embodirl-bench --seeds 0 1 2 3 4 --markdown bench.md                  # the results as a Markdown page
+    embodirl-bench --seeds 0 1 2 3 4 --markdown bench.md --merge gpu.json  # beside a GPU run's --out file
 
-Progress (one line per measurement, or a bar on a terminal) goes to stderr; the tables to stdout.
+Progress (one line per measurement, or a bar on a terminal) goes to stderr; the tables to stdout. ``--markdown``
+writes the results as a page (:func:`markdown_report`): a header naming the machine, the versions and the
+settings, then one table per measurement with a CPU and a GPU row for each item ("not measured" where no run
+on that device is given; ``--merge`` adds the ``--out`` files of runs on other machines).
 On the same machine in one process it measures:
   * per env (``--envs``): raw env steps/s with random actions at several sizes;
   * per env and policy (``--costs``): the work one step launches, eager and compiled: dispatched aten ops
@@ -33,14 +38,18 @@ alternately to compare versions: the load moves absolute figures by tens of perc
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 PRESETS: dict[str, list[str]] = {
     "ppo_cartpole": ["algo=ppo", "policy=actor_critic", "env=cartpole"],
@@ -258,10 +267,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="num_envs of --scaling (default 1k-64k on a CPU, 1k-1M on CUDA)")
     parser.add_argument("--cli-runs", type=int, default=0, metavar="N",
                         help="run the default embodirl-train (TensorBoard on) N times in fresh processes")
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                        help="also write the results as a Markdown page (header: machine, versions, settings)")
+    parser.add_argument("--merge", type=Path, nargs="+", default=[], metavar="JSON",
+                        help="with --markdown: --out files of runs on other devices, shown beside this run's rows")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every preset")
     args = parser.parse_args(argv)
-
-    import platform
+    info = run_info(args.overrides)
+    merged = _read_merges(args.merge, info["device"])  # a bad file fails now, not after the measurements
 
     import torch
 
@@ -328,10 +341,13 @@ def main(argv: list[str] | None = None) -> None:
         _print_presets(results)
     if cli_runs:
         _print_cli_runs(cli_runs)
+    measured = {"machine": machine, "run": info, "env_speed": env_rows, "step_costs": cost_rows,
+                "scaling": scaling_rows, "results": results, "cli_runs": cli_runs}
     if args.out:
-        args.out.write_text(json.dumps({"machine": machine, "env_speed": env_rows, "step_costs": cost_rows,
-                                        "scaling": scaling_rows, "results": results, "cli_runs": cli_runs},
-                                       indent=2) + "\n")
+        args.out.write_text(json.dumps(measured, indent=2) + "\n")
+    if args.markdown:
+        command = "embodirl-bench " + shlex.join(sys.argv[1:] if argv is None else argv)
+        args.markdown.write_text(markdown_report([measured, *merged], command))
 
 
 def _wants_cuda(overrides: list[str]) -> bool:
@@ -397,6 +413,233 @@ def _print_presets(results: list[dict[str, Any]]) -> None:
               f"{'-' if r['median_e2e_sps'] is None else format(r['median_e2e_sps'], ',.0f')} | "
               f"{'-' if solved is None else f'{solved:.2f}'} | {'-' if steps is None else f'{steps:,.0f}'} | "
               f"{per_seed} |")
+
+
+# --- the Markdown page (--markdown) --------------------------------------------------------------------------------
+
+DEVICES = ("CPU", "GPU")
+NOT_MEASURED = "not measured"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def run_info(overrides: list[str]) -> dict[str, Any]:
+    """What a results page says about the run that measured them: machine, versions, settings, date."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        embodirl_version = version("embodirl")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        embodirl_version = "unknown"
+    cuda = _wants_cuda(overrides)
+    compile_choice = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("compile=")), "auto")
+    return {"device": "GPU" if cuda else "CPU", "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+            "embodirl": embodirl_version, "torch": torch.__version__, "cpu": cpu_model(), "cores": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "threads": _num_threads(overrides), "overrides": list(overrides),
+            "compile": cuda if compile_choice == "auto" else compile_choice.lower() == "true"}
+
+
+def _num_threads(overrides: list[str]) -> str:
+    """The ``num_threads`` every measurement sets, as given (a bad value fails the first measurement in one line),
+    else the config's default.
+
+    torch's own default (the core count) is not what the measurements use. The overrides are not composed: they
+    may name keys only a preset has (``env.obs_mode`` for push_cube).
+    """
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("num_threads=")]
+    return given[-1] if given else str(_compose([]).num_threads)
+
+
+def _read_merges(paths: list[Path], device: str) -> list[dict[str, Any]]:
+    """The ``--out`` files of earlier runs to show beside this one (on ``device``), one per other device.
+
+    Raises:
+        SystemExit: A file that is not embodirl-bench output, or two runs on one device (one line, status 2).
+    """
+    merged, devices = [], {device}
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            _refuse(f"--merge {path} cannot be read as JSON ({type(exc).__name__}: {exc}). Fix: pass a file written "
+                    "by embodirl-bench --out")
+        run = data.get("run") if isinstance(data, dict) else None
+        if not isinstance(run, dict) or run.get("device") not in DEVICES:
+            _refuse(f"--merge {path} holds no embodirl-bench results with their run description. Fix: pass a file "
+                    "written by embodirl-bench --out")
+        if run["device"] in devices:
+            _refuse(f"--merge {path} holds a second {run['device']} run (expected one run per device: CPU, GPU). "
+                    f"Fix: merge only the results of a run on the other device")
+        devices.add(run["device"])
+        merged.append(data)
+    return merged
+
+
+def _refuse(text: str) -> NoReturn:
+    print(f"embodirl-bench: error: {text}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def markdown_report(runs: list[dict[str, Any]], command: str) -> str:
+    """The results of ``runs`` (``--out`` dictionaries, one per device) as a Markdown page.
+
+    A header table describes each device's run (or says it was not measured); each measurement then gets one
+    table with a CPU row and a GPU row per item, "not measured" where no run on that device measured it.
+    """
+    by_device = {measured["run"]["device"]: measured for measured in runs}
+    sections = [_md_header(by_device, command), _md_env_speed(by_device), _md_presets(by_device),
+                _md_cli_runs(by_device), _md_costs(by_device), _md_scaling(by_device)]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _md_table(headers: list[str], rows: list[list[str]], numbers_from: int = 2) -> str:
+    """A Markdown table; columns from ``numbers_from`` on hold figures and are right-aligned."""
+    align = ["---" if i < numbers_from else "---:" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _md_header(by_device: dict[str, dict[str, Any]], command: str) -> str:
+    def cell(device: str, describe: Any) -> str:
+        return describe(by_device[device]["run"]) if device in by_device else NOT_MEASURED
+
+    rows = [[label, *(cell(d, describe) for d in DEVICES)] for label, describe in (
+        ("date", lambda r: r["date"]),
+        ("embodirl / torch", lambda r: f"{r['embodirl']} / {r['torch']}"),
+        ("CPU", lambda r: f"{r['cpu']}, {r['cores']} cores"),
+        ("GPU", lambda r: r["gpu"] or "none"),
+        ("torch threads", lambda r: r["threads"]),
+        ("compile", lambda r: "on: steps compiled before training; compile time excluded from every figure, "
+                              "shown apart as compile s" if r["compile"] else "off (eager): no compile time"),
+        ("overrides", lambda r: " ".join(f"`{o}`" for o in r["overrides"]) or "none"))]
+    notes = ("Written by `embodirl-bench --markdown`; regenerate it rather than edit it. This run: "
+             f"`{command}`. Times to solve count from the start of training (after the build), evaluation "
+             "included; env step counts are exact for a seed, times vary with the machine's load.")
+    return "## embodirl-bench results\n\n" + notes + "\n\n" + _md_table(["", *DEVICES], rows, numbers_from=3)
+
+
+def _device_rows(by_device: dict[str, dict[str, Any]], key: str, name: str, width: int,
+                 cells: Any) -> list[list[str]]:
+    """One row per (item, device) for the items under ``key`` of any run; ``cells(entry)`` gives a measured
+    row's cells after the item and device columns, ``width`` of them."""
+    items = list(dict.fromkeys(entry[name] for m in by_device.values() for entry in m[key]))
+    rows = []
+    for item in items:
+        for device in DEVICES:
+            entry = next((e for e in by_device.get(device, {}).get(key, []) if e[name] == item), None)
+            rows.append([f"`{item}`", device, *(cells(entry) if entry else [NOT_MEASURED] * width)])
+    return rows
+
+
+def _md_env_speed(by_device: dict[str, dict[str, Any]]) -> str:
+    sizes = sorted({int(n) for m in by_device.values() for row in m["env_speed"] for n in row if n != "env"})
+    if not sizes:
+        return ""
+    rows = _device_rows(by_device, "env_speed", "env", len(sizes),
+                        lambda r: [f"{r[str(n)]:,.0f}" if str(n) in r else "-" for n in sizes])
+    return ("### Raw env speed (env steps/s, random actions, eager)\n\n"
+            + _md_table(["env", "device", *(f"{n:,} envs" for n in sizes)], rows))
+
+
+def _num_envs(overrides: list[str]) -> str:
+    """``env.num_envs`` of the config these overrides compose (the presets pin it)."""
+    try:
+        return f"{_compose(overrides).env.num_envs:,}"
+    except Exception:  # a preset this version does not ship (a merged file): the page still gets written
+        return "-"
+
+
+def _md_presets(by_device: dict[str, dict[str, Any]]) -> str:
+    def cells(r: dict[str, Any]) -> list[str]:
+        solved = [x for x in r["runs"] if x["solved_wall_time_s"] is not None]
+        time, steps, e2e = r["median_solved_wall_time_s"], r["median_solved_env_steps"], r["median_e2e_sps"]
+        return [_num_envs(r["overrides"]), f"{r['collect_sps']:,.0f}", f"{r['update_sps']:,.0f}",
+                f"{r['compile_s']:.1f}", "-" if e2e is None else f"{e2e:,.0f}",
+                "-" if time is None else f"{time:.2f} s", "-" if steps is None else f"{steps:,.0f}",
+                f"{len(solved)}/{len(r['runs'])}"]
+
+    rows = _device_rows(by_device, "results", "preset", 8, cells)
+    if not rows:
+        return ""
+    return ("### Training presets\n\nCollection and update timed apart after the compile warm-up; then one full "
+            "training run per seed (no TensorBoard, no console) until the deterministic evaluation first reaches "
+            "the env's solved threshold.\n\n"
+            + _md_table(["preset", "device", "num_envs", "collection env steps/s", "update env steps/s", "compile s",
+                         "end-to-end env steps/s, median", "time to solve, median", "env steps to solve, median",
+                         "seeds solved"], rows))
+
+
+def _md_cli_runs(by_device: dict[str, dict[str, Any]]) -> str:
+    if not any(m["cli_runs"] for m in by_device.values()):
+        return ""
+    rows = []
+    for device in DEVICES:
+        runs = by_device.get(device, {}).get("cli_runs", [])
+        if not runs:
+            rows.append([device, *[NOT_MEASURED] * 6])
+            continue
+        walls, solved = [r["wall_time_s"] for r in runs], _median([r["solved_wall_time_s"] for r in runs])
+        steps = _median([r["solved_env_steps"] for r in runs])
+        rows.append([device, _num_envs(by_device[device]["run"]["overrides"]), str(len(runs)),
+                     f"{min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f}",
+                     f"{statistics.median(r['e2e_sps'] for r in runs):,.0f}",
+                     "-" if solved is None else f"{solved:.2f} s", "-" if steps is None else f"{steps:,.0f}"])
+    return ("### `embodirl-train` as users run it\n\nThe default config (TensorBoard on, console lines) in fresh "
+            "processes, one after another.\n\n"
+            + _md_table(["device", "num_envs", "runs", "wall time s, min / median / max",
+                         "end-to-end env steps/s, median", "time to solve, median", "env steps to solve, median"],
+                        rows, numbers_from=1))
+
+
+def _md_costs(by_device: dict[str, dict[str, Any]]) -> str:
+    def cells(r: dict[str, Any]) -> list[str]:
+        return [f"{r['num_envs']:,}",
+                *(f"{r[f'{k}_eager']:.0f} / {r[f'{k}_compiled']:.0f}" for k in ("env", "act", "collect")),
+                *(f"{r[f'{k}_eager_us']:.0f} / {r[f'{k}_compiled_us']:.0f}" for k in ("env", "act", "collect")),
+                " / ".join(f"{r[f'{k}_compile_s']:.1f}" for k in ("env", "act", "collect"))]
+
+    rows = _device_rows(by_device, "step_costs", "env", 8, cells)
+    if not rows:
+        return ""
+    return ("### Work per step\n\nEager: aten ops dispatched (CPU) or CUDA kernels launched (GPU); compiled: the "
+            "kernels and library calls one call launches. Times: median microseconds per call.\n\n"
+            + _md_table(["env (actor-critic policy)", "device", "num_envs", "env.step eager / compiled",
+                         "policy.act eager / compiled", "collection step eager / compiled", "env.step us",
+                         "policy.act us", "collection step us", "compile s (env / act / collection)"], rows))
+
+
+def _md_scaling(by_device: dict[str, dict[str, Any]]) -> str:
+    presets = list(dict.fromkeys(b["preset"] for m in by_device.values() for b in m["scaling"]))
+    rows = []
+    for preset in presets:
+        for device in DEVICES:
+            block = next((b for b in by_device.get(device, {}).get("scaling", []) if b["preset"] == preset), None)
+            if block is None:
+                rows.append([f"`{preset}`", device, *[NOT_MEASURED] * 5])
+                continue
+            for r in block["rows"]:
+                speeds = [r["error"], "", "", ""] if "error" in r else [
+                    f"{r['collect_sps']:,.0f}", f"{r['update_sps']:,.0f}", f"{r['collect_update_sps']:,.0f}",
+                    f"{r['compile_s']:.1f}"]
+                rows.append([f"`{preset}`", device, f"{r['num_envs']:,}", *speeds])
+    if not rows:
+        return ""
+    return ("### Training throughput over num_envs\n\nRollouts of 16 steps in 4 minibatches, until memory runs "
+            "out.\n\n" + _md_table(["preset", "device", "num_envs", "collection env steps/s", "update env steps/s",
+                                     "training env steps/s", "compile s"], rows))
 
 
 if __name__ == "__main__":

@@ -60,3 +60,88 @@ def test_bench_runs_embodirl_train_itself_in_fresh_processes(tmp_path, capsys):
 def test_a_failing_embodirl_train_run_names_its_error(capsys):
     with pytest.raises(RuntimeError, match="embodirl-train exited with 2.*algo.num_steps"):
         main(["--presets", "--envs", "--cli-runs", "1", "--", *TINY, "algo.num_steps=-1"])
+
+
+def _page_rows(page: str, first_cell: str) -> dict[str, list[str]]:
+    """The rows of the page's tables whose first cell is ``first_cell``, by their device cell."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| ")]
+    return {row[1]: row[2:] for row in rows if row[0] == first_cell}
+
+
+def test_bench_writes_its_results_as_a_markdown_page_with_the_machine_and_settings(tmp_path, capsys):
+    import datetime
+    import json
+    import os
+    from importlib.metadata import version
+
+    import torch
+
+    from embodirl.cli.bench import cpu_model
+
+    page_file, out_file = tmp_path / "bench.md", tmp_path / "bench.json"
+    main(["--presets", "ppo_cartpole", "--seeds", "0", "--envs", "cartpole", "--env-sizes", "4", "16",
+          "--markdown", str(page_file), "--out", str(out_file), "--", *TINY])
+    page, measured = page_file.read_text(), json.loads(out_file.read_text())
+    header = {row[0]: row[1:] for row in ([c.strip() for c in line.strip("|").split("|")]
+                                           for line in page.split("###")[0].splitlines() if line.startswith("| "))}
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    assert header["date"] == [datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "not measured"]
+    assert header["embodirl / torch"] == [f"{version('embodirl')} / {torch.__version__}", "not measured"]
+    assert header["CPU"] == [f"{cpu_model()}, {os.cpu_count()} cores", "not measured"]
+    assert header["GPU"] == [gpu, "not measured"]
+    assert header["torch threads"] == ["1", "not measured"]  # the config's num_threads, what every measurement uses
+    assert header["compile"][0].startswith("off (eager)")
+    assert "`embodirl-bench --presets ppo_cartpole --seeds 0 " in page and "`trainer=debug`" in page
+
+    (speed,) = measured["env_speed"]
+    env_rows = _page_rows(page, "`cartpole`")
+    assert env_rows["CPU"] == [f"{speed['4']:,.0f}", f"{speed['16']:,.0f}"]
+    assert env_rows["GPU"] == ["not measured"] * 2
+    (preset,) = measured["results"]
+    preset_rows = _page_rows(page, "`ppo_cartpole`")
+    assert preset_rows["CPU"][:3] == ["8", f"{preset['collect_sps']:,.0f}", f"{preset['update_sps']:,.0f}"]
+    assert preset_rows["CPU"][-1] == "0/1"  # 256 env steps cannot solve CartPole
+    assert preset_rows["GPU"] == ["not measured"] * 8
+
+    # A second run on the same device cannot be merged beside this one: refused before anything is measured.
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["--presets", "ppo_cartpole", "--seeds", "0", "--envs", "--markdown", str(tmp_path / "two.md"),
+              "--merge", str(out_file), "--", *TINY])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "holds a second CPU run" in err and "Fix:" in err and not (tmp_path / "two.md").exists()
+
+
+def test_a_merge_file_that_is_not_bench_output_is_refused_in_one_line(tmp_path, capsys):
+    other = tmp_path / "other.json"
+    other.write_text('{"results": []}')
+    with pytest.raises(SystemExit) as refused:
+        main(["--presets", "ppo_cartpole", "--envs", "--markdown", str(tmp_path / "page.md"), "--merge", str(other)])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.count("\n") == 1
+    assert f"--merge {other} holds no embodirl-bench results" in err and "embodirl-bench --out" in err
+    assert "embodirl-bench [" not in err  # nothing was measured
+
+
+@pytest.mark.gpu
+def test_bench_puts_a_gpu_run_beside_a_merged_cpu_run(tmp_path):
+    cpu_out, page_file = tmp_path / "cpu.json", tmp_path / "bench.md"
+    main(["--presets", "ppo_cartpole", "--seeds", "--envs", "cartpole", "--env-sizes", "16", "--out", str(cpu_out),
+          "--", *TINY])
+    gpu_tiny = [o for o in TINY if not o.startswith("device=")] + ["device=cuda"]
+    main(["--presets", "ppo_cartpole", "--seeds", "--envs", "cartpole", "--env-sizes", "16",
+          "--markdown", str(page_file), "--merge", str(cpu_out), "--", *gpu_tiny])
+    page = page_file.read_text()
+    rows = _page_rows(page, "`ppo_cartpole`")
+    assert "not measured" not in rows["CPU"] and "not measured" not in rows["GPU"]
+    assert "not measured" not in page.split("###")[0]  # both columns of the header describe a run
+
+
+def test_the_page_header_reads_threads_from_overrides_meant_for_a_preset():
+    from embodirl.cli.bench import run_info
+
+    # env.obs_mode exists for push_cube, not for the default CartPole: describing the run must not compose it.
+    assert run_info(["env.obs_mode=rgb"])["threads"] == "1"
+    info = run_info(["env.obs_mode=rgb", "num_threads=2", "compile=true"])
+    assert (info["threads"], info["compile"]) == ("2", True)
