@@ -49,7 +49,7 @@ class CheckpointError(ValueError):
 
 
 class DivergedError(RuntimeError):
-    """Training diverged (see :mod:`embodirl.divergence`); the last good checkpoint is kept."""
+    """Training diverged (see :mod:`embodirl.training.divergence`); the last good checkpoint is kept."""
 
 
 class NonFiniteLossError(DivergedError):

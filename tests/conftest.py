@@ -50,7 +50,7 @@ def in_process_run(timeout_s: float) -> Iterator[None]:
 def ppo_on_cartpole(**kwargs):
     """A small PPO (8 CartPole envs, 16-step rollouts, minibatches of 32) and its reset collector."""
     from embodirl.algos.ppo import PPO
-    from embodirl.collector import Collector
+    from embodirl.collect.collector import Collector
     from embodirl.envs.cartpole import CartPole
     from embodirl.policies import ActorCritic
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from embodirl.callbacks import Callback
+from embodirl.training.callbacks import Callback
 
 
 class RecordingCallback(Callback):

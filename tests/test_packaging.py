@@ -34,7 +34,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
-    for name in ("embodirl", "conf"):
+    for name in ("embodirl",):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     # Offline when this environment can build it (the usual case); else pip fetches setuptools itself.
     isolation = ["--no-build-isolation"] if _setuptools_builds_wheels() else []
@@ -59,15 +59,15 @@ def test_the_wheel_holds_every_package_and_module(wheel):
     assert not missing, f"modules missing from the wheel: {missing}"
 
 
-def test_the_wheel_ships_conf_as_embodirl_conf_and_the_env_assets(wheel):
+def test_the_wheel_ships_the_config_groups_and_the_env_assets(wheel):
     names = set(wheel.namelist())
-    configs = _sources("conf", "*.yaml")
+    configs = _sources("embodirl/conf", "*.yaml")
     assert len(configs) > 20 and Path("train.yaml") in configs and Path("eval.yaml") in configs
     missing = [f"embodirl/conf/{p.as_posix()}" for p in [*configs, Path("__init__.py")]
                if f"embodirl/conf/{p.as_posix()}" not in names]
     assert not missing, f"config files missing from the wheel: {missing}"
-    assets = [p for p in (ROOT / "embodirl" / "envs" / "assets").iterdir() if p.is_file()]
-    assert assets and all(f"embodirl/envs/assets/{p.name}" in names for p in assets)
+    assets = [p for p in (ROOT / "embodirl" / "envs" / "push_cube" / "assets").iterdir() if p.is_file()]
+    assert assets and all(f"embodirl/envs/push_cube/assets/{p.name}" in names for p in assets)
     top = {name.split("/")[0] for name in names}
     assert top == {"embodirl", "embodirl-0.1.0.dist-info"}, top  # no stray top-level conf/ or tests/
 

@@ -14,38 +14,25 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.accel.compile import Acceleration, capture, compile_step
 from embodirl.algos.functional import minibatch_indices, pad_minibatches
-from embodirl.algos.optim import AMP_DTYPES, OptimizerFactory, autocast_loss, build_optimizer
+from embodirl.algos.optim import (
+    AMP_DTYPES,
+    OptimizerFactory,
+    autocast_loss,
+    build_optimizer,
+)
 from embodirl.algos.schedules import ScheduleSpec, adaptive_kl_lr, parse_schedule
-from embodirl.compiled import Acceleration, capture, compile_step
-from embodirl.runtime.distributed import allreduce_grads, allreduce_mean
+from embodirl.collect.collector import CollectPlan
+from embodirl.collect.rollout import non_finite_env_output, validate_rollout
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import NonFiniteLossError, check, check_choice
 from embodirl.policies.base import Policy
-from embodirl.rollout import non_finite_env_output, validate_rollout
+from embodirl.runtime.distributed import allreduce_grads, allreduce_mean
 
-__all__ = ["BaseAlgorithm", "CollectPlan", "check_removed_adam_eps"]
+__all__ = ["BaseAlgorithm", "check_removed_adam_eps"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CollectPlan:
-    """How the collector fills rollouts for an algorithm.
-
-    Attributes:
-        num_steps: Rollout length ``T``.
-        reset_every_rollout: Reset every env before each rollout (episodes start at t = 0).
-        group_size: With ``reset_every_rollout``, envs in consecutive groups of this size start from
-            one shared initial state (1 = independent).
-        stop_when_all_done: Stop stepping once every env has finished an episode in this rollout
-            (the rest would be masked out); later slots are padding with ``done = True``.
-    """
-
-    num_steps: int
-    reset_every_rollout: bool = False
-    group_size: int = 1
-    stop_when_all_done: bool = False
 
 
 def check_removed_adam_eps(adam_eps: float | None) -> None:

@@ -125,7 +125,7 @@ def gae(
 
 
 def compute_gae(rollout: TensorDict, gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
-    """GAE over a ``[N, T+1]`` rollout (see :mod:`embodirl.rollout`); slot T's padding is ignored.
+    """GAE over a ``[N, T+1]`` rollout (see :mod:`embodirl.collect.rollout`); slot T's padding is ignored.
 
     Args:
         rollout: Rollout with ``reward``, ``value``, ``done``, ``final_value``.

@@ -17,16 +17,17 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.accel.compile import Acceleration
 from embodirl.algos import functional as F
-from embodirl.algos.base import BaseAlgorithm, CollectPlan, check_removed_adam_eps
+from embodirl.algos.base import BaseAlgorithm, check_removed_adam_eps
 from embodirl.algos.optim import OptimizerFactory
 from embodirl.algos.schedules import ScheduleKind, ScheduleSpec
-from embodirl.compiled import Acceleration
-from embodirl.runtime.distributed import allreduce_max
+from embodirl.collect.collector import CollectPlan
+from embodirl.collect.rollout import transitions
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import ConfigError, check, check_choice
 from embodirl.policies.base import Policy
-from embodirl.rollout import transitions
+from embodirl.runtime.distributed import allreduce_max
 
 __all__ = ["GRPO"]
 
@@ -214,7 +215,7 @@ class GRPO(BaseAlgorithm):
 
     def _load(self, rollout: TensorDict, advantage: Tensor) -> None:
         """Copy the transitions into flat ``[N*T]`` buffers allocated once (a compiled or captured step reads them):
-        the first update allocates them as :func:`~embodirl.rollout.transitions` (one flattening for the project),
+        the first update allocates them as :func:`~embodirl.collect.rollout.transitions` (one flattening for the project),
         later ones copy into ``[N, T]`` views of them, with no intermediate copy of the (possibly image) data."""
         if not self._data or self._data["advantage"].numel() != advantage.numel():
             flat = transitions(rollout.select("obs", "action", "sample_log_prob"), advantage=advantage)

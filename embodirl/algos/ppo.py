@@ -9,16 +9,17 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.accel.compile import Acceleration, compile_step
 from embodirl.algos import functional as F
-from embodirl.algos.base import BaseAlgorithm, CollectPlan, check_removed_adam_eps
+from embodirl.algos.base import BaseAlgorithm, check_removed_adam_eps
 from embodirl.algos.optim import OptimizerFactory
-from embodirl.algos.schedules import ScheduleKind, ScheduleSpec
 from embodirl.algos.reward_scaling import RewardScaler
-from embodirl.compiled import Acceleration, compile_step
-from embodirl.runtime.distributed import allreduce_mean
+from embodirl.algos.schedules import ScheduleKind, ScheduleSpec
+from embodirl.collect.collector import CollectPlan
 from embodirl.envs.base import BatchedEnv
 from embodirl.errors import check, check_choice
 from embodirl.policies.base import Policy
+from embodirl.runtime.distributed import allreduce_mean
 
 __all__ = ["PPO"]
 

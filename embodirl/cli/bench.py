@@ -87,7 +87,7 @@ def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> d
     """
     import torch
 
-    from embodirl.build import build_components
+    from embodirl.app.build import build_components
 
     parts = build_components(_compose(overrides))
     parts.collector.reset(seed=0)
@@ -123,8 +123,8 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     import torch
     import torch._dynamo
 
-    from embodirl.build import build_components
-    from embodirl.profiling import count_kernels, count_ops, inductor_kernel_events
+    from embodirl.app.build import build_components
+    from embodirl.accel.profiling import count_kernels, count_ops, inductor_kernel_events
 
     parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1", "compile=false",
                             "cuda_graphs=false", *QUIET]))
@@ -194,7 +194,7 @@ def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int
     """Raw env steps/s: random actions, no policy, no learning."""
     import torch
 
-    from embodirl.build import build_env, configure_torch, resolve_device
+    from embodirl.app.build import build_env, configure_torch, resolve_device
 
     cfg = _compose(overrides)
     configure_torch(0, cfg.num_threads)
@@ -219,7 +219,7 @@ def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int
 
 def time_to_solve(overrides: list[str], seed: int) -> dict[str, Any]:
     """One full training run; returns its summary's timing fields."""
-    from embodirl.runtime.run import run_training
+    from embodirl.app.run import run_training
 
     with tempfile.TemporaryDirectory(prefix="embodirl-bench-") as run_dir:
         summary = run_training(_compose([*overrides, f"seed={seed}", *QUIET]), run_dir)
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from embodirl.console import task_progress
+    from embodirl.training.console import task_progress
 
     sizes = args.scaling_sizes or ([1 << k for k in range(10, 21, 2)] if _wants_cuda(args.overrides)
                                    else [1024, 4096, 16384, 65536])

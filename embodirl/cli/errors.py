@@ -110,7 +110,7 @@ def message(exc: BaseException) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from embodirl.loggers import LoggerError
+    from embodirl.training.loggers import LoggerError
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rundir import RunDirBusyError
 

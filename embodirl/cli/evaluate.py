@@ -6,7 +6,7 @@ repeated), runs ``num_episodes`` deterministic episodes, prints a table and writ
 video) into ``RUN_DIR/eval/<date>_<time>/`` when the checkpoint belongs to a run directory, else into
 ``outputs/eval/<date>/<time>/`` (``hydra.run.dir`` overrides both). The checkpoint is data: it is loaded with ``weights_only=True`` and
 its config may only name classes embodirl ships (or ``trusted_targets`` given on the command line);
-see :mod:`embodirl.targets`.
+see :mod:`embodirl.config.trust`.
 """
 
 from __future__ import annotations
@@ -95,11 +95,11 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
 
 def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Load ``cfg.checkpoint``, rebuild env and policy, evaluate (and film); return the result record."""
-    from embodirl.build import build_env, build_policy, build_video_settings, configure_torch, resolve_device
-    from embodirl.video import record_episode, save_video
-    from embodirl.checkpoint import load_checkpoint
-    from embodirl.evaluation import evaluate_policy
-    from embodirl.targets import check_config_from_file
+    from embodirl.app.build import build_env, build_policy, build_video_settings, configure_torch, resolve_device
+    from embodirl.training.video import record_episode, save_video
+    from embodirl.runtime.checkpoint import load_checkpoint
+    from embodirl.collect.evaluator import evaluate_policy
+    from embodirl.config.trust import check_config_from_file
 
     trusted = cfg.trusted_targets
     if not isinstance(trusted, ListConfig | list) or not all(isinstance(t, str) for t in trusted):
@@ -148,7 +148,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
-    from embodirl.checkpoint import atomic_write_json
+    from embodirl.runtime.checkpoint import atomic_write_json
     from embodirl.cli.errors import fail
     from embodirl.analysis.summary import print_eval
 

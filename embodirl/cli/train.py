@@ -31,7 +31,7 @@ PROG = "embodirl-train"
 
 def _share_run_time() -> None:
     """Under torchrun, join the process group now and adopt rank 0's start time before Hydra names the run dir."""
-    from embodirl.runtime.resolvers import RUN_TIME_ENV, START
+    from embodirl.config.resolvers import RUN_TIME_ENV, START
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ or RUN_TIME_ENV in os.environ:
         return
@@ -70,9 +70,9 @@ def _train(cfg: DictConfig) -> float:
     """
     from embodirl.cli.errors import fail, message
     from embodirl.runtime.distributed import env_rank
-    from embodirl.runtime.run import run_training, wandb_identity  # after parsing: fast --help
+    from embodirl.app.run import run_training, wandb_identity  # after parsing: fast --help
     from embodirl.runtime.preemption import Interrupted, PreemptedError
-    from embodirl.runtime.sweep import record_job_failure
+    from embodirl.app.sweep import record_job_failure
     from embodirl.analysis.summary import print_summary
 
     hydra_cfg = HydraConfig.get()

@@ -3,10 +3,10 @@ arm in MuJoCo, and adapters between gymnasium and the batched contract (both dir
 
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
-from embodirl.envs.gym import GymEnv
-from embodirl.envs.gymnasium_api import SingleEnvAdapter
-from embodirl.envs.push_cube import PushCube
-from embodirl.envs.push_cube_arm import PushCubeArm
+from embodirl.envs.adapters.gym import GymEnv
+from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
+from embodirl.envs.push_cube.env import PushCube
+from embodirl.envs.push_cube.arm import PushCubeArm
 
 __all__ = ["BatchedEnv", "CartPole", "GymEnv", "PushCube", "PushCubeArm", "SingleEnvAdapter",
            "StepResult"]

@@ -7,7 +7,7 @@ the next episode's first observation and ``StepResult.final_obs`` the true last 
 finished one (so a time-limit truncation can be bootstrapped from it). ``terminated`` (the task ended:
 no future reward) and ``truncated`` (cut by a time limit: the future was not observed) stay separate.
 
-Envs keep no episode statistics: the collector does (:class:`embodirl.episode_stats.EpisodeStats`), from
+Envs keep no episode statistics: the collector does (:class:`embodirl.collect.episode_stats.EpisodeStats`), from
 the rewards and flags every env returns.
 
 The native envs' ``step`` is graph-ready: it compiles with ``torch.compile(env.step, fullgraph=True)``
@@ -83,7 +83,7 @@ class BatchedEnv(ABC):
         solved_threshold: Value of ``solved_metric`` at which the task counts as solved (None: never).
         info_metrics: Keys of ``StepResult.info`` (present on every step, ``[N]`` numbers or bools) logged as
             ``episode/metrics/<key>`` and ``eval/metrics/<key>``: the mean over finished episodes of the value
-            on each one's last step (:mod:`embodirl.info_metrics`).
+            on each one's last step (:mod:`embodirl.collect.info_metrics`).
     """
 
     num_envs: int

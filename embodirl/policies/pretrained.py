@@ -36,7 +36,7 @@ __all__ = ["freeze", "load_pretrained"]
 
 def _read(path: Path, key: str) -> tuple[dict[str, torch.Tensor], Mapping[str, Any]]:
     """``(state_dict, the checkpoint's policy config or {})`` of ``path``; a :class:`CheckpointError` otherwise."""
-    from embodirl.checkpoint import FORMAT, check_finite
+    from embodirl.runtime.checkpoint import FORMAT, check_finite
 
     if not path.is_file():
         raise CheckpointError(f"{key} does not exist (or is not a file). Fix: pass an embodirl checkpoint "

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from embodirl.checkpoint import atomic_write_bytes
+from embodirl.runtime.checkpoint import atomic_write_bytes
 from embodirl.errors import CheckpointError
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",

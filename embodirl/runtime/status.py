@@ -6,7 +6,7 @@ States: ``running`` (written at start, with host, pid, SLURM ids and the attempt
 (Ctrl-C; the same command resumes). Every write is atomic; when the disk is full (no room for the
 temporary file of an atomic write) the record is rewritten in place, without its traceback, in the space
 the file already holds. ``summary.json`` carries the same status. A record written by a job of a multirun
-names the sweep (``sweep_id``, see :mod:`embodirl.runtime.sweep`).
+names the sweep (``sweep_id``, see :mod:`embodirl.app.sweep`).
 
 A run killed outright (kill -9, out of memory, a failed machine) cannot record its fate: its record still
 says ``running``. :func:`process_gone` tells such a record from a live run when the reader is on the run's
@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from embodirl.checkpoint import atomic_write_json
+from embodirl.runtime.checkpoint import atomic_write_json
 from embodirl.errors import is_int
 from embodirl.runtime.files import MAX_FILE_BYTES, parse_json, read_regular_file
 
@@ -32,7 +32,7 @@ __all__ = ["STATES", "SWEEP_ID_ENV", "as_failed_if_gone", "fate_of", "process_go
 STATES = ("running", "completed", "failed", "preempted", "interrupted")
 
 STATUS_FILE = "status.json"
-#: Set by :class:`embodirl.runtime.sweep.SweepFate` for the jobs of one multirun (launchers pass the
+#: Set by :class:`embodirl.app.sweep.SweepFate` for the jobs of one multirun (launchers pass the
 #: environment on to the job processes), so that records tell this sweep's jobs from earlier runs.
 SWEEP_ID_ENV = "EMBODIRL_SWEEP_ID"
 _JOB_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_RESTART_COUNT",

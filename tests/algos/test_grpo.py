@@ -8,8 +8,8 @@ import torch
 
 from embodirl.algos import functional as F
 from embodirl.algos.grpo import GRPO
-from embodirl.build import build_components
-from embodirl.collector import Collector
+from embodirl.app.build import build_components
+from embodirl.collect.collector import Collector
 from embodirl.envs.cartpole import CartPole
 from embodirl.errors import ConfigError
 from embodirl.policies import ActorCritic, ActorOnly

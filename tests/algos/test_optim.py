@@ -9,7 +9,7 @@ import torch
 from embodirl.algos.grpo import GRPO
 from embodirl.algos.optim import autocast_loss, build_optimizer
 from embodirl.algos.ppo import PPO
-from embodirl.collector import Collector
+from embodirl.collect.collector import Collector
 from embodirl.envs.cartpole import CartPole
 from embodirl.errors import ConfigError
 from embodirl.policies import ActorCritic, ActorOnly

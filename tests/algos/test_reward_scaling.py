@@ -5,7 +5,7 @@ import torch
 
 from embodirl.algos.ppo import PPO
 from embodirl.algos.reward_scaling import RewardScaler, discounted_return_trace, scale_rewards
-from embodirl.collector import Collector
+from embodirl.collect.collector import Collector
 from embodirl.envs.cartpole import CartPole
 from embodirl.policies import ActorCritic
 

@@ -21,7 +21,7 @@ from embodirl.cli.help import (
 )
 from tests.conftest import run_cli
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "embodirl" / "conf"
 
 
 def test_key_comments_reads_inline_comments_by_dotted_path():
@@ -107,7 +107,7 @@ def test_help_page_follows_the_overrides_and_leaves_sweeps_out():
     page = help_page(["+experiment=ppo_push_cube", "seed=0,1"])
     assert "Composed with: +experiment=ppo_push_cube (sweep overrides left out: seed=0,1)" in page
     lines = page.splitlines()
-    assert any(line.strip().startswith("env=push_cube (embodirl.envs.push_cube.PushCube)") for line in lines)
+    assert any(line.strip().startswith("env=push_cube (embodirl.envs.push_cube.env.PushCube)") for line in lines)
     gamma = next(line for line in lines if line.strip().startswith("algo.gamma="))
     assert gamma.startswith("  algo.gamma=0.8") and "discount [ppo_push_cube: short horizon" in gamma
 

@@ -35,7 +35,7 @@ def test_a_debug_trainer_wins_over_an_experiments_budget(cli):
 
 
 def test_wandb_names_tell_gymnasium_envs_and_experiments_apart():
-    from embodirl.runtime.run import wandb_identity
+    from embodirl.app.run import wandb_identity
 
     gym = {"algo": "ppo", "env": "gym"}
     assert wandb_identity(gym, 0, None, "Pendulum-v1") == ("ppo-Pendulum-v1-seed0", "ppo-Pendulum-v1")
@@ -52,7 +52,7 @@ def test_summary_tables_are_not_cut_without_a_terminal():
     summary = {"status": "completed", "stop_reason": "solved", "env_steps": 1, "iterations": 1, "wall_time_s": 1.0,
                "run_dir": run_dir, "checkpoint": f"{run_dir}/checkpoints/last.pt"}
     out = io.StringIO()
-    from embodirl.console import output_console
+    from embodirl.training.console import output_console
 
     print_summary(summary, output_console(out))
     print_eval({"checkpoint": f"{run_dir}/checkpoints/last.pt"}, output_console(out))
@@ -60,7 +60,7 @@ def test_summary_tables_are_not_cut_without_a_terminal():
 
 
 def test_videos_get_the_permissions_of_any_file_the_user_writes(tmp_path):
-    from embodirl.video import save_video
+    from embodirl.training.video import save_video
 
     old = os.umask(0o022)
     try:

@@ -114,7 +114,7 @@ def _plant(tmp_path, config_edit):
     """A checkpoint that loads with weights_only=True but whose config names code (the exploit)."""
     import torch
 
-    from embodirl.checkpoint import load_checkpoint, serialize_checkpoint
+    from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 
     state = load_checkpoint(_tiny_run(tmp_path, "victim") / "checkpoints" / "last.pt")
     config_edit(state["config"])
@@ -150,7 +150,7 @@ def test_a_checkpoint_never_runs_code_through_eval_or_resume(tmp_path, exploit):
 def test_corrupt_and_nan_checkpoints_get_one_safe_line(tmp_path):
     import torch
 
-    from embodirl.checkpoint import load_checkpoint, serialize_checkpoint
+    from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 
     state = load_checkpoint(_tiny_run(tmp_path) / "checkpoints" / "last.pt")
     state["policy"] = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
@@ -199,7 +199,7 @@ def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
     import sys
     import time
 
-    from embodirl.checkpoint import load_checkpoint
+    from embodirl.runtime.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     args = [sys.executable, "-m", "embodirl.cli.train", *TINY, "trainer.total_env_steps=100000000",
@@ -246,7 +246,7 @@ def test_a_changed_config_is_refused_and_leaves_the_run_untouched(tmp_path):
 
 
 def test_disk_full_fails_in_one_line_and_keeps_the_last_checkpoint(tmp_path):
-    from embodirl.checkpoint import load_checkpoint
+    from embodirl.runtime.checkpoint import load_checkpoint
 
     run_dir = _tiny_run(tmp_path)
     (run_dir / "metrics.jsonl").unlink()

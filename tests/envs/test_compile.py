@@ -15,7 +15,7 @@ import torch._inductor.config
 
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
-from embodirl.envs.push_cube import PushCube
+from embodirl.envs.push_cube.env import PushCube
 
 NUM_ENVS = 16
 CONFIGS = {  # short episodes, so that auto-resets happen every few steps

@@ -29,7 +29,7 @@ from tests.conftest import TINY, in_process_run
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SLURM = Path(__file__).resolve().parent / "fake_slurm"
-LAUNCHERS = sorted(p.stem for p in (REPO / "conf" / "hydra" / "launcher").glob("*.yaml"))
+LAUNCHERS = sorted(p.stem for p in (REPO / "embodirl" / "conf" / "hydra" / "launcher").glob("*.yaml"))
 SITE_PROFILES = sorted((REPO / "launch" / "hydra" / "launcher").glob("*.yaml"))
 SITE_SWITCHES = sorted((REPO / "launch" / "site").glob("*.yaml"))
 TARGETS = {"local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",

@@ -132,7 +132,7 @@ def test_distribution_override_reaches_the_policy_and_is_checked():
 
 
 def test_the_state_dependent_preset_follows_the_policy_log_std_keys():
-    from embodirl.build import build_env, build_policy
+    from embodirl.app.build import build_env, build_policy
     from tests.conftest import compose_config
 
     cfg = compose_config(["env=push_cube", "env.num_envs=2", "policy.init_log_std=-0.5",

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 from embodirl.errors import ConfigError
 from embodirl.policies.actor_critic import ActorCritic
 from embodirl.policies.encoders import CNNEncoder, FlattenEncoder, MLPEncoder, default_encoder
-from embodirl.targets import packaged_targets
+from embodirl.config.trust import packaged_targets
 
 SPACE = gym.spaces.Dict({
     "rgb": gym.spaces.Box(0, 255, (64, 64, 3), np.uint8),
@@ -77,7 +77,7 @@ def test_unknown_keys_are_refused_naming_the_choices():
 
 
 def test_an_encoder_is_chosen_per_key_from_the_command_line():
-    from embodirl.build import build_components
+    from embodirl.app.build import build_components
     from tests.conftest import compose_config
 
     cfg = compose_config(["+policy/encoder@policy.encoders.state=mlp", "policy.encoders.state.hidden_sizes=[32]",

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from embodirl.errors import CheckpointError, ConfigError
-from embodirl.runtime.run import run_training
+from embodirl.app.run import run_training
 from tests.conftest import compose_config
 
 GRPO = ["algo=grpo", "env.num_envs=8", "algo.num_steps=16", "algo.batch_size=64", "trainer=debug",
@@ -13,8 +13,8 @@ GRPO = ["algo=grpo", "env.num_envs=8", "algo.num_steps=16", "algo.batch_size=64"
 
 
 def test_init_from_loads_a_checkpoint_and_fine_tuning_keeps_frozen_weights_and_logs_the_kl(tmp_path):
-    from embodirl.build import build_components
-    from embodirl.checkpoint import load_checkpoint
+    from embodirl.app.build import build_components
+    from embodirl.runtime.checkpoint import load_checkpoint
 
     run_training(compose_config([*GRPO, "seed=1"]), tmp_path / "pretrained")
     pretrained = load_checkpoint(tmp_path / "pretrained" / "checkpoints" / "last.pt")["policy"]
@@ -32,7 +32,7 @@ def test_init_from_loads_a_checkpoint_and_fine_tuning_keeps_frozen_weights_and_l
 
 
 def test_a_plain_state_dict_works_too_and_mismatches_are_one_clear_line(tmp_path):
-    from embodirl.build import build_components
+    from embodirl.app.build import build_components
 
     policy = build_components(compose_config(GRPO)).policy
     torch.save(policy.state_dict(), tmp_path / "weights.pt")
@@ -59,13 +59,13 @@ def _actions(policy, obs):
 
 
 def test_a_ppo_checkpoint_fine_tunes_an_actor_only_grpo_policy(tmp_path, caplog):
-    from embodirl.build import build_components
+    from embodirl.app.build import build_components
 
     run_training(compose_config([*PPO, "seed=1"]), tmp_path / "ppo")
     checkpoint = tmp_path / "ppo" / "checkpoints" / "last.pt"
     source = build_components(compose_config([*PPO, f"policy.init_from={checkpoint}"])).policy  # the PPO policy itself
     assert source.normalizers["state"].count > 0  # trained statistics, not the initial ones
-    with caplog.at_level("INFO", logger="embodirl.build"):
+    with caplog.at_level("INFO", logger="embodirl.app.build"):
         tuned = build_components(compose_config([*GRPO, "policy.normalize_obs=true", "seed=2",
                                                  f"policy.init_from={checkpoint}"])).policy
     assert not tuned.has_critic
@@ -78,13 +78,13 @@ def test_a_ppo_checkpoint_fine_tunes_an_actor_only_grpo_policy(tmp_path, caplog)
 
 
 def test_an_actor_only_checkpoint_starts_an_actor_critic_with_a_fresh_critic(tmp_path, caplog):
-    from embodirl.build import build_components
+    from embodirl.app.build import build_components
 
     run_training(compose_config([*GRPO, "seed=1"]), tmp_path / "grpo")
     checkpoint = tmp_path / "grpo" / "checkpoints" / "last.pt"
     source = build_components(compose_config([*GRPO, f"policy.init_from={checkpoint}"])).policy
     fresh = build_components(compose_config([*GRPO[1:], "seed=2"])).policy
-    with caplog.at_level("INFO", logger="embodirl.build"):
+    with caplog.at_level("INFO", logger="embodirl.app.build"):
         tuned = build_components(compose_config([*GRPO[1:], "seed=2", f"policy.init_from={checkpoint}"])).policy
     (line,) = [r.getMessage() for r in caplog.records if "policy.init_from" in r.getMessage()]
     assert "started fresh (absent or of another shape in the file): critic.* (6)" in line
@@ -96,7 +96,7 @@ def test_an_actor_only_checkpoint_starts_an_actor_critic_with_a_fresh_critic(tmp
 
 
 def test_an_actor_trained_on_normalised_observations_needs_them(tmp_path):
-    from embodirl.build import build_components
+    from embodirl.app.build import build_components
 
     run_training(compose_config([*PPO, "seed=1"]), tmp_path / "ppo")
     init = f"policy.init_from={tmp_path / 'ppo' / 'checkpoints' / 'last.pt'}"

@@ -1,0 +1,143 @@
+"""The lifecycle of one training run: lock the run directory, check a resumed config, build, train, record the
+run's fate in ``status.json``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from embodirl.app.build import build, wants_cuda
+from embodirl.runtime.checkpoint import load_checkpoint
+from embodirl.runtime.distributed import env_rank, init_distributed, shutdown
+from embodirl.accel.garbage import free_finished_run, setup_objects_frozen
+from embodirl.errors import ConfigError, check
+from embodirl.runtime.status import fate_of, write_status
+from embodirl.runtime.preemption import StopSignals
+from embodirl.runtime.rundir import RunDirLock, check_resume_config, remove_temp_files, write_hydra_files
+from embodirl.training.trainer import SUMMARY_KEYS
+
+__all__ = ["OBJECTIVES", "check_objective", "run_training", "wandb_identity"]
+
+log = logging.getLogger(__name__)
+
+
+OBJECTIVES = (*SUMMARY_KEYS, "solved_env_steps", "solved_wall_time_s", "env_steps", "wall_time_s", "sps")
+
+
+def check_objective(key: str) -> None:
+    """The value a sweep optimises must be a summary key (``loss/*`` and ``diag/*`` are also accepted)."""
+    if key not in OBJECTIVES and not str(key).startswith(("loss/", "diag/")):
+        raise ConfigError("objective", key, "a summary key: " + ", ".join(OBJECTIVES), "pass objective=eval/return_mean")
+
+
+def wandb_identity(choices: Mapping[str, Any], seed: int, sweep: tuple[str, list[str]] | None,
+                   env_id: str | None = None) -> tuple[str, str]:
+    """Default wandb ``(name, group)``: ``<what>-seed<seed>``, grouped by ``<what>``, where ``<what>`` is the
+    experiment (``ppo_pendulum``), else ``<algo>-<env>`` with a gymnasium env's id for its group's name
+    (``ppo-Pendulum-v1``: every gymnasium id shares ``env=gym``, and their runs must not share a name). In a sweep
+    the name adds the job's overrides and the group is the sweep directory, so sweep runs never collide.
+
+    Args:
+        choices: Config group choices, e.g. ``{"algo": "ppo", "env": "cartpole"}``.
+        seed: The run seed.
+        sweep: ``(sweep_dir, job_overrides)`` for a multirun job, else None.
+        env_id: The env's ``id`` (gymnasium envs), if it has one.
+    """
+    env = env_id if isinstance(env_id, str) and env_id else choices.get("env", "env")
+    base = choices.get("experiment") or f"{choices.get('algo', 'algo')}-{env}"
+    name = f"{base}-seed{seed}"
+    if sweep is None:
+        return name, base
+    sweep_dir, overrides = sweep
+    extra = " ".join(o for o in overrides if not o.startswith("seed="))
+    return (f"{name} {extra}" if extra else name), sweep_dir
+
+
+def _last_checkpoint_config(run_dir: Path) -> Any | None:
+    path = run_dir / "checkpoints" / "last.pt"
+    return load_checkpoint(path, key="checkpoint")["config"] if path.exists() else None
+
+
+def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str, str] | None = None,
+                 run_name: tuple[str, str] = ("", "")) -> dict[str, Any]:
+    """Train with ``cfg`` in ``run_dir``, continuing from its ``checkpoints/last.pt`` if present.
+
+    Rank 0 holds the run directory's lock for the whole run, removes debris of interrupted writes,
+    refuses a changed config for an existing run (before writing anything), writes ``hydra_files`` into
+    ``.hydra/`` and records the run's fate in ``status.json`` (``running``, then ``completed``,
+    ``failed``, ``preempted`` or ``interrupted``, the same status ``summary.json`` carries).
+
+    Args:
+        cfg: The composed config.
+        run_dir: The run directory.
+        hydra_files: ``.hydra/`` file name -> YAML text (the CLI passes Hydra's three files).
+        run_name: Default wandb ``(name, group)`` (:func:`wandb_identity`).
+
+    Returns:
+        The summary also written to ``run_dir/summary.json``.
+
+    Raises:
+        RunDirBusyError: Another process holds the run directory (nothing was written).
+        ConfigError: A bad value; raised before any training.
+        CheckpointError: A missing, corrupt or incompatible checkpoint, or a changed config for an existing run.
+        DivergedError: Training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``); the last
+            good checkpoint is kept.
+        PreemptedError, Interrupted, KeyboardInterrupt: Stopped by a signal (see :mod:`embodirl.runtime.preemption`).
+    """
+    run_dir = Path(run_dir)
+    main_rank = env_rank() == 0
+    with (RunDirLock(run_dir) if main_rank else contextlib.nullcontext()), StopSignals(defer=False):
+        config = OmegaConf.to_container(cfg, resolve=True)
+        if main_rank:
+            remove_temp_files(run_dir)
+            previous = _last_checkpoint_config(run_dir)
+            if previous is not None:
+                allow = cfg.trainer.get("allow_config_change", False)
+                check(isinstance(allow, bool), "trainer.allow_config_change", allow, "true or false")
+                changes = check_resume_config(run_dir, previous, config, allow)
+                if changes:
+                    log.info("continuing %s with config changes: %s", run_dir, "; ".join(changes))
+            if hydra_files:
+                write_hydra_files(run_dir, hydra_files)
+            write_status(run_dir, "running")
+        try:
+            check_objective(cfg.objective)
+            with setup_objects_frozen():  # full collections walk only what the run itself allocates
+                summary = _train(cfg, run_dir, config, run_name)
+                free_finished_run()  # the trainer is gone: free its buffers before a sweep's next job
+        except BaseException as exc:
+            if main_rank:
+                _record(run_dir, fate_of(exc), exc=exc)
+            raise
+        if main_rank:
+            objective = summary.get(cfg.objective)
+            _record(run_dir, "completed", objective_key=cfg.objective,
+                    objective=None if objective is None else float(objective), stop_reason=summary["stop_reason"],
+                    stop_condition=summary.get("stop_condition"))
+        return summary
+
+
+def _record(run_dir: Path, status: str, **fields: Any) -> None:
+    """Write ``status.json``; when the disk itself fails, log one line instead of hiding the original error."""
+    try:
+        write_status(run_dir, status, **fields)
+    except OSError as exc:
+        log.error("could not record status %r in %s: %s", status, run_dir / "status.json", exc)
+
+
+def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:
+    dist = init_distributed(use_cuda=wants_cuda(cfg.device))
+    try:
+        trainer = build(cfg, run_dir, config, run_name, dist)
+        try:
+            return trainer.train()
+        finally:
+            trainer.collector.env.close()
+            trainer.evaluator.env.close()
+    finally:
+        shutdown()

@@ -1,0 +1,1 @@
+"""Collection: the rollout schema, the collector, the evaluator and episode statistics."""

@@ -1,0 +1,1 @@
+"""Adapters for simulators of others: gymnasium ids and torch-batched vector envs."""

@@ -1,0 +1,314 @@
+"""Adapter that runs any gymnasium environment through gymnasium's vector API as a :class:`BatchedEnv`.
+
+The sub-envs step on the host (``"sync"``: in this process, ``"async"``: one subprocess each) and the
+adapter converts at the boundary: actions go to numpy (Box actions clipped to the bounds, Discrete as
+integers), observations come back as tensors on ``device``: a ``Box`` observation as one float32 tensor, a
+(nested) ``Dict`` of ``Box`` es as a TensorDict with one entry per leaf, each with its own dtype (uint8 images
+stay uint8, floats become float32, other integers int64; :mod:`embodirl.envs.observations`). Gymnasium's
+``SAME_STEP`` autoreset returns the next episode's first observation in the step that ends an episode and the
+true last one in ``info["final_obs"]``, which becomes :attr:`StepResult.final_obs`. Like the other envs,
+``truncated`` excludes ``terminated`` (gymnasium's ``TimeLimit`` sets both when the last allowed step terminates).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.observations import ObsKey, observation_spec
+from embodirl.errors import ConfigError, check, check_choice, is_int
+
+__all__ = ["GymEnv"]
+
+_SUCCESS_KEYS = ("is_success", "success")
+MAX_NUM_ENVS = 65_536
+_LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
+_BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 2.3.10 and pygame, from wheels)'
+
+
+
+def _leaf(tree: Any, key: ObsKey) -> Any:
+    for part in key:
+        tree = tree[part]
+    return tree
+
+
+def _contract_space(space: gym.Space) -> gym.Space:
+    """``space`` with every Box leaf in the dtype the adapter returns it in (see :mod:`embodirl.envs.observations`)."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({key: _contract_space(sub) for key, sub in space.spaces.items()})
+    dtype = space.dtype
+    if np.issubdtype(dtype, np.floating):
+        dtype = np.float32
+    elif np.issubdtype(dtype, np.integer) and dtype != np.uint8:
+        dtype = np.int64
+    return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype=dtype)
+
+
+def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The spec of ``env_id``, or a :class:`ConfigError` that lists the closest registered ids.
+
+    ``"module:Env-v0"`` (gymnasium's form for an env registered by a module of your own) imports ``module`` first,
+    as ``gymnasium.make`` does. A checkpoint's config never gets here with such an id unless the user trusts it
+    (:mod:`embodirl.config.trust`).
+    """
+    module, _, name = env_id.rpartition(":") if ":" in env_id else ("", "", env_id)
+    if module:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            raise ConfigError("id", env_id, f"an id whose module (before the colon) can be imported ({err})",
+                              f"install {module} or put its folder on PYTHONPATH; the module must call "
+                              "gymnasium.register") from None
+    try:
+        return gym.spec(name)
+    except (gym.error.Error, ModuleNotFoundError) as err:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ConfigError("id", env_id, f"a registered gymnasium environment id (gymnasium says: {err})",
+                          fix=f"{hint}List the registered ids with: {_LIST_IDS}") from None
+
+
+def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) -> ConfigError:
+    """The :class:`ConfigError` for an env constructor that refused its arguments: the keyword it names, else all."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    bad = re.search(r"unexpected keyword argument '(\w+)'", text)
+    if bad and bad[1] in env_kwargs:
+        return ConfigError(f"env_kwargs.{bad[1]}", env_kwargs[bad[1]], f"a keyword argument of {env_id}'s constructor "
+                           f"(it says: {text.split(' was raised')[0]})", f"remove env_kwargs.{bad[1]}, or check "
+                           f"the arguments {env_id} takes (gymnasium.spec('{env_id}').entry_point)")
+    key, value = ("env_kwargs", env_kwargs) if env_kwargs else ("id", env_id)
+    return ConfigError(key, value, f"arguments {env_id}'s constructor accepts (it raised {type(err).__name__}: {text})",
+                       f"check env.{key} against the arguments {env_id} takes")
+
+
+class GymEnv(BatchedEnv):
+    """``num_envs`` copies of a gymnasium environment behind the batched-env contract.
+
+    Args:
+        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``; ``"module:MyEnv-v0"`` imports
+            ``module`` (which registers ``MyEnv-v0``) first.
+        num_envs: Number of sub-envs ``N``.
+        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a subprocess per sub-env).
+        max_episode_steps: Time limit; None takes the spec's.
+        solved_threshold: Eval return counting as solved; None takes the spec's ``reward_threshold``.
+        env_kwargs: Keyword arguments of the gymnasium environment's constructor.
+        device: Device of the tensors going in and out.
+        seed: Seed of the first reset.
+        render_mode: ``"rgb_array"`` makes :meth:`render` work (set by the build only when videos are
+            requested: some envs pay for it on every step); None: no pictures.
+    """
+
+    def __init__(
+        self,
+        id: str,  # noqa: A002 - gymnasium's own name for it
+        num_envs: int = 8,
+        vectorization_mode: Literal["sync", "async"] = "sync",
+        max_episode_steps: int | None = None,
+        solved_threshold: float | None = None,
+        env_kwargs: dict | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        render_mode: Literal["rgb_array"] | None = None,
+    ) -> None:
+        check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
+        check(is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
+              f"an int in [1, {MAX_NUM_ENVS}] (gymnasium sub-envs are Python objects stepped one by one on the host)",
+              fix=f"pass env.num_envs=8 (up to {MAX_NUM_ENVS}); for more, write a batched torch env")
+        check_choice("vectorization_mode", vectorization_mode, ["sync", "async"])
+        check(max_episode_steps is None or (is_int(max_episode_steps) and max_episode_steps >= 1),
+              "max_episode_steps", max_episode_steps, "an int >= 1, or null for the spec's time limit")
+        check(env_kwargs is None or isinstance(env_kwargs, Mapping), "env_kwargs", env_kwargs,
+              "a mapping of constructor arguments, or null")
+        spec = _find_spec(id)
+        kwargs: dict[str, Any] = dict(env_kwargs or {})
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        check(render_mode in (None, "rgb_array"), "render_mode", render_mode, "None or rgb_array")
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
+        self.render_mode = render_mode
+        try:
+            self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
+                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+        except gym.error.DependencyNotInstalled as err:
+            box2d = "box2d" in f"{spec.entry_point} {err}".lower()
+            raise ConfigError("id", id, f"an environment whose dependencies are installed (gymnasium says: {err})",
+                              fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
+        except (TypeError, ValueError, AssertionError, gym.error.Error) as err:
+            raise _constructor_error(id, dict(env_kwargs or {}), err) from None
+        try:
+            self._check_spaces(id, self._vec.single_observation_space, self._vec.single_action_space)
+            time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
+            check(time_limit is not None, "max_episode_steps", max_episode_steps,
+                  f"an int >= 1: {id} has no time limit of its own", fix="pass e.g. env.max_episode_steps=1000")
+        except ConfigError:
+            self._vec.close()
+            raise
+        obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
+        self.id = id
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.max_episode_steps = int(time_limit)
+        self.solved_threshold = solved_threshold if solved_threshold is not None else spec.reward_threshold
+        if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
+            self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
+                                                    obs_space.high.astype(np.float32), dtype=np.float32)
+            self._keys = None
+        else:
+            self.observation_space = _contract_space(obs_space)
+            self._keys = observation_spec(self.observation_space)
+        if isinstance(act_space, gym.spaces.Discrete):
+            self.action_space = gym.spaces.Discrete(int(act_space.n))
+            self._action_start = int(act_space.start)
+        else:
+            self.action_space = act_space
+            self._action_low, self._action_high = act_space.low, act_space.high
+        self.seed = seed
+        self._num_resets = 0
+        self.reset(seed=seed)
+
+    @staticmethod
+    def _check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
+        try:
+            observation_spec(obs_space)
+        except ConfigError:
+            raise ConfigError("id", env_id, f"an environment whose observation space is a Box or a (nested) Dict of "
+                              f"Boxes; {env_id} observes {obs_space}",
+                              fix="wrap it (e.g. gymnasium.wrappers.FlattenObservation in a registered env) or pick "
+                                  "an env with Box or Dict observations") from None
+        check(isinstance(act_space, (gym.spaces.Box, gym.spaces.Discrete)), "id", env_id,
+              f"an environment with a Box or Discrete action space; {env_id} acts in {act_space}",
+              fix="pick an env with Box or Discrete actions")
+
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
+        """Reset every sub-env with per-env seeds (see :meth:`BatchedEnv.reset`).
+
+        Env ``i`` is seeded from ``(seed, number of resets since seeding, i // group_size)``, so group
+        members start identically (and, sharing a seed, also share later auto-reset states).
+
+        Returns:
+            First observations: ``[N, *obs_shape]`` float32 for a Box space, else a TensorDict with batch ``[N]``.
+        """
+        check(seed is None or is_int(seed), "seed", seed, "an int or None")
+        check(is_int(group_size) and group_size >= 1 and self.num_envs % group_size == 0, "group_size", group_size,
+              f"an int >= 1 that divides num_envs={self.num_envs}", fix="pick a divisor of num_envs, e.g. group_size=1")
+        if seed is not None:
+            self.seed, self._num_resets = seed, 0
+        root = self.seed % 2**64  # SeedSequence wants non-negative entropy
+        seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
+                 for i in range(self.num_envs)]
+        self._num_resets += 1
+        obs, _ = self._vec.reset(seed=seeds)
+        return self._to_tensor(obs)
+
+    def step(self, action: Tensor) -> StepResult:
+        """Step every sub-env once; finished ones auto-reset in the same step.
+
+        Args:
+            action: Discrete: ``[N]`` (or ``[N, 1]``) integer indices. Box: ``[N, *act_shape]`` floats,
+                clipped to the space's bounds.
+
+        Returns:
+            :class:`StepResult`; ``info["success"]`` ``[N]`` bool when the env reports ``is_success``
+            or ``success``.
+        """
+        obs, reward, terminated, truncated, info = self._vec.step(self._to_numpy(action))
+        final_obs = self._final_obs(obs, info) if "final_obs" in info else obs
+        terminated_t = torch.as_tensor(terminated, dtype=torch.bool).to(self.device)
+        truncated_t = torch.as_tensor(truncated & ~terminated, dtype=torch.bool).to(self.device)
+        reward_t = torch.as_tensor(reward, dtype=torch.float32).to(self.device)
+        extra: dict[str, Tensor] = {}
+        success = self._success(info)
+        if success is not None:
+            extra["success"] = torch.as_tensor(success).to(self.device)
+        return StepResult(self._to_tensor(obs), reward_t, terminated_t, truncated_t, self._to_tensor(final_obs), extra)
+
+    def close(self) -> None:
+        self._vec.close()
+
+    def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
+        """The sub-envs' own ``rgb_array`` pictures, letterboxed to squares, as uint8 ``[k, size, size, 3]``.
+
+        Raises:
+            NotImplementedError: Built without ``render_mode="rgb_array"``, or the env draws no pictures.
+        """
+        if self.render_mode != "rgb_array":
+            raise NotImplementedError("GymEnv draws frames only when built with render_mode='rgb_array' "
+                                      "(eval.video=true builds the evaluation env that way)")
+        ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
+        pictures = self._vec.call("render")
+        if any(pictures[i] is None for i in ids):
+            raise NotImplementedError(f"{self._vec.spec.id if self._vec.spec else 'this env'} returns no rgb_array "
+                                      "frames")
+        return np.stack([square_frame(np.asarray(pictures[i]), size) for i in ids])
+
+    def _to_numpy(self, action: Tensor) -> np.ndarray:
+        action = action.detach().cpu()
+        if self.is_discrete:
+            return action.reshape(self.num_envs).to(torch.int64).numpy() + self._action_start
+        array = action.reshape(self.num_envs, *self.action_space.shape).to(torch.float64).numpy()
+        return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
+
+    def _final_obs(self, obs: Any, info: dict[str, Any]) -> Any:
+        """``obs`` with the true last observation (``info["final_obs"]``, one object per env) where an episode ended."""
+        ended = np.flatnonzero(info["_final_obs"])
+        if self._keys is None:
+            final_obs = np.array(obs, copy=True)
+            for i in ended:
+                final_obs[i] = info["final_obs"][i]
+            return final_obs
+        leaves = {key: np.array(_leaf(obs, key), copy=True) for key in self._keys}
+        for i in ended:
+            for key, array in leaves.items():
+                array[i] = _leaf(info["final_obs"][i], key)
+        return leaves
+
+    def _to_tensor(self, obs: Any) -> Tensor | TensorDict:
+        """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a TensorDict."""
+        if self._keys is None:
+            return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+        out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
+        for key, (_, dtype) in self._keys.items():
+            leaf = obs[key] if isinstance(obs, dict) and key in obs else _leaf(obs, key)
+            out.set(key, torch.tensor(np.asarray(leaf), dtype=dtype, device=self.device))
+        return out
+
+    def _success(self, info: dict[str, Any]) -> np.ndarray | None:
+        """``[N]`` bool success flags: a finished episode's from ``final_info``, the others' from ``info``."""
+        final_info = info.get("final_info", {})
+        for key in _SUCCESS_KEYS:
+            if key not in info and key not in final_info:
+                continue
+            success = np.zeros(self.num_envs, dtype=bool)
+            for source in (info, final_info):  # final_info last: it holds the step's info of done envs
+                if key in source:
+                    success = np.where(source[f"_{key}"], np.asarray(source[key], dtype=bool), success)
+            return success
+        return None
+
+
+def square_frame(picture: np.ndarray, size: int) -> np.ndarray:
+    """An ``[H, W, 3]`` picture scaled to fit a black ``[size, size, 3]`` uint8 square, centred (Pillow)."""
+    from PIL import Image
+
+    h, w = picture.shape[:2]
+    scale = size / max(h, w)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    image = Image.fromarray(np.ascontiguousarray(picture[..., :3]).astype(np.uint8)).resize((new_w, new_h),
+                                                                                           Image.BILINEAR)
+    out = np.zeros((size, size, 3), dtype=np.uint8)
+    top, left = (size - new_h) // 2, (size - new_w) // 2
+    out[top:top + new_h, left:left + new_w] = np.asarray(image)
+    return out

@@ -1,0 +1,463 @@
+"""Batched planar PushCube: a tool tip pushes a 4 cm cube into a goal region (ManiSkill PushCube-v1 style).
+
+A kinematic disk (the tool tip) pushes a square cube sliding on a table with Coulomb friction; the contact
+is solved with normal + friction impulses, then projected out of penetration (the maths, the reward and the
+drawing are pure functions in :mod:`embodirl.envs.push_cube.physics`; the task is specified in ``docs/envs/push_cube.md``).
+Limitations: planar (no lifting or tipping), a kinematic tip instead of a 7-DoF arm (or a 2-link SCARA arm
+whose links pass above the cube), no gripper, and decoupled ("box" limit-surface) table friction.
+
+State is component-major, ``[16, N]`` in ``physics_dtype`` (float32 by default): tip ``p`` (rows 0-1), tip
+velocity ``v_p`` (2-3), cube centre ``c`` (4-5), yaw (6), cube velocity ``v`` (7-8), ``omega`` (9), goal ``g``
+(10-11), joint angles ``q`` (12-13) and the last step's mean joint velocity (14-15; both zero in ee mode).
+
+Reset states come from :func:`~embodirl.envs.rng.hash_uniform` as in :mod:`embodirl.envs.cartpole`: auto-reset
+of env ``i`` uses key ``i`` and counter = its episode number; ``reset(group_size=g)`` uses key ``i // g`` and
+counter ``2**31 + r`` (``r`` = explicit resets since seeding). Components: cube xy (0-1), tip xy (2-3), yaw
+(4), goal direction (5). An env's trajectory does not depend on ``num_envs``; group members share starts.
+Eager, the starts (and first observations) of every env's next episodes are memoised; under ``torch.compile``
+or CUDA-graph capture they are drawn inline (:class:`~embodirl.envs.rng.StartCache`), with the same values.
+
+``step`` is compile- and CUDA-graph-ready (``torch.compile(env.step, fullgraph=True)``, no recompiles, state
+updated in place, no host syncs); every tensor it returns is freshly allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from embodirl.envs.push_cube import physics as phys
+from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.push_cube.view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
+from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
+from embodirl.errors import CheckpointError, check, check_choice, is_int
+
+__all__ = ["PushCube"]
+
+STATE_ROWS = 16
+_STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed", "ever_success"}
+_CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
+            "goal_direction": ("fixed", "random", "random_aligned"), "physics_dtype": ("float32", "float64"),
+            "obs_mode": ("state", "rgb", "state_rgb")}
+_FLAGS = ("terminate_on_success", "fail_on_leaving_workspace", "randomize_yaw", "time_obs")
+_COUNTS = ("num_envs", "max_episode_steps", "substeps", "solver_iterations")
+_POSITIVE = ("cube_half_size", "cube_mass", "pusher_radius", "gravity", "control_dt", "max_speed", "max_joint_delta",
+             "goal_radius", "goal_offset")
+_NON_NEGATIVE = ("table_friction", "push_friction", "speculative_slack")
+_PAIRS = ("arm_base", "link_lengths", "workspace_low", "workspace_high", "table_half_size")
+
+
+
+def _is_num(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_pair(value: object) -> bool:
+    return isinstance(value, list | tuple) and len(value) == 2 and all(_is_num(x) for x in value)
+
+
+def _max_tip_speed(args: dict) -> float:
+    """Largest tip speed an action can command: ``sqrt(2) max_speed`` (ee mode) or the bound
+    ``max_joint_delta / control_dt (l1 + 2 l2)`` of ``|J(q) q_dot|`` (joint mode)."""
+    if args["control_mode"] == "joint_delta_pos":
+        return args["max_joint_delta"] / args["control_dt"] * (args["link_lengths"][0] + 2 * args["link_lengths"][1])
+    return math.sqrt(2.0) * args["max_speed"]
+
+
+def _check_arguments(args: dict) -> None:
+    """Raise :class:`~embodirl.errors.ConfigError` naming the first bad constructor argument in ``args``."""
+    for key, choices in _CHOICES.items():
+        check_choice(key, args[key], choices)
+    for key in _FLAGS:
+        check(isinstance(args[key], bool), key, args[key], "true or false")
+    for key in _COUNTS:
+        check(is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
+    for key in _POSITIVE:
+        check(_is_num(args[key]) and args[key] > 0, key, args[key], "a finite number > 0")
+    for key in _NON_NEGATIVE:
+        check(_is_num(args[key]) and args[key] >= 0, key, args[key], "a finite number >= 0")
+    for key in _PAIRS:
+        check(_is_pair(args[key]), key, args[key], "a pair of finite numbers [x, y]")
+    beta = args["baumgarte"]
+    check(_is_num(beta) and 0 < beta <= 1, "baumgarte", beta, "a number in (0, 1]")
+    check(is_int(args["image_size"]) and 8 <= args["image_size"] <= 1024, "image_size", args["image_size"],
+          "an int in [8, 1024] (pixels per side of the rgb observation)")
+    for key in ("link_lengths", "table_half_size"):
+        check(min(args[key]) > 0, key, args[key], "two numbers > 0")
+    low, high, spawn = args["workspace_low"], args["workspace_high"], "(the tip's spawn box must lie in the workspace)"
+    check(all(np.less_equal(low, phys.TIP_SPAWN_LOW)), "workspace_low", low,
+          f"at most {list(phys.TIP_SPAWN_LOW)} {spawn}")
+    check(all(np.greater_equal(high, phys.TIP_SPAWN_HIGH)), "workspace_high", high,
+          f"at least {list(phys.TIP_SPAWN_HIGH)} {spawn}")
+    delta, radius, half = args["control_dt"] / args["substeps"], args["pusher_radius"], args["cube_half_size"]
+    check(args["max_speed"] * delta < radius, "max_speed", args["max_speed"],
+          f"max_speed * control_dt / substeps < pusher_radius={radius} (no tunnelling)",
+          fix="lower max_speed or raise substeps")
+    if args["control_mode"] == "joint_delta_pos":  # the speculative margin covers the travel; keep it < h
+        check(_max_tip_speed(args) * delta < half, "max_joint_delta", args["max_joint_delta"],
+              f"a tip travel per substep, max_joint_delta (l1 + 2 l2) / substeps, below cube_half_size={half}",
+              fix="lower max_joint_delta or raise substeps")
+    clearance = -phys.CUBE_SPAWN - phys.TIP_SPAWN_HIGH[0]  # 0.1 m between the spawn boxes of cube centre and tip
+    check(half * math.sqrt(2.0) + radius < clearance, "cube_half_size", half,
+          f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube and tip never overlap at the start)")
+
+
+class PushCube(BatchedEnv):
+    """``num_envs`` planar PushCube tasks stepped as tensors on one device.
+
+    Observation (float32): ``[p(2), v_p(2), c(2), cos theta, sin theta, v(2), omega, g(2), g - c(2), c - p(2)]``
+    (17 dims); joint mode appends ``[q(2), q_dot dt / max_joint_delta (2)]``; ``time_obs`` appends ``t / T``.
+    Action: ``[-1, 1]^2`` (clipped), a tip velocity ``max_speed a`` (``ee_delta_pos``) or joint steps
+    ``max_joint_delta a`` per control step (``joint_delta_pos``; a substep that would take the tip out of the
+    workspace is rejected, there are no other joint limits).
+
+    Reward: :func:`~embodirl.envs.push_cube.physics.staged_reward` ``r`` (reach the push point, then place;
+    3 on success, ``|c - g| < goal_radius``); ``normalized_dense`` returns ``r / 3`` (1 iff success),
+    ``dense`` returns ``r``, ``sparse`` the success flag.
+
+    **Hover trap.** With ``terminate_on_success=True`` and a short horizon (gamma 0.8), hovering at the push
+    point (about 0.41 per step, worth 2.06) beats pushing to success and ending the episode (about 1.8):
+    PPO first learns to push, then unlearns it (96 % -> 0 % success in the reference runs). The default
+    therefore does not terminate on success: the goal is absorbing and pays the maximum every step. For
+    ManiSkill parity with termination, give success a terminal value of at least ``1/(1 - gamma)`` times
+    the per-step maximum.
+
+    Args:
+        num_envs: Number of parallel envs ``N``.
+        control_mode: ``ee_delta_pos`` (tip velocity) or ``joint_delta_pos`` (2-link arm joint deltas).
+        reward_mode: ``normalized_dense``, ``dense`` or ``sparse``.
+        terminate_on_success: End the episode (terminated) on success; see the hover trap above.
+        fail_on_leaving_workspace: Terminate with reward 0 when the cube leaves ``table_half_size``.
+        goal_direction: ``fixed`` (``g = c + (goal_offset, 0)``), ``random`` (any direction; the tip may
+            have to go around the cube) or ``random_aligned`` (the scene rotated about the cube's centre).
+        randomize_yaw: Initial yaw ~ U(-pi/4, pi/4) instead of 0.
+        time_obs: Append ``elapsed_steps / max_episode_steps`` to the observation.
+        max_episode_steps: Time limit (truncation).
+        cube_half_size: Cube half-size ``h`` (m).
+        cube_mass: Cube mass (kg); the inertia is ``m (2h)^2 / 6``.
+        pusher_radius: Tool-tip disk radius ``r`` (m).
+        table_friction: Cube-table Coulomb coefficient.
+        push_friction: Tip-cube Coulomb coefficient.
+        gravity: Gravity (m/s^2).
+        control_dt: Control period (s).
+        substeps: Physics substeps per control step.
+        max_speed: Tip speed per action component at ``|a| = 1`` (m/s, ee mode).
+        max_joint_delta: Joint step per control step at ``|a| = 1`` (rad, joint mode).
+        arm_base: Shoulder position of the 2-link arm (m).
+        link_lengths: Upper-arm and forearm lengths (m).
+        workspace_low: Lower corner of the tip's workspace (m).
+        workspace_high: Upper corner of the tip's workspace (m).
+        solver_iterations: Contact solver sweeps per substep.
+        baumgarte: Fraction of a penetration corrected per substep by the solver.
+        speculative_slack: Added to the tip's largest per-substep travel to get the speculative margin (m).
+        goal_radius: Success radius (m).
+        goal_offset: Distance of the goal from the cube's start (m).
+        table_half_size: Half extents of the table (m), for ``fail_on_leaving_workspace`` and rendering.
+        physics_dtype: dtype of the physics state; float64 makes CPU, CUDA and compiled runs agree closely over
+            long horizons (contact amplifies float32 rounding). Observations, rewards and ``dist_to_goal`` are
+            float32 either way.
+        obs_mode: ``state`` (the vector above, a ``Box``), ``rgb`` (a ``Dict`` with ``rgb``: the top view the
+            videos show, ``uint8`` ``[image_size, image_size, 3]``; the goal is only in the picture) or
+            ``state_rgb`` (a ``Dict`` with both, e.g. the picture for the actor, the state for the critic).
+        image_size: Width and height of the ``rgb`` observation in pixels.
+        device: Device of every tensor.
+        seed: Seed of the reset-state stream.
+    """
+
+    solved_metric = "eval/success_rate"
+    solved_threshold = 0.9
+    info_metrics = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
+
+    def __init__(
+        self,
+        num_envs: int = 2048,
+        control_mode: Literal["ee_delta_pos", "joint_delta_pos"] = "ee_delta_pos",
+        reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense",
+        terminate_on_success: bool = False,
+        fail_on_leaving_workspace: bool = False,
+        goal_direction: Literal["fixed", "random", "random_aligned"] = "fixed",
+        randomize_yaw: bool = False,
+        time_obs: bool = False,
+        max_episode_steps: int = 50,
+        cube_half_size: float = 0.02,
+        cube_mass: float = 0.064,
+        pusher_radius: float = 0.01,
+        table_friction: float = 0.3,
+        push_friction: float = 0.3,
+        gravity: float = 9.81,
+        control_dt: float = 0.05,
+        substeps: int = 5,
+        max_speed: float = 0.5,
+        max_joint_delta: float = 0.05,
+        arm_base: tuple[float, float] = (-0.615, 0.0),
+        link_lengths: tuple[float, float] = (0.45, 0.45),
+        workspace_low: tuple[float, float] = (-0.35, -0.3),
+        workspace_high: tuple[float, float] = (0.45, 0.3),
+        solver_iterations: int = 4,
+        baumgarte: float = 0.2,
+        speculative_slack: float = 0.001,
+        goal_radius: float = 0.1,
+        goal_offset: float = 0.2,
+        table_half_size: tuple[float, float] = (0.6, 0.5),
+        physics_dtype: Literal["float32", "float64"] = "float32",
+        obs_mode: Literal["state", "rgb", "state_rgb"] = "state",
+        image_size: int = 64,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        args = {key: value for key, value in locals().items() if key != "self"}
+        _check_arguments(args)
+        delta = control_dt / substeps
+        l1, l2 = float(link_lengths[0]), float(link_lengths[1])
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self.device = torch.device(device)
+        self.control_mode, self.reward_mode, self.goal_direction = control_mode, reward_mode, goal_direction
+        self.terminate_on_success, self.fail_on_leaving_workspace = terminate_on_success, fail_on_leaving_workspace
+        self.randomize_yaw, self.time_obs = randomize_yaw, time_obs
+        self.physics_dtype = getattr(torch, physics_dtype)
+        self.joint_mode = control_mode == "joint_delta_pos"
+        self.half_size, self.radius = float(cube_half_size), float(pusher_radius)
+        self.mass, self.inertia = float(cube_mass), cube_mass * (2 * cube_half_size) ** 2 / 6
+        self.push_friction, self.control_dt, self.substeps = float(push_friction), float(control_dt), substeps
+        self.max_speed, self.max_joint_delta = float(max_speed), float(max_joint_delta)
+        self.arm_base, self.link_lengths = (float(arm_base[0]), float(arm_base[1])), (l1, l2)
+        self.workspace = (tuple(map(float, workspace_low)), tuple(map(float, workspace_high)))
+        self.table_half_size = tuple(map(float, table_half_size))
+        self.goal_radius, self.goal_offset = float(goal_radius), float(goal_offset)
+        self._solver = {"mass": self.mass, "inertia": self.inertia, "friction": self.push_friction, "dt": delta,
+                        "baumgarte": float(baumgarte), "margin": _max_tip_speed(args) * delta + speculative_slack,
+                        "iterations": solver_iterations}
+        self._delta = delta
+        self._friction_dv = table_friction * gravity * delta  # speed lost per substep, then the angular one:
+        self._friction_dw = self._friction_dv * phys.MEAN_LEVER_ARM * cube_half_size * self.mass / self.inertia
+        self.obs_mode, self.image_size = obs_mode, image_size
+        obs_dim = 17 + 4 * self.joint_mode + int(time_obs)
+        state_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        rgb_space = gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
+        spaces = {"state": {"state": state_space}, "rgb": {"rgb": rgb_space},
+                  "state_rgb": {"state": state_space, "rgb": rgb_space}}[obs_mode]
+        self.observation_space = state_space if obs_mode == "state" else gym.spaces.Dict(spaces)
+        self._parts = tuple(spaces)  # the observation's pieces, in the order _observe returns them
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+        n, dev, dtype = num_envs, self.device, self.physics_dtype
+        self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)
+        self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
+        self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)  # success at some step of this episode
+        self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
+        self._views: dict[int, TopView] = {}  # frame geometry and background per size (rgb, render)
+        self._view = self._top_view(image_size)
+        # Eager memo of the next starts (state columns, observation rows); episodes last at least `min_length`.
+        min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
+        self._starts = StartCache(self._resets, self._draw_starts, dims=(1,) + (0,) * len(self._parts),
+                                  depth=max(1, min(16, 4096 // n)), min_length=min_length)
+        mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash,
+                    self._view.background, self._view.offsets)
+        self.reset(seed=seed)
+
+    # --- resets --------------------------------------------------------------------------------------
+    @property
+    def seed(self) -> int:
+        """Seed of the reset stream (set by ``reset(seed=...)``)."""
+        return self._resets.seed
+
+    def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:
+        """Start a fresh episode in every env (see :meth:`BatchedEnv.reset` and the module docstring).
+
+        Returns:
+            The first observations: ``[N, obs_dim]`` float32 (``obs_mode=state``) or a TensorDict with
+            ``state`` and/or ``rgb`` (``uint8`` ``[N, S, S, 3]``).
+        """
+        self._state.copy_(self._initial_states(*self._resets.explicit(seed, group_size)))
+        self._steps.zero_()
+        self._ever_success.zero_()
+        self._starts.invalidate()
+        return self._pack(self._observe(self._state, self._steps))
+
+    def _initial_states(self, key_hash: Tensor, counter: Tensor) -> Tensor:
+        """``[16, M]`` start states for rows ``(key_hash, counter)`` (drawn in float64, stored in ``physics_dtype``)."""
+        num = 6 if self.randomize_yaw or self.goal_direction != "fixed" else 4
+        u = uniform_from_key(key_hash, counter, num).T  # [num, M] in [0, 1)
+        tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
+        dtype, (low, high) = self.physics_dtype, self.workspace
+        tip = tuple(x.clamp(lo, hi).to(dtype) for x, lo, hi in zip(tip, low, high, strict=True))
+        zero = torch.zeros_like(yaw, dtype=dtype)
+        q = (zero, zero)
+        if self.joint_mode:  # the joints reaching the stored tip, then the tip those joints reach
+            q = tuple(x.to(dtype) for x in phys.arm_inverse([x.double() for x in tip], self.arm_base,
+                                                             *self.link_lengths))
+            tip = phys.arm_forward(q, self.arm_base, *self.link_lengths)
+        rows = (*tip, zero, zero, *cube, yaw, zero, zero, zero, *goal, *q, zero, zero)
+        return torch.stack([row.to(dtype) for row in rows])
+
+    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor, ...]:
+        """``[16, M]`` start states and the pieces of the first observations (:meth:`_observe`) of rows
+        ``(key_hash, counter)``."""
+        state = self._initial_states(key_hash, counter)
+        return state, *self._observe(state, torch.zeros_like(counter))
+
+    # --- stepping ------------------------------------------------------------------------------------
+    def step(self, action: Tensor) -> StepResult:
+        """Advance every env one control step (``substeps`` physics substeps) and auto-reset finished ones.
+
+        Args:
+            action: ``[N, 2]`` in ``[-1, 1]`` (clipped).
+
+        Returns:
+            :class:`StepResult`; ``info`` holds ``success`` (bool, cube within ``goal_radius`` now),
+            ``success_once`` (bool, at any step of this episode so far), ``success_at_end`` (bool, success
+            on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of the push point) and
+            ``elapsed_steps`` (int64, steps into the episode that this step belongs to), all ``[N]``.
+        """
+        if action.shape != (self.num_envs, 2):
+            raise ValueError(f"PushCube.step: action has shape {tuple(action.shape)}, expected ({self.num_envs}, 2)")
+        state = self._physics(action.to(self._state.dtype).clamp(-1.0, 1.0).T)
+        cos_t, sin_t = state[6].cos(), state[6].sin()
+        steps = self._steps + 1
+        final_parts = self._observe(state, steps, cos_t, sin_t)
+        reward, success, reached, dist_to_goal = phys.staged_reward(
+            state[0:2], state[4:6], state[10:12], cos_t, sin_t, self.half_size, self.radius, self.goal_radius)
+        terminated = success if self.terminate_on_success else torch.zeros_like(success)
+        if self.fail_on_leaving_workspace:
+            left = (state[4].abs() > self.table_half_size[0]) | (state[5].abs() > self.table_half_size[1])
+            terminated = terminated | left
+            reward = reward.masked_fill(left, 0.0)
+        if self.reward_mode == "normalized_dense":
+            reward = reward * (1.0 / phys.SUCCESS_REWARD)
+        elif self.reward_mode == "sparse":
+            reward = success.to(reward.dtype)
+        reward, dist_to_goal = reward.to(torch.float32), dist_to_goal.to(torch.float32)
+        time_up = steps >= self.max_episode_steps
+        truncated = time_up & ~terminated
+        done = terminated | time_up
+
+        start, *start_parts = self._starts.next(done)
+        torch.where(done, start, state, out=self._state)
+        obs = self._pack([torch.where(done.view(-1, *[1] * (final.dim() - 1)), first, final)
+                          for first, final in zip(start_parts, final_parts, strict=True)])
+        final_obs = self._pack(final_parts)
+        self._steps.copy_(steps).masked_fill_(done, 0)
+        once = self._ever_success | success
+        torch.logical_and(once, ~done, out=self._ever_success)
+        info = {"success": success, "success_once": once, "success_at_end": success & done,
+                "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps}
+        return StepResult(obs, reward, terminated, truncated, final_obs, info)
+
+    def _physics(self, action: Tensor) -> Tensor:
+        """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions; return the new ``[16, N]``.
+
+        Works on ``[N]`` components only (see :mod:`.push_cube_physics`), so a compiled step fuses."""
+        s = self._state
+        p, c, theta, v, omega, q = (s[0], s[1]), (s[4], s[5]), s[6], (s[7], s[8]), s[9], (s[12], s[13])
+        h, r, delta = self.half_size, self.radius, self._delta
+        (x_low, y_low), (x_high, y_high) = self.workspace
+        phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
+        step = self.max_joint_delta / self.substeps if self.joint_mode else self.max_speed * delta
+        d = (action[0] * step, action[1] * step)  # joint (joint mode) or tip (ee mode) motion per substep
+        q_start = q
+        for _ in range(self.substeps):
+            if self.joint_mode:  # integrate the joints, tip = FK(q); reject steps leaving the workspace
+                q_new = (q[0] + d[0], q[1] + d[1])
+                p_new = phys.arm_forward(q_new, self.arm_base, *self.link_lengths)
+                inside = (p_new[0] >= x_low) & (p_new[0] <= x_high) & (p_new[1] >= y_low) & (p_new[1] <= y_high)
+                q = (torch.where(inside, q_new[0], q[0]), torch.where(inside, q_new[1], q[1]))
+                p_new = (torch.where(inside, p_new[0], p[0]), torch.where(inside, p_new[1], p[1]))
+            else:
+                p_new = ((p[0] + d[0]).clamp(x_low, x_high), (p[1] + d[1]).clamp(y_low, y_high))
+            v_p = ((p_new[0] - p[0]) * (1.0 / delta), (p_new[1] - p[1]) * (1.0 / delta))
+            v, omega = phys.table_friction(v, omega, self._friction_dv, self._friction_dw)
+            v, omega = phys.solve_contact(v_p, v, omega, phi, n, r_c, **self._solver)
+            c = (c[0] + v[0] * delta, c[1] + v[1] * delta)
+            theta = theta + omega * delta
+            p = p_new
+            phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
+            depth = (-phi).clamp(min=0.0)
+            c = (c[0] - n[0] * depth, c[1] - n[1] * depth)  # position projection: no penetration left
+            phi = phi.clamp(min=0.0)  # the projected geometry: same n and r_c, zero gap (exactly, in reals)
+        if self.joint_mode:
+            q_dot = ((q[0] - q_start[0]) * (1.0 / self.control_dt), (q[1] - q_start[1]) * (1.0 / self.control_dt))
+        else:
+            q_dot = (s[14], s[15])
+        return torch.stack((*p, *v_p, *c, theta, *v, omega, s[10], s[11], *q, *q_dot))
+
+    def _observe(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
+                 sin_t: Tensor | None = None) -> list[Tensor]:
+        """The observation pieces of ``[16, M]`` states with ``steps`` ``[M]`` into the episode, in ``obs_mode``'s
+        order: ``[M, obs_dim]`` float32 state features and/or ``[M, S, S]`` packed top views (:meth:`_pack`
+        unpacks them)."""
+        return [self._features(state, steps, cos_t, sin_t) if part == "state" else draw_packed(state, self._view)
+                for part in self._parts]
+
+    def _pack(self, parts: list[Tensor]) -> Tensor | TensorDict:
+        """The observation of :meth:`_observe`'s pieces: the tensor itself (``obs_mode=state``) or a TensorDict."""
+        if self.obs_mode == "state":
+            return parts[0]
+        leaves = {key: unpack_rgb(part) if key == "rgb" else part for key, part in zip(self._parts, parts, strict=True)}
+        return TensorDict(leaves, batch_size=[self.num_envs], device=self.device)
+
+    def _features(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
+                  sin_t: Tensor | None = None) -> Tensor:
+        """``[M, obs_dim]`` float32 state features of ``[16, M]`` states with ``steps`` ``[M]`` into the episode."""
+        if cos_t is None or sin_t is None:
+            cos_t, sin_t = state[6].cos(), state[6].sin()
+        s = state
+        columns = [*s[0:6], cos_t, sin_t, *s[7:12], s[10] - s[4], s[11] - s[5], s[4] - s[0], s[5] - s[1]]
+        if self.joint_mode:
+            scale = self.control_dt / self.max_joint_delta
+            columns += [s[12], s[13], s[14] * scale, s[15] * scale]
+        if self.time_obs:
+            columns.append((steps * (1.0 / self.max_episode_steps)).to(state.dtype))
+        return torch.stack(columns, dim=1).to(torch.float32)
+
+    # --- pictures and snapshots ----------------------------------------------------------------------
+    def _top_view(self, size: int) -> TopView:
+        """The (memoised) frame geometry and background of ``size`` x ``size`` top views of this env."""
+        if size not in self._views:
+            arm = (self.arm_base, self.link_lengths) if self.joint_mode else None
+            self._views[size] = make_top_view(size, half_size=self.half_size, radius=self.radius,
+                                              goal_radius=self.goal_radius, workspace=self.workspace, arm=arm,
+                                              device=self.device)
+        return self._views[size]
+
+    def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
+        """Top views of the current states of the given envs (all when None) as uint8 ``[k, size, size, 3]``;
+        after an auto-reset, the next episode's start. The picture is the ``rgb`` observation's
+        (:func:`.push_cube_view.draw_top_view`), drawn at ``size``: at ``size=image_size`` exactly what a pixel
+        policy sees."""
+        check(is_int(size) and 8 <= size <= 4096, "size", size, "an int in [8, 4096] (pixels)")
+        ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
+        index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
+        return draw_top_view(self._state[:, index], self._top_view(size)).cpu().numpy()
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Physics, counters, seed and episode statistics (all cloned), and the current state features (for
+        reference: they follow from them, and :meth:`load_state_dict` only checks their shape)."""
+        state = {"state": self._state.clone(), "obs": self._features(self._state, self._steps),
+                 "steps": self._steps.clone(), "ever_success": self._ever_success.clone()}
+        state.update(self._resets.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Restore :meth:`state_dict` output; the env then continues bit-identically."""
+        missing = sorted(_STATE_KEYS - state.keys())
+        if missing:
+            raise CheckpointError(f"PushCube.load_state_dict: missing keys {missing}; pass a PushCube.state_dict()")
+        features = self._features(self._state[:, :1], self._steps[:1]).shape[1]
+        shapes, own = (tuple(state["state"].shape), tuple(state["obs"].shape)), (self._state.shape,
+                                                                                 (self.num_envs, features))
+        if shapes != tuple(tuple(x) for x in own):
+            raise CheckpointError(f"PushCube.load_state_dict: state/obs shapes {shapes} differ from this env's "
+                                  f"{own}; build the env with the checkpoint's num_envs, control_mode and time_obs")
+        self._resets.load_state_dict(state)
+        self._state.copy_(state["state"])
+        self._steps.copy_(state["steps"])
+        self._ever_success.copy_(state["ever_success"])
+        self._starts.invalidate()

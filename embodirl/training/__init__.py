@@ -1,0 +1,1 @@
+"""The training loop and what it drives: stopping, callbacks, loggers, console, videos."""
