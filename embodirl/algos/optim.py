@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from embodirl.config.checked import check_finite_values
+from embodirl.config.instantiate import check_finite_values
 from embodirl.errors import ConfigError
 
 __all__ = ["AMP_DTYPES", "OptimizerFactory", "autocast_loss", "build_optimizer"]

@@ -22,19 +22,20 @@ import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from embodirl.algos.base import BaseAlgorithm
-from embodirl.config.checked import NO_MATCH, check_finite_values, conform, conform_int, instantiate_checked
-from embodirl.collect.collector import Collector
-from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, resolve_acceleration
-from embodirl.collect.evaluator import Evaluator
-from embodirl.training.loggers import LoggerSettings, MetricLoggers, build_loggers
 from embodirl.accel.allocator import keep_freed_memory
-from embodirl.runtime.distributed import DistInfo, broadcast_module
+from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, resolve_acceleration
+from embodirl.algos.base import BaseAlgorithm
+from embodirl.collect.collector import Collector
+from embodirl.collect.evaluator import Evaluator
+from embodirl.config.checked import NO_MATCH, conform, conform_int
+from embodirl.config.instantiate import check_finite_values, instantiate
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import PolicyProtocol
 from embodirl.policies.pretrained import freeze, load_pretrained
+from embodirl.runtime.distributed import DistInfo, broadcast_module
+from embodirl.training.loggers import LoggerSettings, MetricLoggers, build_loggers
 from embodirl.training.trainer import Trainer
 from embodirl.training.video import VideoSettings
 
@@ -122,7 +123,7 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     runtime: dict[str, Any] = {"device": device, "seed": seed}
     if render and _takes_render_mode(node):
         runtime["render_mode"] = "rgb_array"
-    env = instantiate_checked(node, "env.", **runtime)
+    env = instantiate(node, "env.", **runtime)
     for key, value in solved.items():
         if value is not None:
             setattr(env, key, float(value) if key == "solved_threshold" else value)
@@ -157,7 +158,7 @@ def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: i
 def _takes_render_mode(node: DictConfig) -> bool:
     try:
         return "render_mode" in inspect.signature(get_class(node._target_)).parameters
-    except Exception:  # a bad _target_ is reported by instantiate_checked
+    except Exception:  # a bad _target_ is reported by instantiate
         return False
 
 
@@ -183,7 +184,7 @@ def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) 
     patterns = list(patterns) if isinstance(patterns, ListConfig | list) else patterns
     check(isinstance(patterns, list) and all(isinstance(p, str) for p in patterns), "policy.freeze", patterns,
           "a list of fnmatch patterns over parameter names", "pass policy.freeze=['encoders.*']", absolute=True)
-    policy = instantiate_checked(node, "policy.", observation_space=env.observation_space,
+    policy = instantiate(node, "policy.", observation_space=env.observation_space,
                                  action_space=env.action_space).to(device)
     if init_from is not None:
         log.info("%s", load_pretrained(policy, init_from))
@@ -271,7 +272,7 @@ def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_
     parts = build_components(cfg, dist.rank, dist.local_rank, dist.world_size)
     if config is None:
         config = OmegaConf.to_container(cfg, resolve=True)
-    settings: LoggerSettings = instantiate_checked(cfg.logger, "logger.")
+    settings: LoggerSettings = instantiate(cfg.logger, "logger.")
     total = _total_env_steps(cfg)
     seed = parts.settings.seed
     trainer: Trainer
@@ -283,7 +284,7 @@ def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_
                              solved_metric=parts.env.solved_metric, solved_threshold=parts.env.solved_threshold,
                              stop_on_solved=trainer.stop_on_solved, max_wall_time_s=trainer.max_wall_time_s)
 
-    trainer = instantiate_checked(
+    trainer = instantiate(
         cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluator=parts.evaluator,
         run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank), eval_seed=eval_seed(seed),
         make_loggers=make_loggers, video=parts.video, num_update_threads=parts.settings.num_update_threads,
@@ -318,7 +319,7 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     broadcast_module(policy)
     if rank:
         torch.manual_seed(rank_seed(top.seed, rank))
-    algo = instantiate_checked(cfg.algo, "algo.", policy=policy, device=device,
+    algo = instantiate(cfg.algo, "algo.", policy=policy, device=device,
                                total_env_steps=_total_env_steps(cfg), accel=accel)
     check_objective_metric(cfg.get("objective"), algo)
     algo.env_name = env_label(env)
@@ -366,7 +367,7 @@ def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv,
     Refuses ``eval.video=true`` for an env without frames, and more filmed envs than ``env`` has (``count_key``
     names the key that sets its number).
     """
-    settings = instantiate_checked(eval_cfg, "eval.")
+    settings = instantiate(eval_cfg, "eval.")
     count = settings.video_num_envs
     check(not settings.video or count is None or count <= env.num_envs, "eval.video_num_envs", count,
           f"an int in [1, {env.num_envs}] (the evaluation envs: {count_key}={env.num_envs})",

@@ -1,4 +1,4 @@
-"""Schemas of the algorithms (``algo=ppo|grpo|a2c``) and their optimizers (``algo/optimizer=adam|adamw|sgd``).
+"""Schemas of the algorithms (``algo=ppo|grpo|a2c``); their optimizers' are in :mod:`embodirl.config.optim`.
 
 The keys every on-policy algorithm shares (learning rate and its schedule, epochs and minibatches, entropy
 bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`.
@@ -6,65 +6,17 @@ bonus, clipping of the gradient norm, mixed precision) are declared once in :cla
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse_schedule
 from embodirl.config.schema import Node, Schema, key
-from embodirl.errors import ConfigError
 
-__all__ = ["A2CConfig", "AdamConfig", "AdamWConfig", "GRPOConfig", "OnPolicyConfig", "OptimizerConfig", "PPOConfig",
-           "SGDConfig"]
+__all__ = ["A2CConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig"]
 
-_RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size", "accumulate_grad_batches": "accumulate_minibatches",
-            "adam_eps": "optimizer.eps"}
-
-
-# --- optimizers: torch.optim classes take these keys as keyword arguments ------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class OptimizerConfig(Schema):
-    """Keys every shipped optimizer takes; the algorithm passes the parameters and the learning rate."""
-
-    takes_keywords = True
-    refused = {"lr": ("no value: the algorithm passes the learning rate",
-                      "remove it, and set algo.learning_rate (and algo.lr_schedule) instead"),
-               "params": ("no value: the algorithm passes the parameters", "remove it")}
-    weight_decay: float = key(0.0, ge=0, doc="L2 penalty (AdamW: decoupled weight decay)")
-    foreach: bool | None = key(None, doc="torch's multi-tensor implementation; null = torch's choice")
-    fused: bool | None = key(None, doc="one fused kernel for every parameter; null = on where the class has it")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AdamConfig(OptimizerConfig):
-    """``torch.optim.Adam``."""
-
-    target = "torch.optim.Adam"
-    eps: float = key(1e-5, gt=0, doc="added to the denominator (torch's default is 1e-8; 1e-5 is the RL habit)")
-    betas: tuple[float, float] = key((0.9, 0.999), ge=0, lt=1, doc="decay of the moment estimates")
-    amsgrad: bool = key(False, doc="the AMSGrad variant")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AdamWConfig(AdamConfig):
-    """``torch.optim.AdamW`` (decoupled weight decay)."""
-
-    target = "torch.optim.AdamW"
-    weight_decay: float = key(0.01, ge=0, doc="decoupled weight decay")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SGDConfig(OptimizerConfig):
-    """``torch.optim.SGD``."""
-
-    target = "torch.optim.SGD"
-    momentum: float = key(0.9, ge=0, doc="momentum factor (0 = plain SGD)")
-    dampening: float = key(0.0, ge=0, le=1, doc="dampening of the momentum")
-    nesterov: bool = key(False, doc="Nesterov momentum (needs momentum > 0 and dampening 0)")
-
-    def check(self) -> None:
-        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ConfigError("nesterov", True, "false unless momentum > 0 and dampening = 0",
-                              "pass nesterov=false, or momentum=0.9 dampening=0")
+_RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
+            "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
 
 
 # --- algorithms ----------------------------------------------------------------------------------------------
@@ -72,7 +24,7 @@ class SGDConfig(OptimizerConfig):
 class OnPolicyConfig(Schema):
     """What every on-policy algorithm shares: the update's epochs of minibatch gradient steps and its schedules."""
 
-    renamed = _RENAMED
+    renamed: ClassVar[Mapping[str, str]] = _RENAMED
     learning_rate: float = key(3e-4, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
     lr_schedule: ScheduleSpec = key("constant", doc="constant | linear | cosine (learning_rate -> 0 over "
                                     "trainer.total_env_steps) | adaptive_kl | [[env_step, lr], ...]")
@@ -149,7 +101,7 @@ class GRPOConfig(OnPolicyConfig):
     """GRPO: critic-free, group-relative advantages over groups of envs that share their start."""
 
     target = "embodirl.algos.grpo.GRPO"
-    renamed = {**_RENAMED, "truncate_at_first_done": "first_episode_only"}
+    renamed: ClassVar[Mapping[str, str]] = {**_RENAMED, "truncate_at_first_done": "first_episode_only"}
     learning_rate: float = key(1e-4, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
     num_epochs: int = key(10, ge=1, doc="passes over the valid transitions of a rollout")
     minibatch_size: int | None = key(8192, ge=1, doc="valid transitions per minibatch; null = all of them")

@@ -9,21 +9,23 @@ traceback. :func:`check_fields` does the same for plain nested dicts described b
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
-import math
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig
-
+from embodirl.config.instantiate import check_finite_values
+from embodirl.config.schema import describe_type
 from embodirl.errors import ConfigError, check
 
-__all__ = ["NO_MATCH", "check_finite_values", "check_fields", "conform", "conform_int", "describe",
-           "instantiate_checked"]
+__all__ = [
+    "NO_MATCH",
+    "check_fields",
+    "conform",
+    "conform_int",
+    "describe",
+]
 
 NO_MATCH = object()
 
@@ -77,75 +79,9 @@ def conform_int(key: str, value: Any, minimum: int, fix: str) -> int:
     return converted
 
 
-def _non_finite(value: Any, key: str) -> str | None:
-    """The key of the first NaN or infinite float in ``value`` (a mapping's entries by dotted key; a list as a whole)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else key
-    if isinstance(value, dict):
-        return next((found for k, v in value.items() if (found := _non_finite(v, f"{key}.{k}"))), None)
-    if isinstance(value, list | tuple):
-        return key if any(_non_finite(v, key) for v in value) else None
-    return None
-
-
-def check_finite_values(key: str, value: Any, example: Any = None) -> None:
-    """Refuse NaN and infinite floats anywhere in ``value``: no hyperparameter, env argument or threshold of embodirl
-    takes one (a learning rate of ``inf`` trains nothing and fails late). Raises a :class:`ConfigError` naming the
-    (nested) key."""
-    found = _non_finite(value, key)
-    if found is None:
-        return
-    shown = value
-    for part in found.removeprefix(key).split(".")[1:]:
-        shown = shown[part]
-    advice = f", e.g. {found}={example}" if example is not None and found == key else ""
-    raise ConfigError(found, shown, "finite numbers (nan and inf are not values of this key)",
-                      f"pass a finite value{advice}")
-
-
 def describe(annotation: Any) -> str:
-    if typing.get_origin(annotation) is typing.Literal:
-        return "one of: " + ", ".join(str(a) for a in typing.get_args(annotation))
-    text = str(annotation).replace("typing.", "").replace("collections.abc.", "")
-    return getattr(annotation, "__name__", text) if not typing.get_args(annotation) else text
-
-
-def instantiate_checked(node: DictConfig, prefix: str, **runtime: Any) -> Any:
-    """Instantiate a ``_partial_`` config node with runtime arguments, after checking every value.
-
-    Args:
-        node: A config group node with ``_target_``.
-        prefix: The node's key path for messages, e.g. ``"algo."``.
-        **runtime: Arguments that exist only at run time (device, spaces, policy, ...).
-
-    Raises:
-        ConfigError: Unknown key, wrong type, or a value the class rejects; keys carry ``prefix``.
-    """
-    partial = instantiate(node, _partial_=True, _convert_="all")
-    func = partial.func if isinstance(partial, functools.partial) else partial
-    kwargs = dict(partial.keywords) if isinstance(partial, functools.partial) else {}
-    target = func.__init__ if inspect.isclass(func) else func
-    params = inspect.signature(target).parameters
-    hints = typing.get_type_hints(target)
-    for key, value in kwargs.items():
-        if key not in params:
-            valid = ", ".join(k for k in params if k not in ("self", *runtime))
-            raise ConfigError(prefix + key, value, f"a known key of {node._target_} (one of: {valid})",
-                              f"remove {prefix}{key} or correct its spelling")
-        annotation = hints.get(key, inspect.Parameter.empty)
-        converted = conform(value, annotation)
-        if converted is NO_MATCH:
-            default = params[key].default
-            example = f", e.g. {prefix}{key}={default}" if default is not inspect.Parameter.empty else ""
-            raise ConfigError(prefix + key, value, f"{describe(annotation)}",
-                              f"pass a value of that type{example}")
-        default = params[key].default
-        check_finite_values(prefix + key, converted, None if default is inspect.Parameter.empty else default)
-        kwargs[key] = converted
-    try:
-        return func(**kwargs, **runtime)
-    except ConfigError as exc:
-        raise exc.with_prefix(prefix) from None
+    """The type in words (:func:`embodirl.config.schema.describe_type`)."""
+    return describe_type(annotation)
 
 
 def check_fields(prefix: str, values: Any, cls: type) -> Any:

@@ -1,23 +1,34 @@
 """Build the class a config node names (``_target_``) from its checked keys and the objects of the run.
 
 A class with a schema (:mod:`embodirl.config.schema`) is called as ``cls(cfg, **runtime)``: ``cfg`` is the
-node parsed by the schema, ``runtime`` what exists only at run time (the device, the spaces, the policy). A
-class without one (a user's callback, an optimizer) is called with the node's keys as keyword arguments, each
-checked against the annotation of its parameter first, so a wrong key or type is a one-line error too.
+node parsed by the schema, ``runtime`` what exists only at run time (the device, the spaces, the policy); a class
+whose schema says ``takes_keywords`` (an optimizer) gets the keys as keyword arguments instead. A class without
+a schema (a user's callback or env) is built the way Hydra builds a ``_partial_`` node, nested nodes included,
+with every key first checked against the annotation of its parameter, so a wrong key or type is one line too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import math
 import typing
 from collections.abc import Mapping
 from typing import Any
 
-from embodirl.config.schema import NO_MATCH, STRUCTURAL_KEYS, Node, conform, describe_type, parse_node, suggest
+from embodirl.config.schema import (
+    NO_MATCH,
+    Node,
+    cli_text,
+    conform,
+    describe_type,
+    parse_node,
+    suggest,
+)
 from embodirl.errors import ConfigError
 
-__all__ = ["instantiate", "keywords", "to_node"]
+__all__ = ["check_finite_values", "instantiate", "keywords", "to_node"]
 
 
 def keywords(cfg: Any) -> dict[str, Any]:
@@ -36,7 +47,7 @@ def to_node(node: Any, prefix: str) -> Node:
         raise ConfigError(prefix.rstrip("."), values, "a node naming a class with _target_",
                           f"select an option of its config group, or set {prefix}_target_=<module.Class>",
                           absolute=True)
-    return parse_node(values, prefix)
+    return parse_node({str(k): v for k, v in values.items()}, prefix)
 
 
 def instantiate(node: Any, prefix: str, **runtime: Any) -> Any:
@@ -50,48 +61,90 @@ def instantiate(node: Any, prefix: str, **runtime: Any) -> Any:
     Raises:
         ConfigError: An unimportable class, an unknown key, a wrong type or a value the class refuses.
     """
-    from hydra.utils import get_class
-
     parsed = to_node(node, prefix)
+    if parsed.cfg is None:
+        return _instantiate_by_signature(parsed, prefix, runtime)
+    cls = _import(parsed.target, prefix)
     try:
-        cls = get_class(parsed.target)
-    except Exception as exc:
-        raise ConfigError(f"{prefix}_target_", parsed.target, "an importable class",
-                          f"check the module path, or select an option of the {prefix.rstrip('.')} group",
-                          absolute=True) from exc
-    try:
-        if parsed.cfg is not None and parsed.cfg.takes_keywords:
+        if parsed.cfg.takes_keywords:
             return cls(**keywords(parsed.cfg), **runtime)
-        if parsed.cfg is not None:
-            return cls(parsed.cfg, **runtime)
-        return cls(**_checked_kwargs(cls, parsed.values, prefix, runtime), **runtime)
+        return cls(parsed.cfg, **runtime)
     except ConfigError as exc:
         raise exc.with_prefix(prefix) from None
 
 
-def _checked_kwargs(cls: Any, values: Mapping[str, Any], prefix: str, runtime: Mapping[str, Any]) -> dict:
-    """The node's keys checked against the signature and annotations of a class without a schema."""
-    init = cls.__init__ if inspect.isclass(cls) else cls
+def _import(target: str, prefix: str) -> Any:
+    from hydra.utils import get_class
+
+    try:
+        return get_class(target)
+    except Exception as exc:
+        raise ConfigError(f"{prefix}_target_", target, "an importable class",
+                          f"check the module path, or select an option of the {prefix.rstrip('.')} group",
+                          absolute=True) from exc
+
+
+def _instantiate_by_signature(node: Node, prefix: str, runtime: Mapping[str, Any]) -> Any:
+    """A class without a schema: Hydra builds the ``_partial_`` node (nested nodes too), each key checked against
+    the signature and annotations first."""
+    from hydra.utils import instantiate as hydra_instantiate
+    from omegaconf import OmegaConf
+
+    _import(node.target, prefix)
+    spec = OmegaConf.create({**node.values, **node.flags, "_target_": node.target, "_partial_": True})
+    partial = hydra_instantiate(spec, _convert_="all")
+    func = partial.func if isinstance(partial, functools.partial) else partial
+    kwargs = dict(partial.keywords) if isinstance(partial, functools.partial) else {}
+    init = func.__init__ if inspect.isclass(func) else func
     params = inspect.signature(init).parameters
     try:
         hints = typing.get_type_hints(init)
     except Exception:  # an annotation that does not resolve: check names only
         hints = {}
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    kwargs = {}
-    for key, value in values.items():
-        if key in STRUCTURAL_KEYS:
-            continue
+    for key, value in kwargs.items():
         if key not in params and not takes_any:
             valid = [k for k in params if k not in ("self", *runtime)]
             close = suggest(key, valid)
-            raise ConfigError(prefix + key, value, f"a key of {cls.__name__} (one of: {', '.join(valid)})",
+            raise ConfigError(prefix + key, value, f"a key of {node.target} (one of: {', '.join(valid)})",
                               (f"did you mean {prefix}{close}? " if close else "")
                               + f"correct the spelling, or remove {prefix}{key}", absolute=True)
-        annotation = hints.get(key, Any)
-        converted = conform(value, annotation)
+        converted = conform(value, hints.get(key, Any))
+        default = params[key].default if key in params else inspect.Parameter.empty
         if converted is NO_MATCH:
-            raise ConfigError(prefix + key, value, describe_type(annotation), "pass a value of that type",
+            example = f", e.g. {prefix}{key}={cli_text(default)}" if default is not inspect.Parameter.empty else ""
+            raise ConfigError(prefix + key, value, describe_type(hints[key]), f"pass a value of that type{example}",
                               absolute=True)
+        check_finite_values(prefix + key, converted, None if default is inspect.Parameter.empty else default)
         kwargs[key] = converted
-    return kwargs
+    try:
+        return func(**kwargs, **runtime)
+    except ConfigError as exc:
+        raise exc.with_prefix(prefix) from None
+
+
+def _non_finite(value: Any, key: str) -> str | None:
+    """The key of the first nan or infinite float in ``value`` (a mapping's entries by dotted key; a list as a
+    whole)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else key
+    if isinstance(value, Mapping):
+        return next((found for k, v in value.items() if (found := _non_finite(v, f"{key}.{k}"))), None)
+    if isinstance(value, list | tuple):
+        return key if any(_non_finite(v, key) for v in value) else None
+    return None
+
+
+def check_finite_values(key: str, value: Any, example: Any = None) -> None:
+    """Refuse nan and infinite floats anywhere in ``value`` (a node of a class without a schema, an env's
+    keyword arguments): a learning rate of ``inf`` trains nothing and fails late. Raises a :class:`ConfigError`
+    naming the (nested) key."""
+    found = _non_finite(value, key)
+    if found is None:
+        return
+    shown = value
+    for part in found.removeprefix(key).split(".")[1:]:
+        shown = shown[part]
+    advice = f", e.g. {found}={example}" if example is not None and found == key else ""
+    raise ConfigError(found, shown, "finite numbers (nan and inf are not values of this key)",
+                      f"pass a finite value{advice}")

@@ -18,6 +18,7 @@ Pure Python: the schemas check schedules before torch is imported, and the algor
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ def piecewise(points: Sequence[tuple[int, float]], env_step: int, kind: Schedule
     """
     if env_step <= points[0][0]:
         return points[0][1]
-    for (s0, v0), (s1, v1) in zip(points, points[1:], strict=False):
+    for (s0, v0), (s1, v1) in itertools.pairwise(points):
         if env_step < s1:
             return v0 if kind == "step" else v0 + (v1 - v0) * (env_step - s0) / (s1 - s0)
     return points[-1][1]
@@ -130,6 +131,6 @@ def parse_schedule(key: str, spec: Any, kind: str, initial: float, *, adaptive: 
               f"pass {key}={example}")
         points.append((int(pair[0]), float(pair[1])))
     steps = [s for s, _ in points]
-    check(all(a < b for a, b in zip(steps, steps[1:], strict=False)), key, spec,
+    check(all(a < b for a, b in itertools.pairwise(steps)), key, spec,
           f"env steps in strictly increasing order (got {steps})", f"sort the pairs by env step, e.g. {key}={example}")
     return Schedule(initial, "points", tuple(points), kind)  # type: ignore[arg-type]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import importlib
 import math
 import types
@@ -25,8 +24,8 @@ from typing import Any, ClassVar, TypeVar
 
 from embodirl.errors import ConfigError
 
-__all__ = ["NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema", "conform", "describe_type", "key",
-           "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
+__all__ = ["NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema", "cli_text", "conform", "describe_type",
+           "key", "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
 
 NO_MATCH = object()
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
@@ -116,11 +115,14 @@ class Node:
         cfg: Its keys parsed by the class's schema; None for a class without one (its keys are then checked
             against its signature when it is built).
         values: The node's own keys as written (structural keys left out).
+        flags: Its structural keys other than ``_target_`` (``_partial_``, ``_recursive_``, ...), which tell Hydra
+            how to build a class without a schema.
     """
 
     target: str
     cfg: Schema | None
     values: Mapping[str, Any]
+    flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # --- types -------------------------------------------------------------------------------------------------
@@ -159,7 +161,7 @@ def conform(value: Any, annotation: Any) -> Any:
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) else NO_MATCH
     if annotation is float:
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else NO_MATCH
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else NO_MATCH
     if annotation is str:
         return value if isinstance(value, str) else NO_MATCH
     if _is_schema(annotation):
@@ -180,7 +182,7 @@ def conform(value: Any, annotation: Any) -> Any:
 def _conform_items(value: Any, args: tuple[Any, ...]) -> Any:
     if not isinstance(value, list | tuple):
         return NO_MATCH
-    if not args or args[-1] is Ellipsis and args[0] is Any:
+    if not args or (args[-1] is Ellipsis and args[0] is Any):
         return list(value)
     item = args[0]
     if len(args) > 1 and args[-1] is not Ellipsis:  # a fixed-length tuple
@@ -226,9 +228,14 @@ def _plural(annotation: Any) -> str:
 
 
 # --- parsing ------------------------------------------------------------------------------------------------
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The resolved annotations of a schema class (resolved once per class)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def suggest(name: str, choices: Sequence[str]) -> str | None:
@@ -244,7 +251,7 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
     if name in cls.renamed:
         new = cls.renamed[name]
         return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {prefix}{new}",
-                           f"pass {prefix}{new}={_cli(value)} instead", absolute=True)
+                           f"pass {prefix}{new}={cli_text(value)} instead", absolute=True)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     close = suggest(name, names)
     hint = f"did you mean {prefix}{close}? " if close else ""
@@ -252,7 +259,8 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
                        f"{hint}correct the spelling, or remove {prefix}{name}", absolute=True)
 
 
-def _cli(value: Any) -> str:
+def cli_text(value: Any) -> str:
+    """A value as it is typed on the command line (``null``, ``true``, ``3e-4``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -288,7 +296,7 @@ def _example(f: dataclasses.Field) -> str:
                                                           else MISSING)
     if default is MISSING or default is None or isinstance(default, Mapping | list):
         return ""
-    return f", e.g. the default {_cli(default)}"
+    return f", e.g. the default {cli_text(default)}"
 
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:
@@ -314,7 +322,8 @@ def parse_node(values: Mapping[str, Any], prefix: str = "") -> Node:
     target = values["_target_"]
     schema = schema_for(target)
     own = {k: v for k, v in values.items() if k not in STRUCTURAL_KEYS}
-    return Node(target, None if schema is None else parse(schema, own, prefix), own)
+    flags = {k: v for k, v in values.items() if k in STRUCTURAL_KEYS and k != "_target_"}
+    return Node(target, None if schema is None else parse(schema, own, prefix), own, flags)
 
 
 def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S:
@@ -416,7 +425,7 @@ def key_docs(cls: type[Schema], prefix: str = "") -> list[KeyDoc]:
         nested = next((a for a in (annotation, *typing.get_args(annotation)) if _is_schema(a)), None)
         default = f.default if f.default is not MISSING else (
             f.default_factory() if f.default_factory is not MISSING else MISSING)
-        if nested is not None and not typing.get_origin(annotation) in (list, dict, Mapping, Sequence):
+        if nested is not None and typing.get_origin(annotation) not in (list, dict, Mapping, Sequence):
             rows.extend(key_docs(nested, f"{prefix}{f.name}."))
             continue
         bounds: Bounds = f.metadata.get("bounds", Bounds())

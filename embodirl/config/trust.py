@@ -122,7 +122,8 @@ def check_config_from_file(config: Any, where: str, trusted: Iterable[str] = ())
         if isinstance(value, str) and value not in allowed:
             raise CheckpointError(
                 f"{where}: {path}.{key}={value!r} names code that embodirl would import and call; a checkpoint is "
-                f"data and embodirl never runs code named in one. Fix: if you trust it, pass 'trusted_targets=[{value}]'")
+                "data and embodirl never runs code named in one. "
+                f"Fix: if you trust it, pass 'trusted_targets=[{value}]'")
     for path, text in _strings(config):
         if "${" in text:
             raise CheckpointError(

@@ -59,7 +59,7 @@ BAD_INPUTS = [
     (["algo.ent_coef=-0.1"], ["algo.ent_coef=-0.1", "Fix:"]),
     (["algo.vf_coef=-1"], ["algo.vf_coef=-1", "Fix:"]),
     (["algo.clip_value_coef=0"], ["algo.clip_value_coef=0", "Fix:"]),
-    (["algo.normalize_advantage=maybe"], ["algo.normalize_advantage='maybe'", "bool", "Fix:"]),
+    (["algo.normalize_advantage=maybe"], ["algo.normalize_advantage='maybe'", "true or false", "Fix:"]),
     # --- algo knobs (schedules, optimizer, accumulation, amp, dual clip) ---
     (["algo.lr_schedule=[[500,1e-3],[0,3e-4]]"], ["algo.lr_schedule=[[500, 0.001], [0, 0.0003]]", "increasing",
                                                  "Fix: sort the pairs"]),
@@ -77,7 +77,7 @@ BAD_INPUTS = [
     (["algo.accumulate_grad_batches=0"], ["algo.accumulate_grad_batches=0", "an int >= 1", "Fix:"]),
     (["algo.amp=fp8"], ["algo.amp='fp8'", "off, bf16, fp16", "Fix:"]),
     (["algo.dual_clip_coef=0.5"], ["algo.dual_clip_coef=0.5", "a float > 1", "Fix:"]),
-    (["algo.shuffle_minibatches=sometimes"], ["algo.shuffle_minibatches='sometimes'", "bool", "Fix:"]),
+    (["algo.shuffle_minibatches=sometimes"], ["algo.shuffle_minibatches='sometimes'", "true or false", "Fix:"]),
     # --- algo (GRPO) ---
     (["algo=grpo", "algo.group_size=1"], ["algo.group_size=1", "Fix: pass algo.group_size=4"]),
     (["algo=grpo", "algo.group_size=3"], ["env.num_envs=8", "algo.group_size=3", "Fix:"]),
@@ -88,7 +88,7 @@ BAD_INPUTS = [
     (["policy.hidden_sizes=[0]"], ["policy.hidden_sizes=[0]", "positive ints", "Fix:"]),
     (["policy.hidden_sizes=abc"], ["policy.hidden_sizes='abc'", "Fix:"]),
     (["policy.log_std_min=3"], ["policy.log_std_min=3", "below log_std_max", "Fix:"]),
-    (["policy.normalize_obs=maybe"], ["policy.normalize_obs='maybe'", "bool", "Fix:"]),
+    (["policy.normalize_obs=maybe"], ["policy.normalize_obs='maybe'", "true or false", "Fix:"]),
     # --- env ---
     (["env.num_envs=0"], ["env.num_envs=0", "an int >= 1", "Fix:"]),
     (["env.num_envs=-5"], ["env.num_envs=-5", "Fix:"]),
@@ -98,7 +98,7 @@ BAD_INPUTS = [
     (["env.foo=1"], ["env.foo=1 is invalid: env=cartpole has no key foo", "Fix: remove env.foo"]),
     (["env.id=Pendulum-v1"], ["env=cartpole has no key id; it is a key of env=gym",
                               "Fix: pass env=gym env.id=Pendulum-v1"]),
-    (["+env.foo=1"], ["env.foo=1", "a known key", "Fix: remove env.foo"]),
+    (["+env.foo=1"], ["env.foo=1", "a key of", "remove env.foo"]),
     (["env=gym", "env.id=CartPol-v1"], ["env.id='CartPol-v1'", "did you mean CartPole-v1", "Fix:"]),
     (["env=gym", "env.vectorization_mode=threads"], ["env.vectorization_mode='threads'", "sync", "Fix:"]),
     (["env=gym", "env.num_envs=100000000"], ["env.num_envs=100000000", "Fix:"]),
@@ -113,7 +113,7 @@ BAD_INPUTS = [
     (["trainer.num_eval_episodes=0"], ["trainer.num_eval_episodes=0", "Fix:"]),
     (["trainer.keep_checkpoints=-1"], ["trainer.keep_checkpoints=-1", "Fix:"]),
     (["trainer.max_wall_time_s=-5"], ["trainer.max_wall_time_s=-5", "Fix:"]),
-    (["trainer.stop_on_solved=maybe"], ["trainer.stop_on_solved='maybe'", "bool", "Fix:"]),
+    (["trainer.stop_on_solved=maybe"], ["trainer.stop_on_solved='maybe'", "true or false", "Fix:"]),
     (["trainer.resume=/nonexistent/last.pt"], ["trainer.resume='/nonexistent/last.pt'", "does not exist", "Fix:"]),
     (["trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]"],
      ["trainer.stop_on[0].metric='eval/retrun_mean'", "eval/return_mean", "Fix:"]),
@@ -124,14 +124,14 @@ BAD_INPUTS = [
     (["env.solved_metric=return"], ["env.solved_metric='return'", "eval/return_mean", "Fix:"]),
     # --- logger ---
     (["logger.console=fancy"], ["logger.console='fancy'", "auto, bar, lines, none", "Fix:"]),
-    (["logger.tensorboard=maybe"], ["logger.tensorboard='maybe'", "bool", "Fix:"]),
+    (["logger.tensorboard=maybe"], ["logger.tensorboard='maybe'", "true or false", "Fix:"]),
     (["logger.console_every_s=abc"], ["logger.console_every_s='abc'", "float", "Fix:"]),
     (["logger.console_every_s=0"], ["logger.console_every_s=0", "Fix:"]),
     (["logger.wandb.mode=bogus"], ["logger.wandb.mode='bogus'", "online", "Fix:"]),
-    (["logger.wandb.enabled=maybe"], ["logger.wandb.enabled='maybe'", "bool", "Fix:"]),
+    (["logger.wandb.enabled=maybe"], ["logger.wandb.enabled='maybe'", "true or false", "Fix:"]),
     (["+logger.wandb.projekt=x"], ["logger.wandb.projekt='x'", "project", "Fix:"]),
     # --- evaluation videos ---
-    (["eval.video=maybe"], ["eval.video='maybe'", "bool", "Fix:"]),
+    (["eval.video=maybe"], ["eval.video='maybe'", "true or false", "Fix:"]),
     (["eval.video=true", "eval.video_size=8"], ["eval.video_size=8", "[16, 2048]", "Fix:"]),
     (["env=push_cube", "eval.video=true", "eval.video_format=avi"], ["eval.video_format='avi'", "mp4", "Fix:"]),
     # --- found by trying to break it (issue 20): each was a traceback or silently accepted ---

@@ -103,12 +103,12 @@ def test_wandb_runs_are_named_and_grouped_by_algo_env_seed_and_sweep():
 @pytest.mark.parametrize("bad", [{"console": "fancy"}, {"tensorboard": "maybe"}, {"console_every_s": "abc"},
                                  {"console_every_s": 0}, {"wandb": {"mode": "bogus"}}, {"wandb": {"projekt": "x"}}])
 def test_logger_settings_are_checked(bad):
-    from embodirl.config.checked import instantiate_checked
+    from embodirl.config.instantiate import instantiate
     from omegaconf import OmegaConf
 
     node = OmegaConf.create({"_target_": "embodirl.training.loggers.LoggerSettings", "_partial_": True, **bad})
     with pytest.raises(ConfigError) as info:
-        instantiate_checked(node, "logger.")
+        instantiate(node, "logger.")
     assert info.value.key.startswith("logger.")
 
 
@@ -118,19 +118,19 @@ LOGGER_OPTIONS = {"default": (True, False), "tensorboard": (True, False), "wandb
 
 @pytest.mark.parametrize("option", sorted(LOGGER_OPTIONS))
 def test_every_logger_option_composes_and_builds_its_settings(option, monkeypatch):
-    from embodirl.config.checked import instantiate_checked
+    from embodirl.config.instantiate import instantiate
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    settings = instantiate_checked(compose_config([f"logger={option}"]).logger, "logger.")
+    settings = instantiate(compose_config([f"logger={option}"]).logger, "logger.")
     assert isinstance(settings, LoggerSettings)
     assert (settings.tensorboard, settings.wandb.enabled) == LOGGER_OPTIONS[option]
     assert settings.console == "auto" and settings.wandb.resolved_mode() == "offline"
 
 
 def test_build_loggers_follows_the_option_and_hands_the_stop_goal_to_the_console(tmp_path, monkeypatch):
-    from embodirl.config.checked import instantiate_checked
+    from embodirl.config.instantiate import instantiate
 
-    settings = instantiate_checked(compose_config(["logger=none", "logger.console=lines"]).logger, "logger.")
+    settings = instantiate(compose_config(["logger=none", "logger.console=lines"]).logger, "logger.")
     loggers = build_loggers(tmp_path, settings, {}, 50_000, 0, "ppo-push_cube-seed0", "ppo-push_cube",
                             solved_metric="eval/success_rate", solved_threshold=0.9, stop_on_solved=True,
                             max_wall_time_s=60.0)
@@ -149,7 +149,7 @@ def test_the_console_clock_starts_after_the_other_loggers_are_set_up(tmp_path, m
     # Its first line showed 34k steps/s for a 150k steps/s run: its clock included TensorBoard's set-up.
     import time
 
-    from embodirl.config.checked import instantiate_checked
+    from embodirl.config.instantiate import instantiate
 
     real_init = TensorBoardLogger.__init__
 
@@ -158,7 +158,7 @@ def test_the_console_clock_starts_after_the_other_loggers_are_set_up(tmp_path, m
         time.sleep(0.3)
 
     monkeypatch.setattr(TensorBoardLogger, "__init__", slow_init)
-    settings = instantiate_checked(compose_config(["logger=tensorboard", "logger.console=lines"]).logger, "logger.")
+    settings = instantiate(compose_config(["logger=tensorboard", "logger.console=lines"]).logger, "logger.")
     before = time.monotonic()
     loggers = build_loggers(tmp_path, settings, {}, 50_000, 0, "ppo-cartpole-seed0")
     kinds = [type(x) for x in loggers.loggers]
