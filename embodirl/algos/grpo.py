@@ -173,7 +173,7 @@ class GRPO(BaseAlgorithm):
             num_steps=self.num_steps or env.max_episode_steps,
             reset_every_rollout=self.reset_every_rollout,
             group_size=self.group_size if self.group_shared_reset else 1,
-            stop_when_all_done=self.truncate_at_first_done,
+            first_episode_only=self.truncate_at_first_done,
         )
 
     def update(self, rollout: TensorDict) -> dict[str, float]:

@@ -32,7 +32,7 @@ from embodirl.config.instantiate import check_finite_values, instantiate
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
-from embodirl.policies.base import PolicyProtocol
+from embodirl.policies.base import Policy
 from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.runtime.distributed import DistInfo, broadcast_module
 from embodirl.training.loggers import LoggerSettings, MetricLoggers, build_loggers
@@ -52,7 +52,7 @@ class Components:
 
     env: BatchedEnv
     eval_env: BatchedEnv
-    policy: PolicyProtocol
+    policy: Policy
     algo: BaseAlgorithm
     collector: Collector
     evaluator: Evaluator
@@ -171,7 +171,7 @@ def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
     check_finite_values("env.solved_threshold", solved_threshold, 400)
 
 
-def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> PolicyProtocol:
+def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> Policy:
     """Instantiate the policy for ``env``'s spaces on ``device``; then apply ``policy.init_from`` (pretrained
     weights) and ``policy.freeze`` (parameter patterns), which any policy class accepts through the config."""
     node = policy_cfg.copy()
@@ -418,7 +418,7 @@ def dry_run_guard(env: BatchedEnv, key: str):
                           "embodirl.envs.base documents the contract)", absolute=True) from None
 
 
-def dry_run(env: BatchedEnv, policy: PolicyProtocol) -> None:
+def dry_run(env: BatchedEnv, policy: Policy) -> None:
     """One reset/act/step with shape, dtype and finiteness checks, so a bad setup fails in its first second."""
     spec = observation_spec(env.observation_space)
     name, n = type(env).__name__, env.num_envs

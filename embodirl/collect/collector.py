@@ -14,7 +14,7 @@ from embodirl.collect.info_metrics import InfoMetrics
 from embodirl.collect.rollout import allocate_rollout
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
-from embodirl.policies.base import PolicyProtocol
+from embodirl.policies.base import Policy
 
 __all__ = ["CollectPlan", "Collector", "StepSlot", "leaves"]
 
@@ -31,14 +31,14 @@ class CollectPlan:
         reset_every_rollout: Reset every env before each rollout (episodes start at t = 0).
         group_size: With ``reset_every_rollout``, envs in consecutive groups of this size start from
             one shared initial state (1 = independent).
-        stop_when_all_done: Stop stepping once every env has finished an episode in this rollout
-            (the rest would be masked out); later slots are padding with ``done = True``.
+        first_episode_only: Only each env's first episode of the rollout counts: stop stepping once every env
+            has finished one (the rest would be masked out); later slots are padding with ``done = True``.
     """
 
     num_steps: int
     reset_every_rollout: bool = False
     group_size: int = 1
-    stop_when_all_done: bool = False
+    first_episode_only: bool = False
 
 
 def leaves(obs: Tensor | TensorDict, keys: list) -> list[Tensor]:
@@ -93,7 +93,7 @@ class Collector:
     ends. After the loop the rollout's rewards and flags are folded into the episode statistics at once
     (:meth:`EpisodeStats.add_steps`), and one masked critic pass bootstraps the transitions cut by a time
     limit (``final_value``; recurrent policies compute it inside the step), at most one host sync per rollout.
-    With ``plan.stop_when_all_done`` the loop checks every few steps whether every env has finished an
+    With ``plan.first_episode_only`` the loop checks every few steps whether every env has finished an
     episode and then stops (the rest would be masked out); the rollout's non-tensor entry
     ``num_steps_collected`` says how many steps were simulated.
 
@@ -104,7 +104,7 @@ class Collector:
         accel: Compile and/or capture :meth:`step`.
     """
 
-    def __init__(self, env: BatchedEnv, policy: PolicyProtocol, plan: CollectPlan,
+    def __init__(self, env: BatchedEnv, policy: Policy, plan: CollectPlan,
                  accel: Acceleration = Acceleration()) -> None:
         self.env, self.policy, self.plan, self.accel = env, policy, plan, accel
         n, dev = env.num_envs, env.device
@@ -167,7 +167,7 @@ class Collector:
             write(self._success, success)
             self._reports_success = True  # a constant store: compiled steps need no guard on it
         self.info_metrics.step(step.info, done)
-        if self.plan.stop_when_all_done:
+        if self.plan.first_episode_only:
             self._finished |= done
         for buffer, leaf in zip(self._obs, leaves(step.obs, self._keys), strict=True):
             buffer.copy_(leaf)
@@ -200,7 +200,7 @@ class Collector:
             self._buf["final_value"].zero_()
         num_steps = self.plan.num_steps
         for t in range(self.plan.num_steps):
-            if self.plan.stop_when_all_done and t % _CHECK_EVERY == 0 and t > 0 and bool(self._finished.all()):
+            if self.plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and bool(self._finished.all()):
                 num_steps = t
                 break
             self._step()

@@ -12,7 +12,7 @@ from embodirl.collect.episode_stats import fold_steps
 from embodirl.collect.info_metrics import InfoMetrics
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
-from embodirl.policies.base import PolicyProtocol
+from embodirl.policies.base import Policy
 
 __all__ = ["Evaluator", "evaluate_policy"]
 
@@ -36,7 +36,7 @@ class Evaluator:
         accel: Compile and/or capture the evaluation step.
     """
 
-    def __init__(self, env: BatchedEnv, policy: PolicyProtocol, accel: Acceleration = Acceleration()) -> None:
+    def __init__(self, env: BatchedEnv, policy: Policy, accel: Acceleration = Acceleration()) -> None:
         self.env, self.policy = env, policy
         n, dev = env.num_envs, env.device
         spec = observation_spec(env.observation_space)
@@ -139,6 +139,6 @@ class Evaluator:
         return metrics
 
 
-def evaluate_policy(env: BatchedEnv, policy: PolicyProtocol, num_episodes: int, seed: int) -> dict[str, float]:
+def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: int) -> dict[str, float]:
     """Eager one-off evaluation (see :meth:`Evaluator.evaluate`)."""
     return Evaluator(env, policy).evaluate(num_episodes, seed)

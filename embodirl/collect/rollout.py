@@ -20,7 +20,7 @@ bootstrap observation ``obs[:, T]`` and its value ``value[:, T]``; its transitio
 Actor-only policies write ``value = 0`` and ``final_value = 0``. The non-tensor entry
 ``num_steps_collected`` (int, set by the collector) is the number of steps actually simulated: less
 than T when the collector stopped early because every env had finished an episode
-(``CollectPlan.stop_when_all_done``); slots from there to T are padding with ``done = terminated = True``
+(``CollectPlan.first_episode_only``); slots from there to T are padding with ``done = terminated = True``
 and zero reward. Algorithms may add keys (``advantage``, ``return``) but never change these.
 """
 

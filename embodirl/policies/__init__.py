@@ -1,4 +1,4 @@
-"""Policies: actor-critic and actor-only over a distribution fitted to the action space."""
+"""Policies: the contract (:class:`Policy`) and the shipped actor-only, actor-critic and recurrent policies."""
 
 from embodirl.policies.actor_critic import ActorCritic
 from embodirl.policies.actor_only import ActorOnly

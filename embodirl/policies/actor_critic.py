@@ -9,14 +9,14 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
-from embodirl.policies.base import Policy
+from embodirl.policies.actor_only import ActorOnly
 from embodirl.policies.distributions import ActionDistribution
 from embodirl.policies.networks import build_mlp
 
 __all__ = ["ActorCritic"]
 
 
-class ActorCritic(Policy):
+class ActorCritic(ActorOnly):
     """Actor and critic as separate MLPs over encoded observations; the encoders are shared.
 
     The critic reads ``critic_keys`` (default: the actor's keys), which may include privileged keys the
@@ -24,7 +24,7 @@ class ActorCritic(Policy):
 
     Args:
         critic_hidden_sizes: Critic hidden sizes; None uses ``hidden_sizes``.
-        **kwargs: See :class:`embodirl.policies.base.Policy`.
+        **kwargs: See :class:`embodirl.policies.actor_only.ActorOnly`.
     """
 
     has_critic = True

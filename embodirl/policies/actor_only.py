@@ -1,11 +1,225 @@
-"""Actor-only policy for critic-free algorithms (GRPO): values are always 0."""
+"""The feedforward actor-only policy, the base of the shipped policies: encoders per observation key, an actor MLP
+and an action distribution fitted to the action space; no critic (its value is 0, for critic-free algorithms such
+as GRPO).
+
+A policy encodes each observation key it reads with one encoder (:mod:`embodirl.policies.encoders`), concatenates
+the features of the keys the actor sees (``actor_keys``) and, for an actor-critic, of the keys the critic sees
+(``critic_keys``, which may hold privileged keys the actor never sees), and maps them to action-distribution
+parameters and a value.
+"""
 
 from __future__ import annotations
 
-from embodirl.policies.base import Policy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from embodirl.envs.observations import key_name, observation_spec
+from embodirl.errors import ConfigError
+from embodirl.policies.distributions import ActionDistribution, make_distribution
+from embodirl.policies.encoders import Encoder, default_encoder, is_image
+from embodirl.policies.networks import build_mlp
+from embodirl.policies.normalizer import RunningNormalizer
 
 __all__ = ["ActorOnly"]
 
 
-class ActorOnly(Policy):
-    """Encoders, an actor and an action distribution, no critic. See :class:`embodirl.policies.base.Policy`."""
+def _module_key(name: str) -> str:
+    return name.replace(".", "__")  # nn.ModuleDict keys cannot hold dots
+
+
+class ActorOnly(nn.Module):
+    """Encoders, an actor MLP and an action distribution fitted to the action space; no critic (value 0).
+
+    Args:
+        observation_space: Single-env observation space (Box or Dict of Boxes).
+        action_space: Single-env action space (Discrete or 1-D Box).
+        hidden_sizes: Actor hidden layer sizes.
+        activation: Activation name (see :data:`embodirl.policies.networks.ACTIVATIONS`).
+        init_log_std: Initial Gaussian ``log_std`` (Box actions only).
+        log_std_min: Lower clamp of ``log_std``.
+        log_std_max: Upper clamp of ``log_std``.
+        normalize_obs: Normalise float vector observations with running statistics (updated by the
+            algorithm after each update, checkpointed with the policy); images are scaled by their encoder.
+        encoders: Observation key -> encoder factory ``f(shape=..., dtype=...)`` (a ``_partial_`` config
+            node); keys not listed get :func:`~embodirl.policies.encoders.default_encoder`.
+        actor_keys: Observation keys the actor sees; None = every key.
+        critic_keys: Observation keys the critic sees (may include privileged keys); None = ``actor_keys``.
+        distribution: Action-distribution factory called with ``action_space=`` (a ``_partial_`` node, e.g.
+            :class:`~embodirl.policies.distributions.Beta`); None = by the action space (``Categorical`` for
+            ``Discrete``, ``DiagGaussian`` with ``init_log_std``/``log_std_min``/``log_std_max`` for ``Box``).
+    """
+
+    has_critic = False
+    is_recurrent = False
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.spaces.Space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "relu",
+        init_log_std: float = 0.0,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+        normalize_obs: bool = False,
+        encoders: Mapping[str, Any] | None = None,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
+        distribution: Callable[..., ActionDistribution] | None = None,
+    ) -> None:
+        super().__init__()
+        spec = self.obs_spec = observation_spec(observation_space)
+        self._keys = {key_name(k): k for k in spec}
+        self.actor_keys = self._select("actor_keys", actor_keys, list(self._keys))
+        self.critic_keys = self._select("critic_keys", critic_keys, self.actor_keys) if self.has_critic else []
+        used = list(dict.fromkeys([*self.actor_keys, *self.critic_keys]))
+        encoders = dict(encoders or {})
+        unknown = sorted(set(encoders) - set(used))
+        if unknown:
+            raise ConfigError("encoders", unknown, f"observation keys the policy reads (one of: {', '.join(used)})",
+                              "remove them or add them to actor_keys/critic_keys")
+        self.encoders = nn.ModuleDict({_module_key(name): self._encoder(name, spec[self._keys[name]], encoders.get(name))
+                                       for name in used})
+        self.normalizers = nn.ModuleDict({
+            _module_key(name): RunningNormalizer(spec[self._keys[name]][0]) for name in used
+            if normalize_obs and spec[self._keys[name]][1].is_floating_point and not is_image(*spec[self._keys[name]])})
+        # Observation key name -> (TensorDict key, normaliser or None, encoder): looked up once, not per step.
+        self._routes = {name: (self._keys[name], self.normalizers[_module_key(name)]
+                               if _module_key(name) in self.normalizers else None, self.encoders[_module_key(name)])
+                        for name in used}
+        self.dist = self._distribution(action_space, distribution, init_log_std, log_std_min, log_std_max)
+        self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(hidden_sizes), activation,
+                               0.01)
+        self._read = used if self.has_critic else self.actor_keys  # keys act() encodes
+
+    @staticmethod
+    def _distribution(action_space: gym.spaces.Space, factory: Callable[..., ActionDistribution] | None,
+                      init_log_std: float, log_std_min: float, log_std_max: float) -> ActionDistribution:
+        if factory is None:
+            return make_distribution(action_space, init_log_std, log_std_min, log_std_max)
+        dist = factory(action_space=action_space)
+        if not isinstance(dist, ActionDistribution):
+            raise ConfigError("distribution", type(dist).__name__, "an embodirl.policies.distributions.ActionDistribution",
+                              "name one with _target_ and _partial_: true, e.g. +policy/distribution@policy.distribution=beta")
+        return dist
+
+    def _select(self, what: str, keys: Sequence[str] | None, default: list[str]) -> list[str]:
+        if keys is None:
+            return list(default)
+        names = list(keys)
+        unknown = [k for k in names if k not in self._keys]
+        if not names or unknown:
+            raise ConfigError(what, names, f"a non-empty list of observation keys (one of: {', '.join(self._keys)})",
+                              f"pass {what}=[{', '.join(self._keys)}] or null")
+        return names
+
+    @staticmethod
+    def _encoder(name: str, leaf: tuple[tuple[int, ...], torch.dtype], factory: Any) -> Encoder:
+        shape, dtype = leaf
+        try:
+            encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
+        except ConfigError as exc:  # the encoder's own key (shape, kernels) lives under encoders.<name>
+            if exc.key != "shape":
+                raise exc.with_prefix(f"encoders.{name}.") from None
+            kind = getattr(factory, "func", factory).__name__
+            raise ConfigError(f"encoders.{name}", kind, f"an encoder for the {name!r} observation, shape {list(shape)} "
+                              f"({kind} needs {exc.expected})", f"drop that encoder (a vector is used as it is), "
+                              f"or pick one for vectors: +policy/encoder@policy.encoders.{name}=mlp") from None
+        if not isinstance(encoder, Encoder):
+            raise ConfigError(f"encoders.{name}", type(encoder).__name__, "an embodirl.policies.encoders.Encoder",
+                              "name an Encoder class with _target_ and _partial_: true")
+        return encoder
+
+    def actor_prefixes(self) -> tuple[str, ...]:
+        """``state_dict`` name prefixes of what the actions are computed from: the actor network, the distribution's
+        parameters, and the encoders and observation statistics of the actor's keys. The rest (a critic, encoders of
+        keys only the critic reads) may start fresh when fine-tuning (:mod:`embodirl.policies.pretrained`)."""
+        keys = [_module_key(name) for name in self.actor_keys]
+        return ("actor.", "dist.", *(f"{part}.{key}." for part in ("encoders", "normalizers") for key in keys))
+
+    def feature_dim(self, names: Sequence[str]) -> int:
+        """Size of the concatenated features of ``names``."""
+        return sum(self.encoders[_module_key(n)].out_dim for n in names)
+
+    # --- encoding ------------------------------------------------------------------------------------
+    def encode(self, obs: TensorDict, names: Sequence[str]) -> dict[str, Tensor]:
+        """Features of each observation key in ``names``, each ``[B, out_dim]`` (normalised first if enabled)."""
+        out = {}
+        for name in names:
+            key, normalizer, encoder = self._routes[name]
+            x = obs.get(key)
+            if normalizer is not None:
+                x = normalizer(x)
+            out[name] = x if encoder.passthrough else encoder(x)
+        return out
+
+    @staticmethod
+    def join(features: Mapping[str, Tensor], names: Sequence[str]) -> Tensor:
+        """The features of ``names`` concatenated, ``[B, sum of out_dim]``."""
+        return features[names[0]] if len(names) == 1 else torch.cat([features[n] for n in names], dim=-1)
+
+    def _value(self, features: Mapping[str, Tensor], batch: torch.Size) -> Tensor:
+        """Value from encoded features; zeros without a critic."""
+        return torch.zeros(batch, device=self.actor[0].weight.device)
+
+    # --- the interface ---------------------------------------------------------------------------------
+    def initial_state(self, batch_size: int) -> TensorDict:
+        return TensorDict({}, batch_size=[batch_size], device=self.actor[0].weight.device)
+
+    @torch.no_grad()
+    def act(self, obs: TensorDict, state: TensorDict | None = None,
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict | None]:
+        features = self.encode(obs, self._read)
+        params = self.actor(self.join(features, self.actor_keys))
+        if deterministic:
+            action = self.dist.mode(params)
+            log_prob = self.dist.log_prob(params, action)
+        else:
+            action, log_prob = self.dist.sample(params)
+        return action, log_prob, self._value(features, obs.batch_size), state
+
+    @torch.no_grad()
+    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict | None]:
+        return self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys))), state
+
+    @torch.no_grad()
+    def value(self, obs: TensorDict, state: TensorDict | None = None) -> Tensor:
+        return self._value(self.encode(obs, self.critic_keys), obs.batch_size)
+
+    def evaluate(self, obs: TensorDict, action: Tensor, state: TensorDict | None = None,
+                 reset: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        features = self.encode(obs, self._read)
+        log_prob, entropy = self.dist.log_prob_entropy(self.actor(self.join(features, self.actor_keys)), action)
+        return log_prob, entropy, self._value(features, obs.batch_size)
+
+    # --- EmbodiChain's TensorDict interface, on top of the one above (feedforward policies) -------------
+    def get_action(self, td: TensorDict, deterministic: bool = False) -> TensorDict:
+        """Write ``action``, ``sample_log_prob`` and ``value`` for ``td["obs"]``; return ``td``."""
+        action, log_prob, value, _ = self.act(td["obs"], None, deterministic)
+        td.update({"action": action, "sample_log_prob": log_prob, "value": value})
+        return td
+
+    def forward(self, td: TensorDict, deterministic: bool = False) -> TensorDict:
+        return self.get_action(td, deterministic)
+
+    def get_value(self, td: TensorDict) -> TensorDict:
+        """Write ``value`` for ``td["obs"]``; return ``td``."""
+        td.set("value", self.value(td["obs"]))
+        return td
+
+    def evaluate_actions(self, td: TensorDict) -> TensorDict:
+        """A new TensorDict with ``sample_log_prob``, ``entropy`` and ``value`` (with gradients)."""
+        log_prob, entropy, value = self.evaluate(td["obs"], td["action"])
+        return TensorDict({"sample_log_prob": log_prob, "entropy": entropy, "value": value}, batch_size=td.batch_size)
+
+    @torch.no_grad()
+    def update_normalizer(self, obs: TensorDict) -> None:
+        for name in self._read:
+            key, normalizer, _ = self._routes[name]
+            if normalizer is not None:
+                normalizer.update(obs.get(key))

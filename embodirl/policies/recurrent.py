@@ -36,7 +36,7 @@ class ActorCriticRNN(ActorCritic):
         core_size: Hidden size of each core.
         hidden_sizes: Actor head hidden sizes (after the core).
         critic_hidden_sizes: Critic head hidden sizes; None uses ``hidden_sizes``.
-        **kwargs: See :class:`embodirl.policies.base.Policy`.
+        **kwargs: See :class:`embodirl.policies.actor_only.ActorOnly`.
     """
 
     is_recurrent = True
@@ -74,7 +74,7 @@ class ActorCriticRNN(ActorCritic):
         self._fields = ("h", "c") if core == "lstm" else ("h",)
 
     def actor_prefixes(self) -> tuple[str, ...]:
-        """The feedforward actor's prefixes and the actor's core (see :meth:`Policy.actor_prefixes`)."""
+        """The feedforward actor's prefixes and the actor's core (see :meth:`ActorOnly.actor_prefixes`)."""
         return (*super().actor_prefixes(), "actor_core.")
 
     # --- the state -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.errors import ConfigError, check, check_choice
 from embodirl.envs.observations import as_tensordict
-from embodirl.policies.base import PolicyProtocol
+from embodirl.policies.base import Policy
 
 __all__ = ["VideoSettings", "annotate", "record_episode", "save_video", "tile"]
 
@@ -107,7 +107,7 @@ def annotate(frames: np.ndarray, steps: np.ndarray, returns: np.ndarray, success
 
 
 @env_mode()
-def record_episode(env: BatchedEnv, policy: PolicyProtocol, num_envs: int, size: int, seed: int) -> np.ndarray:
+def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, seed: int) -> np.ndarray:
     """Run one deterministic episode from a seeded reset and return the tiled frames ``[T+1, H, W, 3]``.
 
     The first ``num_envs`` envs are drawn, each with its step / return / success overlay (:func:`annotate`);
