@@ -13,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from embodirl.app.build import build, wants_cuda
 from embodirl.runtime.checkpoint import load_checkpoint
-from embodirl.runtime.distributed import env_rank, init_distributed, shutdown
+from embodirl.runtime.distributed import init_distributed, shutdown
+from embodirl.runtime.rank import env_rank
 from embodirl.accel.garbage import free_finished_run, setup_objects_frozen
 from embodirl.errors import ConfigError, check
 from embodirl.runtime.status import fate_of, write_status

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from embodirl.runtime.checkpoint import atomic_write_json
+from embodirl.runtime.files import atomic_write_json
 from embodirl.analysis.stats import format_count, format_number
 from embodirl.runtime.files import parse_json, parse_yaml, printable, read_regular_file
 from embodirl.runtime.status import SWEEP_ID_ENV, as_failed_if_gone, read_status

@@ -148,7 +148,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
-    from embodirl.runtime.checkpoint import atomic_write_json
+    from embodirl.runtime.files import atomic_write_json
     from embodirl.cli.errors import fail
     from embodirl.analysis.summary import print_eval
 

@@ -69,7 +69,7 @@ def _train(cfg: DictConfig) -> float:
     Ctrl-C and preemption stop a sweep too.
     """
     from embodirl.cli.errors import fail, message
-    from embodirl.runtime.distributed import env_rank
+    from embodirl.runtime.rank import env_rank
     from embodirl.app.run import run_training, wandb_identity  # after parsing: fast --help
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.app.sweep import record_job_failure

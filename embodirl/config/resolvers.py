@@ -28,7 +28,7 @@ def run_time(pattern: str) -> str:
 
 def rank_suffix() -> str:
     """``""`` on rank 0, ``".rank<r>"`` elsewhere."""
-    from embodirl.runtime.distributed import env_rank
+    from embodirl.runtime.rank import env_rank
 
     rank = env_rank()
     return f".rank{rank}" if rank else ""

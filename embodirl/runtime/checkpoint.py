@@ -18,11 +18,8 @@ after loading, that the optimizer's per-parameter tensors have their parameters'
 from __future__ import annotations
 
 import io
-import json
 import math
-import os
 import pickle
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,70 +28,12 @@ import torch
 
 from embodirl.errors import CheckpointError
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "check_finite", "check_optimizer_state", "load_checkpoint",
+__all__ = ["check_finite", "check_optimizer_state", "load_checkpoint",
            "rng_state", "serialize_checkpoint", "set_rng_state"]
 
 FORMAT = "embodirl-checkpoint"
 VERSION = 2  # 2: observations as TensorDicts, episode statistics with the collector
 REQUIRED = ("config", "policy", "algo", "trainer", "rng")
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it where /proc allows (os.umask is set-and-return)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _atomic_replace(path: Path, write) -> None:
-    """Write through a hidden temp file (``.<name>.<random>.tmp``) renamed over ``path``.
-
-    The file gets the mode an ordinary write would (0666 minus the umask), not mkstemp's 0600, so
-    colleagues sharing a cluster file system can read results. OS errors name ``path``.
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise exc if exc.filename else type(exc)(exc.errno, exc.strerror, str(path)) from None
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.filename != str(path):
-            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a partial one."""
-    _atomic_replace(Path(path), lambda f: f.write(data))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Atomically write ``obj`` as indented JSON (NaN written as null)."""
-    atomic_write_bytes(path, (json.dumps(_nan_to_none(obj), indent=2) + "\n").encode())
-
-
-def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and obj != obj:
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_nan_to_none(v) for v in obj]
-    return obj
 
 
 def serialize_checkpoint(state: dict[str, Any]) -> bytes:

@@ -19,8 +19,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistInfo", "allreduce_grads", "allreduce_max", "allreduce_mean", "allreduce_sum", "broadcast_module", "broadcast_object", "env_rank",
-           "get_info", "init_distributed", "shutdown", "sync_report"]
+from embodirl.runtime.rank import submitit_env
+
+__all__ = ["DistInfo", "allreduce_grads", "allreduce_max", "allreduce_mean", "allreduce_sum", "broadcast_module",
+           "broadcast_object", "get_info", "init_distributed", "shutdown", "sync_report"]
 
 log = logging.getLogger(__name__)
 
@@ -42,24 +44,6 @@ class DistInfo:
 _INFO = DistInfo()
 
 
-def env_rank() -> int:
-    """This process's global rank from the environment (torchrun, submitit), before any process group."""
-    if "RANK" in os.environ:
-        return int(os.environ["RANK"])
-    env = _submitit_env()
-    return env.global_rank if env is not None else 0
-
-
-def _submitit_env() -> Any | None:
-    try:
-        import submitit
-
-        env = submitit.JobEnvironment()
-        return env if env.num_tasks > 1 else None
-    except (RuntimeError, ImportError, KeyError):
-        return None
-
-
 def init_distributed(use_cuda: bool | None) -> DistInfo:
     """Join (or create) the process group if this process is one of several; return the layout.
 
@@ -74,7 +58,7 @@ def init_distributed(use_cuda: bool | None) -> DistInfo:
         return _INFO
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         source = "torchrun/env"
-    elif _submitit_env() is not None:
+    elif submitit_env() is not None:
         from submitit.helpers import TorchDistributedEnvironment
 
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)

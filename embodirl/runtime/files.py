@@ -1,4 +1,5 @@
-"""Reading what a run directory holds, whatever it holds: regular files only, bounded in size, data only.
+"""Reading what a run directory holds, whatever it holds (regular files only, bounded in size, data only), and
+writing its files atomically.
 
 A run directory is written by embodirl, but a report or a sweep's end reads whatever is there: a FIFO named
 ``status.json`` (opening it waits for a writer forever), ``metrics.jsonl`` linked to ``/dev/zero`` (reading it
@@ -16,14 +17,27 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import yaml
 from yaml.composer import ComposerError
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_METRICS_BYTES", "UnreadableFileError", "describe_size",
-           "open_regular_file", "parse_json", "parse_yaml", "printable", "read_regular_file"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_METRICS_BYTES",
+    "UnreadableFileError",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "describe_size",
+    "open_regular_file",
+    "parse_json",
+    "parse_yaml",
+    "printable",
+    "read_regular_file",
+]
 
 MAX_FILE_BYTES = 1 << 20
 MAX_METRICS_BYTES = 64 << 20
@@ -130,7 +144,7 @@ def parse_yaml(data: bytes) -> Any:
             integer over Python's 4,300-digit limit, or nested too deep.
     """
     try:
-        return _check_depth(yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader))  # noqa: S506 - a safe loader
+        return _check_depth(yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader))
     except yaml.YAMLError as exc:
         mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None) or str(exc)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -145,3 +159,62 @@ def printable(text: Any, max_chars: int = 500) -> str:
     line = " ".join(str(text).split())
     line = "".join(c if c.isprintable() else "\ufffd" for c in line)
     return line if len(line) <= max_chars else line[: max_chars - 3] + "..."
+
+
+# --- writing ----------------------------------------------------------------------------------------------
+def _umask() -> int:
+    """The process's umask, read without changing it where /proc allows (os.umask is set-and-return)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _atomic_replace(path: Path, write) -> None:
+    """Write through a hidden temp file (``.<name>.<random>.tmp``) renamed over ``path``.
+
+    The file gets the mode an ordinary write would (0666 minus the umask), not mkstemp's 0600, so
+    colleagues sharing a cluster file system can read results. OS errors name ``path``.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise exc if exc.filename else type(exc)(exc.errno, exc.strerror, str(path)) from None
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename != str(path):
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a partial one."""
+    _atomic_replace(Path(path), lambda f: f.write(data))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """Atomically write ``obj`` as indented JSON (NaN written as null)."""
+    atomic_write_bytes(path, (json.dumps(_nan_to_none(obj), indent=2) + "\n").encode())
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nan_to_none(v) for v in obj]
+    return obj

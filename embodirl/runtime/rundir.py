@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from embodirl.runtime.checkpoint import atomic_write_bytes
 from embodirl.errors import CheckpointError
+from embodirl.runtime.files import atomic_write_bytes
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
            "remove_temp_files", "write_hydra_files"]

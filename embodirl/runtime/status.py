@@ -23,9 +23,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from embodirl.runtime.checkpoint import atomic_write_json
 from embodirl.errors import is_int
-from embodirl.runtime.files import MAX_FILE_BYTES, parse_json, read_regular_file
+from embodirl.runtime.files import MAX_FILE_BYTES, atomic_write_json, parse_json, read_regular_file
 
 __all__ = ["STATES", "SWEEP_ID_ENV", "as_failed_if_gone", "fate_of", "process_gone", "read_status", "write_status"]
 

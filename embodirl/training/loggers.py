@@ -120,7 +120,7 @@ class JsonlLogger:
             raise _with_path(exc, path) from None
 
     def _drop_lines_after(self, env_steps: int) -> None:
-        from embodirl.runtime.checkpoint import atomic_write_bytes
+        from embodirl.runtime.files import atomic_write_bytes
 
         lines = self.path.read_bytes().splitlines(keepends=True)
         kept, dropped = [], []

@@ -17,25 +17,24 @@ from typing import Any, Literal
 import torch
 
 from embodirl.algos.base import BaseAlgorithm
-from embodirl.training.callbacks import Callbacks
+from embodirl.collect.collector import Collector
+from embodirl.collect.evaluator import Evaluator
+from embodirl.envs.base import BatchedEnv, env_mode
+from embodirl.errors import CheckpointError, DivergedError, NonFiniteLossError, check, check_choice
 from embodirl.runtime.checkpoint import (
-    atomic_write_bytes,
-    atomic_write_json,
     check_optimizer_state,
     load_checkpoint,
     rng_state,
     serialize_checkpoint,
     set_rng_state,
 )
-from embodirl.collect.collector import Collector
 from embodirl.runtime.distributed import allreduce_max, allreduce_sum, broadcast_object, get_info, sync_report
-from embodirl.envs.base import BatchedEnv, env_mode
-from embodirl.training.divergence import check_divergence, parse_divergence
-from embodirl.errors import CheckpointError, DivergedError, NonFiniteLossError, check, check_choice
-from embodirl.collect.evaluator import Evaluator
-from embodirl.runtime.status import fate_of
-from embodirl.training.loggers import MetricLoggers
+from embodirl.runtime.files import atomic_write_bytes, atomic_write_json
 from embodirl.runtime.preemption import Interrupted, StopSignals
+from embodirl.runtime.status import fate_of
+from embodirl.training.callbacks import Callbacks
+from embodirl.training.divergence import check_divergence, parse_divergence
+from embodirl.training.loggers import MetricLoggers
 from embodirl.training.stopping import MetricNames, StopConditions, parse_stop_on
 from embodirl.training.video import VideoSettings, record_episode, save_video
 

@@ -30,7 +30,7 @@ def test_a_disk_that_fills_mid_run_ends_failed_in_one_line(tmp_path, monkeypatch
         return real_mkstemp(*args, **kwargs)
 
     real_mkstemp = tempfile.mkstemp
-    monkeypatch.setattr("embodirl.runtime.checkpoint.tempfile.mkstemp", mkstemp)
+    monkeypatch.setattr("embodirl.runtime.files.tempfile.mkstemp", mkstemp)
     monkeypatch.setattr(sys, "argv", ["embodirl-train", *TINY, f"hydra.run.dir={run_dir}"])
     with in_process_run(120), pytest.raises(SystemExit) as info:
         main()

@@ -156,7 +156,8 @@ def test_resuming_an_older_periodic_checkpoint_keeps_the_new_ones(tmp_path, tiny
 
 
 def test_nan_parameters_in_a_checkpoint_are_refused(tmp_path, tiny):
-    from embodirl.runtime.checkpoint import atomic_write_bytes, serialize_checkpoint
+    from embodirl.runtime.checkpoint import serialize_checkpoint
+    from embodirl.runtime.files import atomic_write_bytes
     from embodirl.errors import CheckpointError
 
     run_training(compose_config(tiny), tmp_path / "a")
