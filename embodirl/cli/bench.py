@@ -123,8 +123,8 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     import torch
     import torch._dynamo
 
-    from embodirl.app.build import build_components
     from embodirl.accel.profiling import count_kernels, count_ops, inductor_kernel_events
+    from embodirl.app.build import build_components
 
     parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1", "compile=false",
                             "cuda_graphs=false", *QUIET]))

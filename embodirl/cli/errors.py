@@ -110,9 +110,9 @@ def message(exc: BaseException) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from embodirl.training.loggers import LoggerError
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rundir import RunDirBusyError
+    from embodirl.training.loggers import LoggerError
 
     if isinstance(exc, Interrupted | PreemptedError):
         return one_line(str(exc))
@@ -184,7 +184,7 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
     except BrokenPipeError:  # the reader went away (`embodirl-train --help | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush fails no more
         sys.exit(141)  # 128 + SIGPIPE, what a shell shows for a program killed by a closed pipe
-    except BaseException as exc:  # noqa: BLE001 - every failure ends in one line
+    except BaseException as exc:
         from hydra.errors import HydraException
 
         from embodirl.cli.suggest import explain_composition_error

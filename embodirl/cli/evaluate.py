@@ -96,10 +96,10 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
 def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Load ``cfg.checkpoint``, rebuild env and policy, evaluate (and film); return the result record."""
     from embodirl.app.build import build_env, build_policy, build_video_settings, configure_torch, resolve_device
-    from embodirl.training.video import record_episode, save_video
-    from embodirl.runtime.checkpoint import load_checkpoint
     from embodirl.collect.evaluator import evaluate_policy
     from embodirl.config.trust import check_config_from_file
+    from embodirl.runtime.checkpoint import load_checkpoint
+    from embodirl.training.video import record_episode, save_video
 
     trusted = cfg.trusted_targets
     if not isinstance(trusted, ListConfig | list) or not all(isinstance(t, str) for t in trusted):
@@ -148,9 +148,9 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
-    from embodirl.runtime.files import atomic_write_json
-    from embodirl.cli.errors import fail
     from embodirl.analysis.summary import print_eval
+    from embodirl.cli.errors import fail
+    from embodirl.runtime.files import atomic_write_json
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

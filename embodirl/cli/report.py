@@ -48,8 +48,8 @@ def write_report(root: Path, out: Path) -> tuple[str, str, list[Path]]:
     """
     runs = load_runs(root)  # bad input fails here, before the slow imports
 
-    from embodirl.runtime.files import atomic_write_bytes
     from embodirl.analysis.curves import plot_curves
+    from embodirl.runtime.files import atomic_write_bytes
 
     groups = group_runs(runs)
     keys, _ = varying_keys(groups)

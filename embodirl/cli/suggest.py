@@ -31,7 +31,7 @@ def _parse(argv: Sequence[str]) -> tuple[list[Any], str | None]:
     try:
         args = get_args_parser().parse_args(list(argv))
         return OverridesParser.create().parse_overrides(args.overrides), args.config_dir
-    except (SystemExit, Exception):  # noqa: BLE001 - no suggestion is better than a second error
+    except (SystemExit, Exception):
         return [], None
 
 
@@ -46,7 +46,7 @@ def _composed(config_name: str, overrides: list[Any], skip: str) -> Any | None:
     try:
         with initialize_config_module("embodirl.conf", version_base="1.3"):
             return compose(config_name, overrides=kept, return_hydra_config=True)
-    except Exception:  # noqa: BLE001 - no suggestion is better than a second error
+    except Exception:
         return None
     finally:
         GlobalHydra.instance().clear()

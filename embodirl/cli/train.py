@@ -68,21 +68,24 @@ def _train(cfg: DictConfig) -> float:
     then fails the command naming it. A single run exits with the status of :mod:`embodirl.cli.errors`.
     Ctrl-C and preemption stop a sweep too.
     """
-    from embodirl.cli.errors import fail, message
-    from embodirl.runtime.rank import env_rank
-    from embodirl.app.run import run_training, wandb_identity  # after parsing: fast --help
-    from embodirl.runtime.preemption import Interrupted, PreemptedError
-    from embodirl.app.sweep import record_job_failure
     from embodirl.analysis.summary import print_summary
+    from embodirl.app.sweep import record_job_failure
+    from embodirl.cli.errors import fail, message
+    from embodirl.config.run import check_run_config
+    from embodirl.runtime.preemption import Interrupted, PreemptedError
+    from embodirl.runtime.rank import env_rank
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
-             "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
-    sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
-    names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env.get("id"))
     try:
+        check_run_config(cfg)  # every key against its schema, before torch is imported
+        from embodirl.app.run import run_training, wandb_identity  # imports torch
+
+        files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+                 "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
+        sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
+        names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env.get("id"))
         summary = run_training(cfg, run_dir, files, names)
     except Exception as exc:
         if isinstance(exc, PreemptedError) and not multirun:
@@ -121,7 +124,7 @@ def debug_last(argv: list[str]) -> list[str]:
 
     try:
         overrides = OverridesParser.create().parse_overrides(get_args_parser().parse_args(argv).overrides)
-    except Exception:  # noqa: BLE001 - Hydra reports overrides that do not parse
+    except Exception:
         return argv
     chosen = {(o.key_or_group, o.is_add()): o for o in overrides if not o.is_sweep_override()}
     debug = chosen.get(("trainer", False))

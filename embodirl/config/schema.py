@@ -41,6 +41,7 @@ class Bounds:
     le: float | None = None
     lt: float | None = None
     finite: bool = True
+    text: str | None = None
 
     def holds(self, value: Any) -> bool:
         """Whether a number is in range (non-numbers are the type check's business)."""
@@ -53,6 +54,8 @@ class Bounds:
 
     def describe(self) -> str:
         """``"in [0, 1]"``, ``"> 0"``, ``">= 1"`` (empty without bounds)."""
+        if self.text:
+            return self.text
         low = (f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None)
         high = (f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None)
         if low and high:
@@ -70,7 +73,7 @@ def _num(value: float) -> str:
 
 def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float | None = None,
         le: float | None = None, lt: float | None = None, finite: bool = True,
-        factory: Callable[[], Any] | None = None) -> Any:
+        factory: Callable[[], Any] | None = None, range_text: str | None = None) -> Any:
     """A schema key: its default (or ``factory`` for lists and mappings), bounds and one-line doc.
 
     Args:
@@ -79,8 +82,9 @@ def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float 
         ge, gt, le, lt: Bounds of a number (``>=``, ``>``, ``<=``, ``<``).
         finite: Refuse nan and inf for a float (default); False where inf means "no limit".
         factory: Builds a mutable default (``list``, ``dict``).
+        range_text: The range in words where the bounds' own are unreadable (``"in [-2^62, 2^62]"``).
     """
-    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite)}
+    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite, range_text)}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -199,6 +203,9 @@ def describe_type(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(annotation)
+        choices = _choices(args)
+        if choices is not None:
+            return "one of: " + ", ".join(choices)
         words = [describe_type(a) for a in args if a is not type(None)]
         return ("null or " if type(None) in args else "") + " or ".join(words)
     if origin is typing.Literal:
@@ -220,6 +227,21 @@ def describe_type(annotation: Any) -> str:
     if origin in (dict, Mapping) or annotation in (dict, Mapping):
         return "a mapping"
     return getattr(annotation, "__name__", str(annotation))
+
+
+def _choices(args: tuple[Any, ...]) -> list[str] | None:
+    """The values of a union of bools, literals and None in words (``true, false, auto``), else None."""
+    words: list[str] = []
+    for arg in args:
+        if arg is bool:
+            words += ["true", "false"]
+        elif arg is type(None):
+            words.append("null")
+        elif typing.get_origin(arg) is typing.Literal:
+            words += [cli_text(a) for a in typing.get_args(arg)]
+        else:
+            return None
+    return words
 
 
 def _plural(annotation: Any) -> str:
@@ -255,7 +277,8 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     close = suggest(name, names)
     hint = f"did you mean {prefix}{close}? " if close else ""
-    return ConfigError(prefix + name, value, f"a key of {cls.__name__} (one of: {', '.join(names)})",
+    where = f"a key of {prefix.rstrip('.')}" if prefix else "a top-level key"
+    return ConfigError(prefix + name, value, f"{where} (one of: {', '.join(names)})",
                        f"{hint}correct the spelling, or remove {prefix}{name}", absolute=True)
 
 
@@ -278,10 +301,8 @@ def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: st
     annotation = _hints(cls)[f.name]
     bounds: Bounds = f.metadata.get("bounds", Bounds())
     converted = conform(value, annotation)
-    example = _example(f)
     if converted is NO_MATCH or not _in_bounds(converted, bounds):
-        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds),
-                          f"pass a value of that type{example}", absolute=True)
+        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds), _fix(f, prefix), absolute=True)
     return _nested(annotation, converted, prefix + f.name)
 
 
@@ -291,12 +312,12 @@ def _in_bounds(value: Any, bounds: Bounds) -> bool:
     return bounds.holds(value)
 
 
-def _example(f: dataclasses.Field) -> str:
-    default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
-                                                          else MISSING)
-    if default is MISSING or default is None or isinstance(default, Mapping | list):
-        return ""
-    return f", e.g. the default {cli_text(default)}"
+def _fix(f: dataclasses.Field, prefix: str) -> str:
+    """``pass algo.num_steps=32`` (the default) where the default is a plain value, else general advice."""
+    default = f.default if f.default is not MISSING else MISSING
+    if default is MISSING or default is None or isinstance(default, Mapping | list | tuple):
+        return "pass a value of that type"
+    return f"pass {prefix}{f.name}={cli_text(default)} (the default) or another value of that type"
 
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:
@@ -377,10 +398,11 @@ def _shipped() -> dict[str, type[Schema]]:
 
 def schema_for(target: str) -> type[Schema] | None:
     """The schema of the class ``target`` names: a shipped component's without importing it, else the
-    annotation of the class's first constructor argument (importing the class); None when it has none."""
+    annotation of the class's first constructor argument (importing a class of the user's own); None when it has
+    none."""
     shipped = _shipped().get(target)
-    if shipped is not None:
-        return shipped
+    if shipped is not None or target.startswith("embodirl."):
+        return shipped  # embodirl's own classes are never imported to look: their schemas are in the registry
     from hydra.utils import get_class  # user classes: imported, as instantiating them would
 
     try:

@@ -32,7 +32,7 @@ BAD_INPUTS = [
     (["foo"], ["'foo'", "key=value"]),
     (["algo.learning_rate=1e-3,2e-3"], ["algo.learning_rate=1e-3,2e-3", "--multirun"]),
     # --- top level ---
-    (["+foo=1"], ["foo=1", "top-level key", "Fix: remove +foo"]),
+    (["+foo=1"], ["foo=1", "top-level key", "remove foo"]),
     (["seed=abc"], ["seed='abc'", "an int", "Fix:"]),
     (["seed=1.5"], ["seed=1.5", "an int", "Fix:"]),
     (["num_threads=0"], ["num_threads=0", "an int >= 1", "Fix:"]),

@@ -50,7 +50,7 @@ def test_defaults_and_conversions():
 
 def test_bad_values_name_the_full_key_and_what_is_valid():
     assert _error({"num_epochs": 0}) == ("algo.num_epochs=0 is invalid: expected an int >= 1. "
-                                         "Fix: pass a value of that type, e.g. the default 2.")
+                                         "Fix: pass algo.num_epochs=2 (the default) or another value of that type.")
     assert "algo.num_epochs=1.5 is invalid: expected an int >= 1" in _error({"num_epochs": 1.5})
     assert "algo.num_epochs=True is invalid" in _error({"num_epochs": True})  # a bool is never a count
     assert "algo.rate=inf is invalid: expected a float in [0, 1]" in _error({"rate": float("inf")})
@@ -68,7 +68,7 @@ def test_inf_passes_only_where_the_key_allows_it():
 
 def test_unknown_renamed_and_refused_keys():
     text = _error({"num_epoch": 3})
-    assert text.startswith("algo.num_epoch=3 is invalid: expected a key of Outer (one of: num_epochs, rate,")
+    assert text.startswith("algo.num_epoch=3 is invalid: expected a key of algo (one of: num_epochs, rate,")
     assert "Fix: did you mean algo.num_epochs? correct the spelling" in text
     assert _error({"n_epochs": 3}) == ("algo.n_epochs=3 is invalid: expected no key of this name: it was renamed to "
                                        "algo.num_epochs. Fix: pass algo.num_epochs=3 instead.")
