@@ -193,6 +193,12 @@ def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
     (why this value) is added to it: ``relu | elu | tanh [ppo_pendulum: RL Zoo's ...]``. A group's
     own node (``algo``) gets its option file's leading comment.
     """
+    return _yaml_comments(choices)[0]
+
+
+def _yaml_comments(choices: Mapping[str, str | None]) -> tuple[dict[str, str | None], dict[str, str]]:
+    """``(config_comments, notes)``: ``notes`` holds only what appended files say of a key (``[option: why]``)."""
+    notes: dict[str, str] = {}
     comments = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items() if v is not None}
     chosen = [(g, o) for g, o in choices.items() if o is not None and not g.startswith("hydra")]
     ordered = sorted(chosen, key=lambda item: (needs_plus(item[0]), _order(item[0])))
@@ -210,8 +216,25 @@ def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
             if comment is None:
                 continue
             base = comments.get(path)
+            if appended and base and base != comment:
+                notes[path] = f"{notes.get(path, '')} [{option}: {comment}]".strip()
             comments[path] = f"{base} [{option}: {comment}]" if appended and base and base != comment else comment
-    return comments
+    return comments, notes
+
+
+def key_help(config: Mapping[str, Any], choices: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Dotted key -> its line of help: the schema's doc, type and range, and what an appended recipe says of it;
+    a key no schema documents (a class of your own) gets its YAML comment."""
+    from embodirl.config.reference import documented_keys, summary
+
+    comments, notes = _yaml_comments(choices)
+    docs = documented_keys(config)
+    found: dict[str, str | None] = dict(comments)
+    for path, row in docs.items():
+        if row.type.startswith("a node") and comments.get(path):
+            continue  # a group's node: its option file's own description says more than "the algorithm"
+        found[path] = f"{summary(row)} {notes[path]}" if path in notes else summary(row)
+    return found
 
 
 def _order(group: str) -> int:
@@ -302,7 +325,7 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
     if overrides:
         lines.append(f"Composed with: {' '.join(single) or '(defaults)'}"
                      + (f" (sweep overrides left out: {' '.join(swept)})" if swept else ""))
-    lines += _keys_section(job, config_comments(choices), choices)
+    lines += _keys_section(job, key_help(job, choices), choices)
     lines += ["", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags;",
               f"      eval \"$({prog} -sc install=bash)\" installs shell completion; README \"Using it\"."]
     return "\n".join(lines)

@@ -27,8 +27,8 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 class RunConfig(Schema):
     """The composed config of ``embodirl-train`` (``train.yaml`` and the options chosen for each group)."""
 
-    seed: int = key(0, ge=-MAX_SEED, le=MAX_SEED, range_text="in [-2^62, 2^62] (evaluation and other ranks add "
-                    "offsets to it, which must fit in 64 bits)", doc="seeds torch (policy init, sampling) and the envs")
+    seed: int = key(0, ge=-MAX_SEED, le=MAX_SEED, range_text="in [-2^62, 2^62]",
+                    doc="seeds torch (policy init, sampling) and the envs; evaluation and other ranks add offsets")
     device: str = key("auto", doc="auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")
     num_threads: int = key(1, ge=1, doc="torch intra-op threads; 1 is fastest for small nets on small or shared CPUs")
     num_update_threads: int | None = key(None, ge=1, doc="threads during the update only (large nets or batches may "

@@ -13,11 +13,11 @@ from omegaconf import OmegaConf
 
 from embodirl.cli.help import (
     STRUCTURAL_KEYS,
-    config_comments,
     file_description,
     help_page,
     help_request,
     key_comments,
+    key_help,
 )
 from tests.conftest import run_cli
 
@@ -59,15 +59,23 @@ def _keys(node: dict, prefix: str = ""):
 
 
 @pytest.mark.parametrize("overrides", _compositions(), ids=lambda o: " ".join(o) or "defaults")
-def test_every_key_of_the_composed_config_has_a_yaml_comment(overrides):
-    """A key added to a YAML file without an inline comment (or an option file without a header) fails here."""
+def test_every_key_of_the_composed_config_is_documented(overrides):
+    """A key that no schema documents and no YAML comment explains (or an option file without a header) fails."""
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
     job = OmegaConf.to_container(cfg, resolve=False)
     job.pop("hydra")
-    comments = config_comments(choices)
-    assert [key for key in _keys(job) if not comments.get(key)] == []
+    docs = key_help(job, choices)
+    assert [key for key in _keys(job) if not docs.get(key)] == []
+
+
+def test_schema_docs_win_over_yaml_comments_and_recipes_add_why():
+    page = help_page(["algo/optimizer=sgd", "+experiment=ppo_push_cube"])
+    momentum = next(line for line in page.splitlines() if line.strip().startswith("algo.optimizer.momentum="))
+    assert momentum.split("# ", 1)[1] == "momentum factor (0 = plain SGD) (a float >= 0)"
+    seed = next(line for line in page.splitlines() if line.strip().startswith("seed="))
+    assert seed.endswith("add offsets (an int in [-2^62, 2^62])")
 
 
 def test_every_key_of_the_eval_config_has_a_comment():
