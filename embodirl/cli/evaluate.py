@@ -150,10 +150,12 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 def _evaluate(cfg: DictConfig) -> float:
     from embodirl.analysis.summary import print_eval
     from embodirl.cli.errors import fail
+    from embodirl.config.run import check_evaluate_config
     from embodirl.runtime.files import atomic_write_json
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        check_evaluate_config(cfg)  # every key against the schema, before torch is imported
         result = evaluate_checkpoint(cfg, out_dir)
         out = out_dir / "eval.json"
         atomic_write_json(out, result)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from embodirl.config.schema import Node, Schema, key, parse
 from embodirl.errors import ConfigError
 
-__all__ = ["MAX_SEED", "RunConfig", "check_run_config"]
+__all__ = ["MAX_SEED", "EvaluateConfig", "RunConfig", "check_evaluate_config", "check_run_config"]
 
 # Seeds plus the rank and evaluation offsets must stay int64 (torch and numpy seeds); 2^62 leaves room for any
 # number of ranks.
@@ -47,11 +47,56 @@ class RunConfig(Schema):
     eval: Node = key(doc="the periodic evaluation and its videos")
 
     def check(self) -> None:
-        if self.device.startswith("cpu:"):
-            raise ConfigError("device", self.device, "auto, cpu, cuda or cuda:N (the CPU is one device: it takes no "
-                              "index)", "pass device=cpu")
-        if not _DEVICE.fullmatch(self.device):
-            raise ConfigError("device", self.device, "auto, cpu, cuda or cuda:N", "pass device=auto")
+        check_device(self.device)
+
+
+def check_device(device: str) -> None:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether that device exists is known once torch is imported)."""
+    if device.startswith("cpu:"):
+        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N (the CPU is one device: it takes no index)",
+                          "pass device=cpu")
+    if not _DEVICE.fullmatch(device):
+        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N", "pass device=auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig(Schema):
+    """The config of ``embodirl-eval`` (``eval.yaml``): which checkpoint, how many episodes, where and how to film."""
+
+    run: str | None = key(None, doc="a run directory of embodirl-train (evaluates its checkpoints/<checkpoint>.pt)")
+    checkpoint: str = key("last", doc="with run: best | last | a file name in checkpoints/ (step_*.pt); without "
+                          "run: a .pt path (or a run directory)")
+    num_episodes: int = key(100, ge=1, doc="deterministic episodes, spread evenly over the env copies")
+    seed: int = key(12345, ge=-MAX_SEED, le=MAX_SEED, range_text="in [-2^62, 2^62]",
+                    doc="reset seed of the evaluation env")
+    device: str = key("auto", doc="auto | cpu | cuda | cuda:N")
+    trusted_targets: list[str] = key(factory=list, doc="classes of your own that the checkpoint's config may name "
+                                     "(never taken from the file)")
+    num_threads: int = key(1, ge=1, doc="torch intra-op threads")
+    env: dict[str, Any] = key(factory=dict, doc="env keys changed for evaluation: num_envs (null = the run's "
+                              "evaluation envs), others with +env.KEY=VALUE (checked by the env's schema)")
+    eval: Node = key(doc="evaluation videos")
+
+    def check(self) -> None:
+        check_device(self.device)
+        num_envs = self.env.get("num_envs")
+        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1):
+            raise ConfigError("env.num_envs", num_envs, "null (the run's evaluation envs) or an int >= 1",
+                              "pass env.num_envs=8")
+
+
+def check_evaluate_config(cfg: Any) -> EvaluateConfig:
+    """``embodirl-eval``'s composed config checked against :class:`EvaluateConfig`, before torch is imported."""
+    return parse(EvaluateConfig, _plain(cfg))
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    from omegaconf import DictConfig, OmegaConf
+
+    values = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    if not isinstance(values, Mapping):
+        raise ConfigError("config", values, "a mapping of keys", "compose it with the command line")
+    return {str(k): v for k, v in values.items()}
 
 
 def check_run_config(cfg: Any) -> RunConfig:
@@ -61,9 +106,4 @@ def check_run_config(cfg: Any) -> RunConfig:
     Raises:
         ConfigError: The first bad key, naming its full path, the value, what is valid and a fix.
     """
-    from omegaconf import DictConfig, OmegaConf
-
-    values = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-    if not isinstance(values, Mapping):
-        raise ConfigError("config", values, "a mapping of keys", "compose it with embodirl-train")
-    return parse(RunConfig, {str(k): v for k, v in values.items()})
+    return parse(RunConfig, _plain(cfg))

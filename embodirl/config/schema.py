@@ -344,6 +344,10 @@ def parse_node(values: Mapping[str, Any], prefix: str = "") -> Node:
     schema = schema_for(target)
     own = {k: v for k, v in values.items() if k not in STRUCTURAL_KEYS}
     flags = {k: v for k, v in values.items() if k in STRUCTURAL_KEYS and k != "_target_"}
+    if schema is None:  # its own keys wait for the class; the nodes in it are checked by their schemas now
+        for name, value in own.items():
+            if _is_node_value(value):
+                parse_node(value, f"{prefix}{name}.")
     return Node(target, None if schema is None else parse(schema, own, prefix), own, flags)
 
 

@@ -10,18 +10,22 @@ import pytest
 PROBE = """
 import atexit, sys
 atexit.register(lambda: print("torch imported:", "torch" in sys.modules, file=sys.stderr))
-sys.argv = ["embodirl-train", *sys.argv[1:]]
-from embodirl.cli.train import main
-main()
+prog = sys.argv[1]
+sys.argv = [prog, *sys.argv[2:]]
+from embodirl.cli.train import main as train
+from embodirl.cli.evaluate import main as evaluate
+(train if prog == "embodirl-train" else evaluate)()
 """
 
 
-@pytest.mark.parametrize(("override", "key"), [("seed=abc", "seed"), ("device=cpu:1", "device"),
-                                               ("+colour=blue", "colour")])
-def test_a_config_error_exits_2_without_importing_torch(tmp_path, override, key):
-    done = subprocess.run([sys.executable, "-c", PROBE, override, f"hydra.run.dir={tmp_path / 'run'}"],
+@pytest.mark.parametrize(("prog", "override", "key"), [
+    ("embodirl-train", "seed=abc", "seed"), ("embodirl-train", "device=cpu:1", "device"),
+    ("embodirl-train", "+colour=blue", "colour"), ("embodirl-train", "algo.optimizer.eps=-1", "algo.optimizer.eps"),
+    ("embodirl-eval", "num_episodes=0", "num_episodes"), ("embodirl-eval", "device=gpu", "device")])
+def test_a_config_error_exits_2_without_importing_torch(tmp_path, prog, override, key):
+    done = subprocess.run([sys.executable, "-c", PROBE, prog, override, f"hydra.run.dir={tmp_path / 'run'}"],
                           capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert lines[-1] == "torch imported: False"
-    assert len(lines) == 2 and lines[0].startswith(f"embodirl-train: error: {key}=")
+    assert len(lines) == 2 and lines[0].startswith(f"{prog}: error: {key}=")
