@@ -18,6 +18,7 @@ class OptimizerConfig(Schema):
     """Keys every shipped optimizer takes; the algorithm passes the parameters and the learning rate."""
 
     takes_keywords: ClassVar[bool] = True
+    unknown_hint: ClassVar[str] = ", or select the optimizer whose key it is (algo/optimizer=adam, adamw or sgd)"
     refused: ClassVar[Mapping[str, tuple[str, str]]] = {"lr": ("no value: the algorithm passes the learning rate",
                       "remove it, and set algo.learning_rate (and algo.lr_schedule) instead"),
                "params": ("no value: the algorithm passes the parameters", "remove it")}

@@ -99,12 +99,14 @@ class Schema:
             the schema instance.
         renamed: Old key -> new key (relative to the node), for one-line "renamed to" errors.
         refused: Key -> ``(what is valid, fix)`` for keys that must not be set here.
+        unknown_hint: Added to the fix for an unknown key (e.g. where to find the options that have it).
     """
 
     target: ClassVar[str | None] = None
     takes_keywords: ClassVar[bool] = False
     renamed: ClassVar[Mapping[str, str]] = {}
     refused: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    unknown_hint: ClassVar[str] = ""
 
     def check(self) -> None:
         """Rules across keys (``log_std_min < log_std_max``); raise :class:`ConfigError` with the relative key."""
@@ -222,6 +224,8 @@ def describe_type(annotation: Any) -> str:
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
         args = typing.get_args(annotation)
         if len(args) > 1 and args[-1] is not Ellipsis:
+            if len(set(args)) == 1 and len(args) <= 4:
+                return f"{('two', 'three', 'four')[len(args) - 2]} {_plural(args[0])}"
             return f"a list of {len(args)} ({', '.join(describe_type(a) for a in args)})"
         return f"a list of {_plural(args[0])}" if args else "a list"
     if origin in (dict, Mapping) or annotation in (dict, Mapping):
@@ -279,7 +283,8 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
     hint = f"did you mean {prefix}{close}? " if close else ""
     where = f"a key of {prefix.rstrip('.')}" if prefix else "a top-level key"
     return ConfigError(prefix + name, value, f"{where} (one of: {', '.join(names)})",
-                       f"{hint}correct the spelling, or remove {prefix}{name}", absolute=True)
+                       f"{hint}correct the spelling, or remove it with ~{prefix}{name}{cls.unknown_hint}",
+                       absolute=True)
 
 
 def cli_text(value: Any) -> str:

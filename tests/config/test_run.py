@@ -30,7 +30,7 @@ def test_the_default_config_passes_and_keeps_every_group_as_a_node():
     ("device=tpu", ["device='tpu'", "auto, cpu, cuda or cuda:N"]),
     ("num_threads=0", ["num_threads=0", "an int >= 1"]),
     ("compile=sometimes", ["compile='sometimes'", "one of: true, false, auto"]),
-    ("+colour=blue", ["colour='blue'", "a top-level key", "remove colour"]),
+    ("+colour=blue", ["colour='blue'", "a top-level key", "remove it with ~colour"]),
     ("+num_thread=2", ["did you mean num_threads?"]),
 ])
 def test_a_bad_top_level_key_is_one_line_naming_it(override, words):

@@ -109,7 +109,8 @@ def test_bounds_and_types_in_words():
     assert Bounds(gt=1, lt=2.5).describe() == "in (1, 2.5)"
     assert describe_type(float | None) == "null or a float"
     assert describe_type(Literal["x", True]) == "one of: x, true"
-    assert describe_type(tuple[float, float]) == "a list of 2 (a float, a float)"
+    assert describe_type(tuple[float, float]) == "two floats"
+    assert describe_type(tuple[int, str]) == "a list of 2 (an int, a string)"
 
 
 def test_key_docs_expand_nested_schemas():
