@@ -1,8 +1,8 @@
 """Learning curves of a report: per-seed curves, their survivorship-free mean, and the PNG.
 
 Averaging the seeds that still have data at each step is biased: a seed that solves the task and
-stops early drops out, and the mean falls to the seeds that had not solved yet (a sweep showed a
-learning rate "collapsing" from 260 to 168 only because its best seed finished). So a seed of a
+stops early drops out, and the mean falls to the seeds that had not solved yet (a learning rate's curve
+seems to collapse only because its best seed finished). So a seed of a
 **completed** run (stopped by solving, budget or wall time) keeps its final value up to its
 configuration's last evaluation; seeds of runs that are still running, preempted or failed end at
 their last evaluation (their future is unknown), and the number of seeds behind the mean, ``n``, is

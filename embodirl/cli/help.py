@@ -1,11 +1,12 @@
-"""``embodirl-train --help``: usage, examples, the config groups and every key with its YAML comment.
+"""``embodirl-train --help``: usage, examples, the config groups and every key with its doc.
 
 The page replaces Hydra's stock one (``--hydra-help`` still shows Hydra's flags). It composes the
 config exactly as a run would, with the overrides on the command line (``embodirl-train
-+experiment=ppo_push_cube --help`` documents that recipe), and takes each key's explanation from the
-inline comment (``key: value  # comment``) in the packaged YAML file that set it. A key without a
-comment is a documentation bug: ``tests/cli/test_help.py`` fails on it. No torch import: the page is
-instant.
++experiment=ppo_push_cube --help`` documents that recipe), and takes each key's explanation from its
+component's schema (:func:`key_help`: doc, type and range), or, for a class without a schema, from the
+inline comment (``key: value  # comment``) in the packaged YAML file that set it; an appended recipe's
+comment adds why it chose its value. A key documented by neither is a documentation bug:
+``tests/cli/test_help.py`` fails on it. No torch import: the page needs none.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``embodirl-train --help``: our page (examples, groups, every key with its YAML comment), fast, and Hydra's flags kept."""
+"""``embodirl-train --help``: our page (examples, groups, every key with its doc), fast, and Hydra's flags kept."""
 
 from __future__ import annotations
 
