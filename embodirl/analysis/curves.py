@@ -95,7 +95,7 @@ def mean_curve(seeds: list[SeedCurve]) -> Curve | None:
     grid = np.unique(np.concatenate([np.asarray(s.env_steps, float) for s in seeds]))
     values = np.full((len(seeds), grid.size), np.nan)
     held = np.zeros((len(seeds), grid.size), dtype=bool)
-    for row, is_held, seed in zip(values, held, seeds):
+    for row, is_held, seed in zip(values, held, seeds, strict=True):
         x, y = np.asarray(seed.env_steps, float), np.asarray(seed.values, float)
         inside = (grid >= x[0]) & (grid <= x[-1])
         row[inside] = np.interp(grid[inside], x, y)
@@ -137,7 +137,7 @@ def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
     ax.plot(curve.env_steps, curve.mean, color=color, linewidth=2.0, label=f"{label}: mean of {n} seeds{note}")
     if min(curve.num_seeds) != n:  # show n where it changes (seeds starting late or still running)
         previous = None
-        for x, y, count in zip(curve.env_steps, curve.mean, curve.num_seeds):
+        for x, y, count in zip(curve.env_steps, curve.mean, curve.num_seeds, strict=True):
             if count != previous:
                 ax.annotate(f"n={count}", (x, y), textcoords="offset points", xytext=(2, 5), fontsize=7, color=color)
                 previous = count
@@ -171,7 +171,7 @@ def draw_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KE
         raise ReportError("matplotlib is not installed, so no learning curves can be drawn. "
                           "Fix: pip install matplotlib") from exc
     drawn = [([s for s in (seed_curve(r, key) for r in runs) if s.env_steps], label)
-             for runs, label in zip(groups, labels)]
+             for runs, label in zip(groups, labels, strict=True)]
     drawn = [(seeds, label, f"C{i % 10}") for i, (seeds, label) in enumerate(drawn) if seeds]
     if not drawn:
         return None

@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from embodirl.runtime.status import as_failed_if_gone, process_gone
 from embodirl.analysis.stats import (
     finite,
     format_count,
@@ -60,6 +59,7 @@ from embodirl.runtime.files import (
     printable,
     read_regular_file,
 )
+from embodirl.runtime.status import as_failed_if_gone, process_gone
 
 __all__ = ["ConfigStats", "ReportError", "Run", "Stat", "discover_runs", "group_runs", "iqm_interval", "load_run",
            "load_runs", "md_code", "md_text", "read_metrics", "render_report", "render_table", "solved_threshold",

@@ -267,7 +267,7 @@ def _groups_section(loader: Any, choices: Mapping[str, str | None]) -> list[str]
     from hydra.core.object_type import ObjectType
 
     top = [g for g in loader.get_group_options("", results_filter=ObjectType.GROUP) if g != "hydra"]
-    ordered = sorted(top, key=lambda g: (needs_plus(g), _order(g), g)) + ["hydra/launcher"]
+    ordered = [*sorted(top, key=lambda g: (needs_plus(g), _order(g), g)), "hydra/launcher"]
     lines = ["Config groups (group=option; * = the one selected now; + = add it with +group=option):"]
     width = max(map(len, ordered)) + 3
     for group in ordered:
@@ -353,5 +353,6 @@ def eval_help_page(overrides: list[str], prog: str = "embodirl-eval") -> str:
         lines += [f"  {command:<58}# {what}"] if len(command) <= 56 else [f"  {command}", f"  {'':<58}# {what}"]
     lines += ["", *_keys_section(job, comments, {})]
     lines += ["", "Env keys of the checkpoint's config can be changed too: env.num_envs=8, or any other with "
-              "+env.KEY=VALUE.", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags."]
+              "+env.KEY=VALUE.",
+              "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags."]
     return "\n".join(lines)

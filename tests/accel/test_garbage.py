@@ -1,11 +1,12 @@
-"""While a run trains, full garbage collections skip the objects built before it; afterwards they are collected again."""
+"""While a run trains, full garbage collections skip the objects built before it; afterwards they are collected
+again."""
 
 import gc
 import weakref
 
-from embodirl.training.callbacks import Callback
 from embodirl.accel.garbage import setup_objects_frozen
 from embodirl.app.run import run_training
+from embodirl.training.callbacks import Callback
 from tests.conftest import compose_config
 
 _TRACKED_DURING_TRAINING: list[int] = []
