@@ -116,6 +116,8 @@ def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
     """Draw one configuration; returns whether a stopped seed was held (drawn dotted)."""
     label = _plain(label)
     curve = mean_curve(seeds)
+    if curve is None:  # no seed has a point
+        return False
     seeds = [s for s in seeds if s.env_steps]
     end = curve.env_steps[-1]
     single = len(seeds) == 1
@@ -170,9 +172,9 @@ def draw_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KE
     except ImportError as exc:
         raise ReportError("matplotlib is not installed, so no learning curves can be drawn. "
                           "Fix: pip install matplotlib") from exc
-    drawn = [([s for s in (seed_curve(r, key) for r in runs) if s.env_steps], label)
-             for runs, label in zip(groups, labels, strict=True)]
-    drawn = [(seeds, label, f"C{i % 10}") for i, (seeds, label) in enumerate(drawn) if seeds]
+    per_group = [([s for s in (seed_curve(r, key) for r in runs) if s.env_steps], label)
+                 for runs, label in zip(groups, labels, strict=True)]
+    drawn = [(seeds, label, f"C{i % 10}") for i, (seeds, label) in enumerate(per_group) if seeds]
     if not drawn:
         return None
     fig = Figure(figsize=(8, 5), dpi=100)

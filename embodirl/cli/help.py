@@ -200,7 +200,8 @@ def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
 def _yaml_comments(choices: Mapping[str, str | None]) -> tuple[dict[str, str | None], dict[str, str]]:
     """``(config_comments, notes)``: ``notes`` holds only what appended files say of a key (``[option: why]``)."""
     notes: dict[str, str] = {}
-    comments = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items() if v is not None}
+    comments: dict[str, str | None] = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items()
+                                       if v is not None}
     chosen = [(g, o) for g, o in choices.items() if o is not None and not g.startswith("hydra")]
     ordered = sorted(chosen, key=lambda item: (needs_plus(item[0]), _order(item[0])))
     for choice, option in ordered:
@@ -306,16 +307,17 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    single = [o.input_line for o in parsed if not o.is_sweep_override()]
-    swept = [o.input_line for o in parsed if o.is_sweep_override()]
+    from embodirl.cli.containers import plain_dict
+
+    parsed = OverridesParser.create().parse_overrides(overrides)  # one per override, in order
+    single = [line for line, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
+    swept = [line for line, o in zip(overrides, parsed, strict=True) if o.is_sweep_override()]
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         cfg = compose("train", overrides=single, return_hydra_config=True)
-        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        choices = plain_dict(cfg.hydra.runtime.choices)
         groups = _groups_section(GlobalHydra.instance().config_loader(), choices)
-    job = OmegaConf.to_container(cfg, resolve=False)
+    job = plain_dict(cfg)
     job.pop("hydra")
     lines = [f"{prog}: train an RL policy (PPO, GRPO) on batched envs; every key below is a command-line override.",
              "", f"Usage: {prog} [group=option ...] [key=value ...] [+experiment=NAME] [+sweep=NAME] [-m]", "",
@@ -339,11 +341,12 @@ def eval_help_page(overrides: list[str], prog: str = "embodirl-eval") -> str:
         hydra.errors.HydraException: An override that does not compose (unknown key).
     """
     from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
+
+    from embodirl.cli.containers import plain_dict
 
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         cfg = compose("eval", overrides=list(overrides))
-    job = OmegaConf.to_container(cfg, resolve=False)
+    job = plain_dict(cfg)
     comments = {k: v for k, v in key_comments(_conf_text("eval.yaml") or "").items() if v is not None}
     lines = [f"{prog}: run deterministic episodes with a trained policy. The env and the policy are rebuilt from the "
              "checkpoint's own config (no training flags to repeat); results go to eval.json (and a video).", "",
