@@ -34,13 +34,15 @@ args = p.parse_args()
 # Thread settings must be in place before torch is imported.
 os.environ["OMP_NUM_THREADS"] = str(args.threads)
 t_imp = time.perf_counter()
-import torch  # noqa: E402
-from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
-import gymnasium as gym  # noqa: E402
-import stable_baselines3 as sb3  # noqa: E402
+# E402 is wrong for these imports: they must follow the OMP_NUM_THREADS line (and the timer) above.
+import gymnasium as gym  # noqa: E402 (after OMP_NUM_THREADS)
+import stable_baselines3 as sb3  # noqa: E402 (after OMP_NUM_THREADS)
+import torch  # noqa: E402 (after OMP_NUM_THREADS)
+from stable_baselines3 import PPO  # noqa: E402 (after OMP_NUM_THREADS)
+from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402 (after OMP_NUM_THREADS)
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402 (after OMP_NUM_THREADS)
+from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402 (after OMP_NUM_THREADS)
+
 IMPORT_S = time.perf_counter() - t_imp
 torch.set_num_threads(args.threads)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["CheckpointError", "ConfigError", "DivergedError", "NonFiniteLossError", "check", "check_choice", "is_int"]
 
@@ -56,7 +56,7 @@ class NonFiniteLossError(DivergedError):
     """Training produced a NaN or infinite loss; the last good checkpoint is kept."""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an int and not a bool (``True`` is an ``int`` to Python, never a count to us)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -1,16 +1,15 @@
 """Keep Python's cyclic garbage collector (``gc``) off the objects that exist before a run, while it runs.
 
-When a run starts, the process holds some 334,000 objects that ``gc`` tracks: torch, Hydra, the composed
-config, embodirl's modules. They outlive the run. ``gc`` still walked all of them in every full
-(oldest-generation) collection, and the allocations of training set one off within the first second: in the
-default CartPole run it took 0.15-0.24 s of a 1.2 s run, in the middle of a PPO update.
-:func:`setup_objects_frozen` moves them into ``gc``'s permanent generation (``gc.freeze()``), which
-collections skip, for the duration of the run; what the run allocates is collected as before, and a full
-collection walks only that (about 9,000 objects at the end of the default run).
+When a run starts, the process already holds every object that torch, Hydra, the composed config and
+embodirl's modules created, and ``gc`` tracks them all. They outlive the run, yet ``gc`` walked all of them in
+every full (oldest-generation) collection, and the allocations of training set one off early in the run, in the
+middle of a PPO update, where its pause is a large share of a short run. :func:`setup_objects_frozen` moves them
+into ``gc``'s permanent generation (``gc.freeze()``), which collections skip, for the duration of the run; what
+the run allocates is collected as before, and a full collection walks only that.
 
 The rollout collector, the evaluator and the algorithm hold bound methods of themselves, so a finished run's
 rollout and buffers are freed only by ``gc``. :func:`free_finished_run`, called once the run is dropped and
-before the freeze ends, frees them in a walk of the run's own objects (milliseconds), so a process that trains
+before the freeze ends, frees them in a walk of the run's own objects only, so a process that trains
 again (a sweep in one process, the bench, the tests) does not carry them into its next run.
 """
 

@@ -76,7 +76,8 @@ class _OpCounter(TorchDispatchMode):
         self.ops: Counter[str] = Counter()
         self.views = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         name = str(func)
         self.ops[name] += 1
         self.views += bool(func.is_view or name.startswith(_NO_KERNEL))

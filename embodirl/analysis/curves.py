@@ -1,8 +1,8 @@
 """Learning curves of a report: per-seed curves, their survivorship-free mean, and the PNG.
 
 Averaging the seeds that still have data at each step is biased: a seed that solves the task and
-stops early drops out, and the mean falls to the seeds that had not solved yet (a sweep showed a
-learning rate "collapsing" from 260 to 168 only because its best seed finished). So a seed of a
+stops early drops out, and the mean falls to the seeds that had not solved yet (a learning rate's curve
+seems to collapse only because its best seed finished). So a seed of a
 **completed** run (stopped by solving, budget or wall time) keeps its final value up to its
 configuration's last evaluation; seeds of runs that are still running, preempted or failed end at
 their last evaluation (their future is unknown), and the number of seeds behind the mean, ``n``, is
@@ -95,7 +95,7 @@ def mean_curve(seeds: list[SeedCurve]) -> Curve | None:
     grid = np.unique(np.concatenate([np.asarray(s.env_steps, float) for s in seeds]))
     values = np.full((len(seeds), grid.size), np.nan)
     held = np.zeros((len(seeds), grid.size), dtype=bool)
-    for row, is_held, seed in zip(values, held, seeds):
+    for row, is_held, seed in zip(values, held, seeds, strict=True):
         x, y = np.asarray(seed.env_steps, float), np.asarray(seed.values, float)
         inside = (grid >= x[0]) & (grid <= x[-1])
         row[inside] = np.interp(grid[inside], x, y)
@@ -116,6 +116,8 @@ def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
     """Draw one configuration; returns whether a stopped seed was held (drawn dotted)."""
     label = _plain(label)
     curve = mean_curve(seeds)
+    if curve is None:  # no seed has a point
+        return False
     seeds = [s for s in seeds if s.env_steps]
     end = curve.env_steps[-1]
     single = len(seeds) == 1
@@ -137,7 +139,7 @@ def _draw_group(ax, seeds: list[SeedCurve], label: str, color: str) -> bool:
     ax.plot(curve.env_steps, curve.mean, color=color, linewidth=2.0, label=f"{label}: mean of {n} seeds{note}")
     if min(curve.num_seeds) != n:  # show n where it changes (seeds starting late or still running)
         previous = None
-        for x, y, count in zip(curve.env_steps, curve.mean, curve.num_seeds):
+        for x, y, count in zip(curve.env_steps, curve.mean, curve.num_seeds, strict=True):
             if count != previous:
                 ax.annotate(f"n={count}", (x, y), textcoords="offset points", xytext=(2, 5), fontsize=7, color=color)
                 previous = count
@@ -170,9 +172,9 @@ def draw_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KE
     except ImportError as exc:
         raise ReportError("matplotlib is not installed, so no learning curves can be drawn. "
                           "Fix: pip install matplotlib") from exc
-    drawn = [([s for s in (seed_curve(r, key) for r in runs) if s.env_steps], label)
-             for runs, label in zip(groups, labels)]
-    drawn = [(seeds, label, f"C{i % 10}") for i, (seeds, label) in enumerate(drawn) if seeds]
+    per_group = [([s for s in (seed_curve(r, key) for r in runs) if s.env_steps], label)
+                 for runs, label in zip(groups, labels, strict=True)]
+    drawn = [(seeds, label, f"C{i % 10}") for i, (seeds, label) in enumerate(per_group) if seeds]
     if not drawn:
         return None
     fig = Figure(figsize=(8, 5), dpi=100)

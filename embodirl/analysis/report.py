@@ -36,13 +36,13 @@ import os
 import re
 import statistics
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from embodirl.runtime.status import as_failed_if_gone, process_gone
 from embodirl.analysis.stats import (
     finite,
     format_count,
@@ -60,6 +60,7 @@ from embodirl.runtime.files import (
     printable,
     read_regular_file,
 )
+from embodirl.runtime.status import as_failed_if_gone, process_gone
 
 __all__ = ["ConfigStats", "ReportError", "Run", "Stat", "discover_runs", "group_runs", "iqm_interval", "load_run",
            "load_runs", "md_code", "md_text", "read_metrics", "render_report", "render_table", "solved_threshold",
@@ -105,14 +106,21 @@ class Run:
     metrics: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def final_summary(self) -> dict[str, Any] | None:
+        """``summary.json`` when it describes this run, else None (a requeued run that is running again has a
+        stale one)."""
+        return self.summary if self.status != "running" else None
+
+    @property
     def ended(self) -> bool:
-        """Whether ``summary.json`` describes this run (a requeued run that is running again has a stale one)."""
-        return self.summary is not None and self.status != "running"
+        """Whether ``summary.json`` describes this run (see :attr:`final_summary`)."""
+        return self.final_summary is not None
 
     def final(self, key: str) -> float | None:
         """``key`` from the summary once the run ended, else its last non-null value in the metrics."""
-        if self.ended:
-            return finite(self.summary.get(key))
+        summary = self.final_summary
+        if summary is not None:
+            return finite(summary.get(key))
         return next((v for r in reversed(self.metrics) if (v := finite(r.get(key))) is not None), None)
 
     @property
@@ -122,8 +130,9 @@ class Run:
     @property
     def sps(self) -> float | None:
         """End-to-end env steps per second (summary, else last metrics line's env steps over its wall time)."""
-        if self.ended:
-            return finite(self.summary.get("sps"))
+        summary = self.final_summary
+        if summary is not None:
+            return finite(summary.get("sps"))
         steps, wall = self.final("env_steps"), self.final("wall_time_s")
         return finite(steps / wall) if steps is not None and wall else None
 
@@ -320,8 +329,9 @@ def varying_keys(groups: list[list[Run]]) -> tuple[list[str], dict[str, str]]:
     varying, common = [], {}
     for key in keys:
         values = {group[0].params.get(key) for group in groups}
-        if len(values) == 1 and None not in values:
-            common[key] = values.pop()
+        only = values.pop() if len(values) == 1 else None  # None too where a configuration lacks the key
+        if only is not None:
+            common[key] = only
         else:
             varying.append(key)
     return varying, common
@@ -340,18 +350,18 @@ class Stat:
     def of(cls, values: list[float | None]) -> Stat:
         """The statistics of the values that are not None; a mean or std beyond the float range (values near
         1e308 from a diverged or corrupt run) is None."""
-        values = [v for v in values if v is not None]
-        if not values:
+        present = [v for v in values if v is not None]
+        if not present:
             return cls(None, None, 0)
         try:
-            mean = statistics.fmean(values)
+            mean = statistics.fmean(present)
         except OverflowError:  # the sum overflowed: the mean of the values scaled down is in range
-            mean = math.fsum(v / len(values) for v in values)
+            mean = math.fsum(v / len(present) for v in present)
         try:
-            std = finite(statistics.stdev(values)) if len(values) > 1 else None
+            std = finite(statistics.stdev(present)) if len(present) > 1 else None
         except OverflowError:
             std = None
-        return cls(finite(mean), std, len(values), values)
+        return cls(finite(mean), std, len(present), present)
 
 
 def iqm_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -447,7 +457,7 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+def render_table(headers: list[str], rows: list[list[str]], right: Collection[int] = frozenset()) -> str:
     """A Markdown table; columns whose index is in ``right`` are right-aligned."""
     lines = ["| " + " | ".join(_cell(h) for h in headers) + " |",
              "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -40,6 +41,14 @@ def finite(value: object) -> float | None:
 
 
 # --- aggregates ----------------------------------------------------------------------------------------
+@overload
+def iqm(values: ArrayLike, axis: None = None) -> float: ...
+
+
+@overload
+def iqm(values: ArrayLike, axis: int) -> np.ndarray: ...
+
+
 def iqm(values: ArrayLike, axis: int | None = None) -> float | np.ndarray:
     """Interquartile mean: the mean after cutting ``floor(n / 4)`` values from each end.
 

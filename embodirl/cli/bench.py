@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -126,8 +127,8 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     from embodirl.accel.profiling import count_kernels, count_ops, inductor_kernel_events
     from embodirl.app.build import build_components
 
-    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1", "compile=false",
-                            "cuda_graphs=false", *QUIET]))
+    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1",
+                                       "compile=false", "cuda_graphs=false", *QUIET]))
     collector, env = parts.collector, parts.env
     collector.reset(seed=0)
     action = collector.policy.act(collector.obs, collector.state)[0]
@@ -136,8 +137,9 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
         collector._slot.reset()  # stay inside the rollout however often it is called
         collector.step()
 
-    calls = {"env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),
-             "collect": (collection_step, ())}
+    calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+        "env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),
+        "collect": (collection_step, ())}
     cuda = parts.device.type == "cuda"
     row: dict[str, Any] = {"device": parts.device.type}
     with torch.no_grad():
@@ -193,6 +195,7 @@ def scaling(overrides: list[str], sizes: list[int], iterations: int = 3) -> list
 def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int = 10) -> float:
     """Raw env steps/s: random actions, no policy, no learning."""
     import torch
+    from gymnasium.spaces import Box, Discrete
 
     from embodirl.app.build import build_env, configure_torch, resolve_device
 
@@ -200,10 +203,12 @@ def env_speed(overrides: list[str], num_envs: int, steps: int = 200, warmup: int
     configure_torch(0, cfg.num_threads)
     env = build_env(cfg.env, resolve_device(cfg.device), seed=0, num_envs=num_envs)
     space = env.action_space
-    if env.is_discrete:
+    if isinstance(space, Discrete):
         action = torch.randint(0, int(space.n), (num_envs,), device=env.device)
-    else:
+    elif isinstance(space, Box):
         action = torch.rand(num_envs, *space.shape, device=env.device) * 2 - 1
+    else:
+        raise TypeError(f"{type(space).__name__} action space: envs act in a Box or a Discrete space")
     for _ in range(warmup):
         env.step(action)
     if env.device.type == "cuda":
@@ -247,7 +252,7 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present and len(present) == len(values) else None
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embodirl-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="*", default=[p for p in PRESETS if p not in ON_REQUEST],
@@ -272,7 +277,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--merge", type=Path, nargs="+", default=[], metavar="JSON",
                         help="with --markdown: --out files of runs on other devices, shown beside this run's rows")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides applied to every preset")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     info = run_info(args.overrides)
     merged = _read_merges(args.merge, info["device"])  # a bad file fails now, not after the measurements
 
@@ -280,61 +289,18 @@ def main(argv: list[str] | None = None) -> None:
 
     from embodirl.training.console import task_progress
 
-    sizes = args.scaling_sizes or ([1 << k for k in range(10, 21, 2)] if _wants_cuda(args.overrides)
-                                   else [1024, 4096, 16384, 65536])
-    env_rows, results, cost_rows, scaling_rows, cli_runs = [], [], [], [], []
     num_tasks = (len(args.envs) * len(args.env_sizes) + len(args.presets) * (1 + len(args.seeds)) + len(args.costs)
                  + len(args.scaling) + args.cli_runs)
     with task_progress(num_tasks, "embodirl-bench") as progress:  # on stderr: stdout keeps the tables
-        for name in args.envs:
-            row = {"env": name}
-            for n in args.env_sizes:
-                progress.start(f"{name} env speed, {n:,} envs")
-                row[str(n)] = env_speed([*ENV_PRESETS[name], *args.overrides], n)
-                progress.finish(f"{name} env speed, {n:,} envs: {row[str(n)]:,.0f} steps/s")
-            env_rows.append(row)
-        for name in args.costs:
-            progress.start(f"{name} ops/kernels per step and compile time, {args.costs_envs:,} envs")
-            cost_rows.append({"env": name, "num_envs": args.costs_envs,
-                              **step_costs([*ENV_PRESETS[name], *args.overrides], args.costs_envs)})
-            progress.finish(f"{name}: collection step {cost_rows[-1]['collect_eager']:.0f} eager -> "
-                            f"{cost_rows[-1]['collect_compiled']:.0f} compiled")
-        for name in args.scaling:
-            progress.start(f"{name} training throughput over num_envs")
-            scaling_rows.append({"preset": name, "rows": scaling([*PRESETS[name], *args.overrides], sizes)})
-            progress.finish(f"{name} scaling: " + ", ".join(
-                f"{r['num_envs']:,}: {r['collect_update_sps']:,.0f}" for r in scaling_rows[-1]["rows"] if "error" not in r))
-        for name in args.presets:
-            overrides = [*PRESETS[name], *args.overrides]
-            progress.start(f"{name} throughput")
-            speed = throughput([*overrides, *QUIET])
-            progress.finish(f"{name} throughput: collect {speed['collect_sps']:,.0f}, update "
-                            f"{speed['update_sps']:,.0f} steps/s (compile {speed['compile_s']:.1f} s)")
-            runs = []
-            for seed in args.seeds:
-                progress.start(f"{name} seed {seed}: training until solved")
-                runs.append(time_to_solve(overrides, seed))
-                solved = runs[-1]["solved_wall_time_s"]
-                progress.finish(f"{name} seed {seed}: " + ("not solved" if solved is None else
-                                f"solved in {solved:.2f} s at {runs[-1]['solved_env_steps']:,} steps"))
-            results.append({"preset": name, "overrides": overrides, **speed, "runs": runs,
-                            "median_solved_wall_time_s": _median([r["solved_wall_time_s"] for r in runs]),
-                            "median_solved_env_steps": _median([r["solved_env_steps"] for r in runs]),
-                            "median_e2e_sps": _median([r["e2e_sps"] for r in runs])})
-        for k in range(args.cli_runs):
-            progress.start(f"embodirl-train run {k + 1} of {args.cli_runs}")
-            cli_runs.append(cli_run(args.overrides))
-            progress.finish(f"embodirl-train run {k + 1}: {cli_runs[-1]['wall_time_s']:.2f} s, "
-                            f"{cli_runs[-1]['e2e_sps']:,.0f} env steps/s end to end")
+        env_rows = _measure_env_speed(args, progress)
+        cost_rows = _measure_costs(args, progress)
+        scaling_rows = _measure_scaling(args, progress)
+        results = _measure_presets(args, progress)
+        cli_runs = _measure_cli_runs(args, progress)
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
                platform.machine(), "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"machine: {machine}")
-    if env_rows:
-        print("| env (raw steps/s, random actions) | " + " | ".join(f"{n:,} envs" for n in args.env_sizes) + " |")
-        print("|---|" + "---:|" * len(args.env_sizes))
-        for row in env_rows:
-            print(f"| {row['env']} | " + " | ".join(f"{row[str(n)]:,.0f}" for n in args.env_sizes) + " |")
-        print()
+    _print_env_speed(env_rows, args.env_sizes)
     _print_costs(cost_rows)
     _print_scaling(scaling_rows)
     if results:
@@ -350,11 +316,94 @@ def main(argv: list[str] | None = None) -> None:
         args.markdown.write_text(markdown_report([measured, *merged], command))
 
 
+def _measure_env_speed(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
+    """``--envs``: one row per env, raw env steps/s at each of ``--env-sizes``."""
+    rows = []
+    for name in args.envs:
+        row: dict[str, Any] = {"env": name}
+        for n in args.env_sizes:
+            progress.start(f"{name} env speed, {n:,} envs")
+            row[str(n)] = env_speed([*ENV_PRESETS[name], *args.overrides], n)
+            progress.finish(f"{name} env speed, {n:,} envs: {row[str(n)]:,.0f} steps/s")
+        rows.append(row)
+    return rows
+
+
+def _measure_costs(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
+    """``--costs``: one row per env, the work per step eager and compiled."""
+    rows = []
+    for name in args.costs:
+        progress.start(f"{name} ops/kernels per step and compile time, {args.costs_envs:,} envs")
+        rows.append({"env": name, "num_envs": args.costs_envs,
+                     **step_costs([*ENV_PRESETS[name], *args.overrides], args.costs_envs)})
+        progress.finish(f"{name}: collection step {rows[-1]['collect_eager']:.0f} eager -> "
+                        f"{rows[-1]['collect_compiled']:.0f} compiled")
+    return rows
+
+
+def _measure_scaling(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
+    """``--scaling``: one block per preset, training throughput over ``--scaling-sizes``."""
+    sizes = args.scaling_sizes or ([1 << k for k in range(10, 21, 2)] if _wants_cuda(args.overrides)
+                                   else [1024, 4096, 16384, 65536])
+    blocks = []
+    for name in args.scaling:
+        progress.start(f"{name} training throughput over num_envs")
+        blocks.append({"preset": name, "rows": scaling([*PRESETS[name], *args.overrides], sizes)})
+        fitted = [r for r in blocks[-1]["rows"] if "error" not in r]
+        progress.finish(f"{name} scaling: " + ", ".join(
+            f"{r['num_envs']:,}: {r['collect_update_sps']:,.0f}" for r in fitted))
+    return blocks
+
+
+def _measure_presets(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
+    """``--presets``: per preset its throughput, then one training run per seed until solved."""
+    results = []
+    for name in args.presets:
+        overrides = [*PRESETS[name], *args.overrides]
+        progress.start(f"{name} throughput")
+        speed = throughput([*overrides, *QUIET])
+        progress.finish(f"{name} throughput: collect {speed['collect_sps']:,.0f}, update "
+                        f"{speed['update_sps']:,.0f} steps/s (compile {speed['compile_s']:.1f} s)")
+        runs = []
+        for seed in args.seeds:
+            progress.start(f"{name} seed {seed}: training until solved")
+            runs.append(time_to_solve(overrides, seed))
+            solved = runs[-1]["solved_wall_time_s"]
+            progress.finish(f"{name} seed {seed}: " + ("not solved" if solved is None else
+                            f"solved in {solved:.2f} s at {runs[-1]['solved_env_steps']:,} steps"))
+        results.append({"preset": name, "overrides": overrides, **speed, "runs": runs,
+                        "median_solved_wall_time_s": _median([r["solved_wall_time_s"] for r in runs]),
+                        "median_solved_env_steps": _median([r["solved_env_steps"] for r in runs]),
+                        "median_e2e_sps": _median([r["e2e_sps"] for r in runs])})
+    return results
+
+
+def _measure_cli_runs(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
+    """``--cli-runs N``: the default ``embodirl-train`` N times, each in a fresh process."""
+    runs = []
+    for k in range(args.cli_runs):
+        progress.start(f"embodirl-train run {k + 1} of {args.cli_runs}")
+        runs.append(cli_run(args.overrides))
+        progress.finish(f"embodirl-train run {k + 1}: {runs[-1]['wall_time_s']:.2f} s, "
+                        f"{runs[-1]['e2e_sps']:,.0f} env steps/s end to end")
+    return runs
+
+
 def _wants_cuda(overrides: list[str]) -> bool:
     import torch
 
     return any(o.startswith("device=cuda") for o in overrides) or (
         torch.cuda.is_available() and not any(o.startswith("device=") for o in overrides))
+
+
+def _print_env_speed(rows: list[dict[str, Any]], sizes: list[int]) -> None:
+    if not rows:
+        return
+    print("| env (raw steps/s, random actions) | " + " | ".join(f"{n:,} envs" for n in sizes) + " |")
+    print("|---|" + "---:|" * len(sizes))
+    for row in rows:
+        print(f"| {row['env']} | " + " | ".join(f"{row[str(n)]:,.0f}" for n in sizes) + " |")
+    print()
 
 
 def _print_costs(rows: list[dict[str, Any]]) -> None:
@@ -368,7 +417,8 @@ def _print_costs(rows: list[dict[str, Any]]) -> None:
         cells = [f"{r[f'{k}_eager']:.0f} / {r[f'{k}_compiled']:.0f}" for k in ("env", "act", "collect")]
         times = ", ".join(f"{r[f'{k}_eager_us']:.0f} / {r[f'{k}_compiled_us']:.0f}" for k in ("env", "act", "collect"))
         compile_s = " / ".join(f"{r[f'{k}_compile_s']:.1f}" for k in ("env", "act", "collect"))
-        print(f"| {r['env']} | {r['device']} | {r['num_envs']:,} | " + " | ".join(cells) + f" | {times} | {compile_s} |")
+        print(f"| {r['env']} | {r['device']} | {r['num_envs']:,} | " + " | ".join(cells)
+              + f" | {times} | {compile_s} |")
     print("(eager: aten ops dispatched on a CPU, CUDA kernels on a GPU; compiled: kernels and library calls "
           "one call launches; CartPole's eager CPU step does its arithmetic in numpy, which only its time shows)\n")
 
@@ -393,7 +443,8 @@ def _print_cli_runs(runs: list[dict[str, Any]]) -> None:
     print("| embodirl-train (default, TensorBoard on) | wall time s, min / median / max | e2e env steps/s, median | "
           "solved in s, median | solved at steps |")
     print("|---|---:|---:|---:|---|")
-    print(f"| {len(runs)} runs, fresh processes | {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | "
+    print(f"| {len(runs)} runs, fresh processes | "
+          f"{min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | "
           f"{statistics.median(r['e2e_sps'] for r in runs):,.0f} | {'-' if solved is None else f'{solved:.2f}'} | "
           f"{steps} |")
     print()

@@ -43,7 +43,8 @@ UNINSTALL_SCRIPT = f"complete -r embodirl-train 2> /dev/null; unset -f {FUNCTION
 
 
 def completion_request(argv: list[str]) -> str | None:
-    """``install``, ``uninstall`` or ``query`` when ``argv`` asks for bash completion (``-sc query=bash``), else None."""
+    """``install``, ``uninstall`` or ``query`` when ``argv`` asks for bash completion (``-sc query=bash``),
+    else None."""
     if "-sc" not in argv and "--shell-completion" not in argv:
         return None
     for arg in argv:

@@ -1,13 +1,14 @@
 """How the console scripts end: every failure a user can fix is one line on stderr and an exit status.
 
-| exit | cause |
-|---|---|
-| 2 | bad input: an unknown option or key, a wrong type or impossible value, a missing, corrupt or hostile checkpoint, a changed config for an existing run, a busy or uncreatable run directory |
-| 1 | the machine failed the run (disk full, unwritable file, a logger error); unexpected errors (with a traceback) |
-| 3 | training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``) |
-| 124 | preempted (SIGTERM/SIGUSR2) |
-| 130 | Ctrl-C |
-| 141 | the reader of the output went away (e.g. ``--cfg job`` piped into ``head``); nothing printed |
+Exit statuses:
+
+* 2: bad input: an unknown option or key, a wrong type or impossible value, a missing, corrupt or hostile
+  checkpoint, a changed config for an existing run, a busy or uncreatable run directory;
+* 1: the machine failed the run (disk full, unwritable file, a logger error); unexpected errors (with a traceback);
+* 3: training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``);
+* 124: preempted (SIGTERM/SIGUSR2);
+* 130: Ctrl-C;
+* 141: the reader of the output went away (e.g. ``--cfg job`` piped into ``head``); nothing printed.
 
 :func:`hydra_entry` runs a ``@hydra.main`` function with Hydra's own error report turned off
 (``HYDRA_FULL_ERROR=1`` makes Hydra re-raise) so composition errors get the same one-line treatment;
@@ -88,7 +89,7 @@ def _os_message(exc: OSError) -> str:
 
 
 def exit_code(exc: BaseException) -> int:
-    """The exit status for ``exc`` (see the module table)."""
+    """The exit status for ``exc`` (see the list in the module docstring)."""
     from hydra.errors import HydraException
 
     from embodirl.runtime.preemption import PreemptedError

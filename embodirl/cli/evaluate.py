@@ -4,22 +4,28 @@ trained policy.
 Rebuilds the env and policy from the checkpoint's stored config (so no training flags need to be
 repeated), runs ``num_episodes`` deterministic episodes, prints a table and writes ``eval.json`` (and the
 video) into ``RUN_DIR/eval/<date>_<time>/`` when the checkpoint belongs to a run directory, else into
-``outputs/eval/<date>/<time>/`` (``hydra.run.dir`` overrides both). The checkpoint is data: it is loaded with ``weights_only=True`` and
-its config may only name classes embodirl ships (or ``trusted_targets`` given on the command line);
-see :mod:`embodirl.config.trust`.
+``outputs/eval/<date>/<time>/`` (``hydra.run.dir`` overrides both). The checkpoint is data: it is loaded with
+``weights_only=True`` and its config may only name classes embodirl ships (or ``trusted_targets`` given on the
+command line); see :mod:`embodirl.config.trust`.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from embodirl.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:  # the command line imports torch only once the config is checked
+    import torch
+
+    from embodirl.envs.base import BatchedEnv
+    from embodirl.policies.base import Policy
 
 log = logging.getLogger("embodirl.eval")  # into the evaluation directory's evaluate.log, and the console
 
@@ -46,7 +52,8 @@ def _owning_run(run: Any, checkpoint: Any) -> Path | None:
 
 
 def eval_dir(run: Any, checkpoint: Any, day: str, time: str) -> str:
-    """``hydra.run.dir`` of an evaluation: ``RUN/eval/<day>_<time>`` next to its run, else ``outputs/eval/<day>/<time>``."""
+    """``hydra.run.dir`` of an evaluation: ``RUN/eval/<day>_<time>`` next to its run, else
+    ``outputs/eval/<day>/<time>``."""
     owner = _owning_run(run, checkpoint)
     return str(owner / "eval" / f"{day}_{time}") if owner is not None else f"outputs/eval/{day}/{time}"
 
@@ -69,8 +76,10 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
                           "pass run=outputs/<date>/<time> checkpoint=best (or checkpoint=<path>.pt)")
     if run is None:
         if checkpoint in NAMED and not Path(checkpoint).is_file():
-            raise ConfigError("checkpoint", checkpoint, f"a .pt path ({checkpoint} names a run's checkpoint: add run=RUN_DIR)",
-                              f"pass run=outputs/<date>/<time> checkpoint={checkpoint}, or checkpoint=<path of a .pt file>")
+            raise ConfigError("checkpoint", checkpoint,
+                              f"a .pt path ({checkpoint} names a run's checkpoint: add run=RUN_DIR)",
+                              f"pass run=outputs/<date>/<time> checkpoint={checkpoint}, "
+                              "or checkpoint=<path of a .pt file>")
         if Path(checkpoint).is_dir():
             raise ConfigError("checkpoint", checkpoint, "a .pt file, or a run directory (one that holds checkpoints/)",
                               f"pass run=<the run directory> (this one has no checkpoints/), or checkpoint=<a .pt file "
@@ -81,7 +90,8 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
         raise ConfigError("run", run, "a run directory of embodirl-train (one that holds checkpoints/)",
                           "pass run=outputs/<date>/<time>, the directory the training printed")
     if "/" in checkpoint or "\\" in checkpoint:
-        raise ConfigError("checkpoint", checkpoint, "with run=, best, last or a file name in RUN_DIR/checkpoints/ (a path goes without run=)",
+        raise ConfigError("checkpoint", checkpoint,
+                          "with run=, best, last or a file name in RUN_DIR/checkpoints/ (a path goes without run=)",
                           f"pass checkpoint=best, or drop run= to evaluate {checkpoint}")
     name = f"{checkpoint}.pt" if checkpoint in NAMED else checkpoint
     path = folder / name
@@ -93,13 +103,17 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
     return path
 
 
-def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
-    """Load ``cfg.checkpoint``, rebuild env and policy, evaluate (and film); return the result record."""
-    from embodirl.app.build import build_env, build_policy, build_video_settings, configure_torch, resolve_device
-    from embodirl.collect.evaluator import evaluate_policy
+def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfig, dict[str, Any]]:
+    """``(path, state, training config, env overrides)``: the checkpoint ``cfg`` names, loaded and checked, and
+    the config it was trained with, the command line's ``env.*`` keys merged into it.
+
+    Raises:
+        ConfigError: ``trusted_targets`` is no list of class paths, or the checkpoint is named wrongly.
+        CheckpointError: The file is missing, unreadable, or names classes that are not trusted.
+    """
+    from embodirl.cli.containers import plain_dict
     from embodirl.config.trust import check_config_from_file
     from embodirl.runtime.checkpoint import load_checkpoint
-    from embodirl.training.video import record_episode, save_video
 
     trusted = cfg.trusted_targets
     if not isinstance(trusted, ListConfig | list) or not all(isinstance(t, str) for t in trusted):
@@ -110,27 +124,54 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     check_config_from_file(state["config"], f"checkpoint={str(path)!r}", list(trusted))
     train_cfg = OmegaConf.create(state["config"])
     train_cfg.policy.init_from = None  # the checkpoint's own weights are evaluated, not the ones it started from
-    overrides = {k: v for k, v in OmegaConf.to_container(cfg.env).items() if v is not None}
+    overrides = {k: v for k, v in plain_dict(cfg.env).items() if v is not None}
     train_cfg.env = OmegaConf.merge(train_cfg.env, overrides)
+    return path, state, train_cfg, overrides
+
+
+def _restored_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device, weights: dict[str, Any],
+                     path: Path) -> Policy:
+    """The checkpoint's policy, rebuilt from its config for ``env`` and given its ``weights``, in eval mode.
+
+    Raises:
+        CheckpointError: The weights do not fit the policy the config builds.
+    """
+    import torch
+
+    from embodirl.app.build import build_policy
+
+    policy = build_policy(policy_cfg, env, device)
+    assert isinstance(policy, torch.nn.Module)  # a policy that trained (and saved these weights) is a module
+    try:
+        policy.load_state_dict(weights)
+    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint={str(path)!r}: its policy weights do not fit its own config "
+                              f"({str(exc).splitlines()[0]})") from exc
+    policy.eval()
+    return policy
+
+
+def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Load ``cfg.checkpoint``, rebuild env and policy, evaluate (and film); return the result record."""
+    from embodirl.app.build import build_env, build_video_settings, configure_torch, resolve_device
+    from embodirl.collect.evaluator import evaluate_policy
+    from embodirl.training.video import record_episode, save_video
+
+    path, state, train_cfg, overrides = _checkpoint_config(cfg)
     if not isinstance(cfg.num_episodes, int) or isinstance(cfg.num_episodes, bool) or cfg.num_episodes < 1:
         raise ConfigError("num_episodes", cfg.num_episodes, "an int >= 1", "pass num_episodes=100")
     configure_torch(cfg.seed, cfg.num_threads)
     device = resolve_device(cfg.device)
     num_envs = overrides.get("num_envs", train_cfg.trainer.num_eval_envs)
     env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=cfg.eval.get("video") is True)
-    policy = build_policy(train_cfg.policy, env, device)
-    try:
-        policy.load_state_dict(state["policy"])
-    except (RuntimeError, KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint={str(path)!r}: its policy weights do not fit its own config "
-                              f"({str(exc).splitlines()[0]})") from exc
-    policy.eval()
+    policy = _restored_policy(train_cfg.policy, env, device, state["policy"], path)
     video = build_video_settings(cfg.eval, env, count_key="env.num_envs")
     log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
     extra = {}
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
         if video.video:
+            assert video.video_num_envs is not None  # build_video_settings resolved null to a count
             frames = record_episode(env, policy, video.video_num_envs, video.video_size, cfg.seed)
             extra["video"] = str(save_video(frames, out_dir / f"video.{video.video_format}", video.video_fps))
     finally:

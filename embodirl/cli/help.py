@@ -1,11 +1,12 @@
-"""``embodirl-train --help``: usage, examples, the config groups and every key with its YAML comment.
+"""``embodirl-train --help``: usage, examples, the config groups and every key with its doc.
 
 The page replaces Hydra's stock one (``--hydra-help`` still shows Hydra's flags). It composes the
 config exactly as a run would, with the overrides on the command line (``embodirl-train
-+experiment=ppo_push_cube --help`` documents that recipe), and takes each key's explanation from the
-inline comment (``key: value  # comment``) in the packaged YAML file that set it. A key without a
-comment is a documentation bug: ``tests/cli/test_help.py`` fails on it. No torch import: the page is
-instant.
++experiment=ppo_push_cube --help`` documents that recipe), and takes each key's explanation from its
+component's schema (:func:`key_help`: doc, type and range), or, for a class without a schema, from the
+inline comment (``key: value  # comment``) in the packaged YAML file that set it; an appended recipe's
+comment adds why it chose its value. A key documented by neither is a documentation bug:
+``tests/cli/test_help.py`` fails on it. No torch import: the page needs none.
 """
 
 from __future__ import annotations
@@ -199,7 +200,8 @@ def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
 def _yaml_comments(choices: Mapping[str, str | None]) -> tuple[dict[str, str | None], dict[str, str]]:
     """``(config_comments, notes)``: ``notes`` holds only what appended files say of a key (``[option: why]``)."""
     notes: dict[str, str] = {}
-    comments = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items() if v is not None}
+    comments: dict[str, str | None] = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items()
+                                       if v is not None}
     chosen = [(g, o) for g, o in choices.items() if o is not None and not g.startswith("hydra")]
     ordered = sorted(chosen, key=lambda item: (needs_plus(item[0]), _order(item[0])))
     for choice, option in ordered:
@@ -266,7 +268,7 @@ def _groups_section(loader: Any, choices: Mapping[str, str | None]) -> list[str]
     from hydra.core.object_type import ObjectType
 
     top = [g for g in loader.get_group_options("", results_filter=ObjectType.GROUP) if g != "hydra"]
-    ordered = sorted(top, key=lambda g: (needs_plus(g), _order(g), g)) + ["hydra/launcher"]
+    ordered = [*sorted(top, key=lambda g: (needs_plus(g), _order(g), g)), "hydra/launcher"]
     lines = ["Config groups (group=option; * = the one selected now; + = add it with +group=option):"]
     width = max(map(len, ordered)) + 3
     for group in ordered:
@@ -305,16 +307,17 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    single = [o.input_line for o in parsed if not o.is_sweep_override()]
-    swept = [o.input_line for o in parsed if o.is_sweep_override()]
+    from embodirl.cli.containers import plain_dict
+
+    parsed = OverridesParser.create().parse_overrides(overrides)  # one per override, in order
+    single = [line for line, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
+    swept = [line for line, o in zip(overrides, parsed, strict=True) if o.is_sweep_override()]
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         cfg = compose("train", overrides=single, return_hydra_config=True)
-        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        choices = plain_dict(cfg.hydra.runtime.choices)
         groups = _groups_section(GlobalHydra.instance().config_loader(), choices)
-    job = OmegaConf.to_container(cfg, resolve=False)
+    job = plain_dict(cfg)
     job.pop("hydra")
     lines = [f"{prog}: train an RL policy (PPO, GRPO) on batched envs; every key below is a command-line override.",
              "", f"Usage: {prog} [group=option ...] [key=value ...] [+experiment=NAME] [+sweep=NAME] [-m]", "",
@@ -338,11 +341,12 @@ def eval_help_page(overrides: list[str], prog: str = "embodirl-eval") -> str:
         hydra.errors.HydraException: An override that does not compose (unknown key).
     """
     from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
+
+    from embodirl.cli.containers import plain_dict
 
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         cfg = compose("eval", overrides=list(overrides))
-    job = OmegaConf.to_container(cfg, resolve=False)
+    job = plain_dict(cfg)
     comments = {k: v for k, v in key_comments(_conf_text("eval.yaml") or "").items() if v is not None}
     lines = [f"{prog}: run deterministic episodes with a trained policy. The env and the policy are rebuilt from the "
              "checkpoint's own config (no training flags to repeat); results go to eval.json (and a video).", "",
@@ -352,5 +356,6 @@ def eval_help_page(overrides: list[str], prog: str = "embodirl-eval") -> str:
         lines += [f"  {command:<58}# {what}"] if len(command) <= 56 else [f"  {command}", f"  {'':<58}# {what}"]
     lines += ["", *_keys_section(job, comments, {})]
     lines += ["", "Env keys of the checkpoint's config can be changed too: env.num_envs=8, or any other with "
-              "+env.KEY=VALUE.", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags."]
+              "+env.KEY=VALUE.",
+              "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags."]
     return "\n".join(lines)

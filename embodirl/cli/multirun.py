@@ -70,9 +70,9 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
     args = get_args_parser().parse_args(list(argv))
     if not args.multirun:
         return
-    overrides = OverridesParser.create().parse_overrides(args.overrides)
+    overrides = OverridesParser.create().parse_overrides(args.overrides)  # one per override, in order
     _check_sweeps(overrides)
-    single = [o.input_line for o in overrides if not o.is_sweep_override()]
+    single = [line for line, o in zip(args.overrides, overrides, strict=True) if not o.is_sweep_override()]
     if args.config_dir is not None:
         single.append(f"hydra.searchpath=[file://{os.path.abspath(args.config_dir)}]")
     GlobalHydra.instance().clear()

@@ -104,7 +104,8 @@ def _unknown_key(exc: BaseException, argv: Sequence[str], config_name: str) -> s
         option = next((o.split("=", 1)[1] for o in argv if o.startswith(f"{key}=")), "<option>")
         return (f"{key}={option} is invalid: {key} is a config group that is added with a +. "
                 f"Fix: pass +{key}={option}")
-    missing = getattr(exc.__cause__, "full_key", None) or key  # the first part that is not there: algo.foo of algo.foo.bar
+    # The first part of the key that is not there: algo.foo of algo.foo.bar.
+    missing = getattr(exc.__cause__, "full_key", None) or key
     overrides, config_dir = _parse(argv)
     override = next((o for o in overrides if o.key_or_group == key), None)
     value = _text(override.value()) if override is not None and not override.is_sweep_override() else "<value>"
@@ -152,7 +153,8 @@ def _unknown_option(exc: BaseException) -> str | None:
 
 
 def _wrong_kind(exc: BaseException) -> str | None:
-    """A list given for a mapping key (``env.env_kwargs=[1,2]``) or a mapping for a list key (``trainer.stop_on={}``)."""
+    """A list given for a mapping key (``env.env_kwargs=[1,2]``) or a mapping for a list key
+    (``trainer.stop_on={}``)."""
     found = re.match(r"Error merging override (?P<key>[^=\s]+)=(?P<value>.*)", str(exc))
     cause = str(exc.__cause__ or "")
     kind = re.search(r"object_type=(dict|list)", cause)

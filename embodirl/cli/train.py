@@ -123,15 +123,17 @@ def debug_last(argv: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        overrides = OverridesParser.create().parse_overrides(get_args_parser().parse_args(argv).overrides)
+        lines = get_args_parser().parse_args(argv).overrides
+        overrides = OverridesParser.create().parse_overrides(lines)  # one per line, in order
     except Exception:
         return argv
-    chosen = {(o.key_or_group, o.is_add()): o for o in overrides if not o.is_sweep_override()}
+    chosen = {(o.key_or_group, o.is_add()): (o, line) for o, line in zip(overrides, lines, strict=True)
+              if not o.is_sweep_override()}
     debug = chosen.get(("trainer", False))
-    if debug is None or debug.value() != "debug" or ("experiment", True) not in chosen or any(
+    if debug is None or debug[0].value() != "debug" or ("experiment", True) not in chosen or any(
             o.key_or_group == "debug" for o in overrides):
         return argv
-    at = argv.index(chosen[("experiment", True)].input_line) + 1  # right after it: among the positional overrides
+    at = argv.index(chosen[("experiment", True)][1]) + 1  # right after it: among the positional overrides
     return [*argv[:at], "+debug=trainer", *argv[at:]]
 
 
@@ -156,7 +158,13 @@ def main() -> None:
     if overrides is not None:
         hydra_entry(PROG, lambda: print(help_page(overrides, PROG)))
         return
-    hydra_entry(PROG, lambda: (check_multirun(argv), _share_run_time(), _train()))
+
+    def train() -> None:
+        check_multirun(argv)
+        _share_run_time()
+        _train()
+
+    hydra_entry(PROG, train)
 
 
 if __name__ == "__main__":

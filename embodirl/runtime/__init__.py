@@ -1,3 +1,4 @@
-"""Process plumbing around one training run: the run's lifecycle (:mod:`.run`: lock, status, fate), the run
-directory (:mod:`.rundir`), ``status.json`` (:mod:`.status`), signals and requeue (:mod:`.preemption`), process
-groups (:mod:`.distributed`), Hydra resolvers (:mod:`.resolvers`) and the sweep callback (:mod:`.sweep`)."""
+"""Process plumbing around one training run: the run directory's lock and config checks (:mod:`.rundir`),
+``status.json`` (:mod:`.status`), checkpoint files (:mod:`.checkpoint`), reading and atomically writing run files
+(:mod:`.files`), signals and requeue (:mod:`.preemption`), the process's rank (:mod:`.rank`) and process groups
+(:mod:`.distributed`). The run's lifecycle itself is :mod:`embodirl.app.run`."""

@@ -22,7 +22,7 @@ import math
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -172,11 +172,11 @@ def check_finite(state_dict: dict[str, Any], what: str) -> None:
             ) from None
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _is_seconds(value: Any) -> bool:
+def _is_seconds(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 

@@ -95,8 +95,10 @@ class StopSignals:
     def _outer_handler(self, signum: int) -> Any:
         """The handler installed before every :class:`StopSignals` in the chain (e.g. submitit's)."""
         handler = self._previous.get(signum)
-        while isinstance(getattr(handler, "__self__", None), StopSignals):
-            handler = handler.__self__._previous.get(signum)
+        owner = getattr(handler, "__self__", None)
+        while isinstance(owner, StopSignals):
+            handler = owner._previous.get(signum)
+            owner = getattr(handler, "__self__", None)
         return handler
 
     def hand_over(self, call_previous: bool = True) -> None:

@@ -130,7 +130,8 @@ def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple
 
 
 def _changeable(key: str) -> bool:
-    return any(key == allowed or (allowed.endswith(".") and key.startswith(allowed)) for allowed in CHANGEABLE_ON_RESUME)
+    return any(key == allowed or (allowed.endswith(".") and key.startswith(allowed))
+               for allowed in CHANGEABLE_ON_RESUME)
 
 
 def _short(value: Any) -> str:
@@ -138,7 +139,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Mapping[str, Any], allow: bool) -> list[str]:
+def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Mapping[str, Any],
+                        allow: bool) -> list[str]:
     """Refuse to continue ``run_dir`` under a config that changes what is trained.
 
     Args:

@@ -48,8 +48,7 @@ def test_ppo_updates_do_not_fault_their_memory_in_again():
 
 
 def test_without_it_the_updates_fault_every_minibatch():
-    # The reason for the module: with glibc's moving thresholds the same 4 updates faulted thousands of times
-    # (3,200 to 29,000 in ten runs; with it, 0 to 550), but where the thresholds stand depends on what the
-    # process freed before, and once they happened to stand high (0 faults). Held at glibc's starting values,
-    # every minibatch faults its activations in again.
+    # The reason for the module: with glibc's moving thresholds the same 4 updates fault thousands of times, but
+    # where those thresholds stand depends on what the process freed before (they can happen to stand high, and
+    # then nothing faults). Held at glibc's starting values, every minibatch faults its activations in again.
     assert _update_page_faults("off") > 2000

@@ -10,11 +10,11 @@ import sys
 import pytest
 import yaml
 
-from embodirl.cli.report import main
 from embodirl.analysis.curves import SeedCurve, draw_curves, mean_curve, seed_curve
-from embodirl.runtime.status import write_status
 from embodirl.analysis.report import group_runs, iqm_interval, load_run, load_runs, summarize
 from embodirl.analysis.stats import format_estimate, format_interval, format_number, stratified_bootstrap_ci
+from embodirl.cli.report import main
+from embodirl.runtime.status import write_status
 from tests.conftest import run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,7 +43,7 @@ def table(text, first_header):
     for line in lines[start + 2:]:
         if not line.startswith("|"):
             break
-        rows.append(dict(zip(headers, (c.strip() for c in line.strip("|").split(" | ")))))
+        rows.append(dict(zip(headers, (c.strip() for c in line.strip("|").split(" | ")), strict=True)))
     return rows
 
 

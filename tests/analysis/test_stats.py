@@ -59,7 +59,7 @@ def test_bootstrap_matches_a_plain_loop_and_is_seeded():
     draws = [rng.integers(0, len(s), size=(num_resamples, len(s))) for s in strata]
     estimates = []
     for r in range(num_resamples):
-        sample = sorted(float(v) for s, d in zip(strata, draws) for v in s[d[r]])
+        sample = sorted(float(v) for s, d in zip(strata, draws, strict=True) for v in s[d[r]])
         cut = len(sample) // 4
         middle = sample[cut:len(sample) - cut]
         estimates.append(sum(middle) / len(middle))
@@ -75,7 +75,7 @@ def test_bootstrap_matches_a_plain_loop_and_is_seeded():
 def test_bootstrap_rejects_bad_arguments():
     with pytest.raises(ValueError, match="empty stratum"):
         stratified_bootstrap_ci([[1.0], []])
-    with pytest.raises(ValueError, match="confidence=1.5"):
+    with pytest.raises(ValueError, match=r"confidence=1\.5"):
         stratified_bootstrap_ci([[1.0]], confidence=1.5)
     with pytest.raises(ValueError, match="num_resamples=0"):
         stratified_bootstrap_ci([[1.0]], num_resamples=0)

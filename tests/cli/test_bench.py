@@ -58,7 +58,7 @@ def test_bench_runs_embodirl_train_itself_in_fresh_processes(tmp_path, capsys):
 
 
 def test_a_failing_embodirl_train_run_names_its_error(capsys):
-    with pytest.raises(RuntimeError, match="embodirl-train exited with 2.*algo.num_steps"):
+    with pytest.raises(RuntimeError, match=r"embodirl-train exited with 2.*algo\.num_steps"):
         main(["--presets", "--envs", "--cli-runs", "1", "--", *TINY, "algo.num_steps=-1"])
 
 

@@ -1,4 +1,4 @@
-"""``embodirl-train --help``: our page (examples, groups, every key with its YAML comment), fast, and Hydra's flags kept."""
+"""``embodirl-train --help``: our page (examples, groups, every key with its doc), fast, and Hydra's flags kept."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_key_comments_reads_inline_comments_by_dotted_path():
 
 def _compositions() -> list[list[str]]:
     """The default config, every option of every group, and every experiment, one at a time."""
-    cases = [[]]
+    cases: list[list[str]] = [[]]
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         for group in ("algo", "policy", "env", "trainer", "logger"):

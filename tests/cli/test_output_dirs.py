@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import TINY, in_process_run
 
 
-def _train(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
+def _train(monkeypatch, capsys, args: list[str]) -> tuple[int | str | None, list[str]]:
     from embodirl.cli.train import main
 
     monkeypatch.setattr(sys, "argv", ["embodirl-train", *args])

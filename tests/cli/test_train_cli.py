@@ -72,7 +72,8 @@ def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not calls.exists()  # the callback named in the checkpoint was checked, never built
     (out,) = (run_dir / "eval").glob("*/eval.json")
-    assert json.loads(out.read_text())["video"] == str(out.parent / "video.mp4") and (out.parent / "video.mp4").is_file()
+    video = out.parent / "video.mp4"
+    assert json.loads(out.read_text())["video"] == str(video) and video.is_file()
 
 
 @pytest.mark.parametrize(("args", "fragments"), [
@@ -193,7 +194,6 @@ def test_second_process_on_a_run_directory_is_refused(tmp_path):
 
 
 def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
-    import os
     import signal
     import subprocess
     import sys
@@ -214,7 +214,7 @@ def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
     assert proc.returncode == 130
     (line,) = stderr.strip().splitlines()
     assert "stopped on Ctrl-C after saving checkpoints/last.pt" in line and "run the same command" not in line
-    said, _, command = line.partition("; resume with: ")
+    _, _, command = line.partition("; resume with: ")
     assert command.startswith("embodirl-train ") and f"hydra.run.dir={run_dir}" in command, line
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer"]["env_steps"] == last["env_steps"]
@@ -222,8 +222,8 @@ def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert not (run_dir / "checkpoints" / "interrupted.pt").exists()
     # The printed command continues this run (a longer budget appended: the printed one is 100M steps).
-    result = run_cli("embodirl-train", [*shlex.split(command)[1:], f"trainer.total_env_steps={last['env_steps'] + 128}"],
-                     cwd=tmp_path)
+    longer = f"trainer.total_env_steps={last['env_steps'] + 128}"
+    result = run_cli("embodirl-train", [*shlex.split(command)[1:], longer], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == last["env_steps"] + 128
 

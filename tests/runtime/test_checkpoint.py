@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 from embodirl.errors import CheckpointError
+from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 from tests.conftest import TINY, compose_config, in_process_run
 
 
@@ -131,9 +131,9 @@ def test_the_checkpoints_embodirl_writes_pass_and_resume_unchanged(tmp_path, sav
 
 
 def test_init_from_weights_are_checked_like_a_checkpoints(tmp_path, saved):
-    from embodirl.policies.pretrained import load_pretrained
-    from embodirl.policies import ActorCritic
     from embodirl.envs.cartpole import CartPole
+    from embodirl.policies import ActorCritic
+    from embodirl.policies.pretrained import load_pretrained
 
     env = CartPole(num_envs=2, seed=0)
     policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[64, 64])

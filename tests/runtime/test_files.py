@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from embodirl.analysis.report import load_run, md_code, md_text
+from embodirl.app.run import run_training
 from embodirl.cli.report import main
 from embodirl.runtime.files import UnreadableFileError, parse_yaml, read_regular_file
-from embodirl.app.run import run_training
 from embodirl.runtime.status import read_status, write_status
 from tests.conftest import TINY, compose_config
 
@@ -55,7 +55,7 @@ def promptly(call, *, fifo=None):
     def target():
         try:
             outcome["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:  # re-raised in the test's thread
             outcome["error"] = exc
 
     thread = threading.Thread(target=target, daemon=True)
@@ -218,7 +218,7 @@ def test_metrics_beyond_the_cap_are_read_from_their_end(finished, tmp_path, caps
     spoilt = two_runs(finished, tmp_path)
     lines = (spoilt / "metrics.jsonl").read_bytes().splitlines(keepends=True)
     monkeypatch.setattr(report_module, "MAX_METRICS_BYTES", len(lines[-1]) + 10)  # the last line and a bit
-    warnings, stdout = report(tmp_path, capsys)
+    warnings, _ = report(tmp_path, capsys)
     assert len(warnings) == 2 and all("only its last" in w for w in warnings), warnings  # each run's file
     assert str(spoilt / "metrics.jsonl") in warnings[1] and f"({len(lines[0]):,} bytes before them" in warnings[1]
     assert [record["env_steps"] for record in load_run(spoilt).metrics] == [256]  # the last line, whole

@@ -18,8 +18,8 @@ from tests.conftest import TINY, in_process_run
 
 
 def test_a_disk_that_fills_mid_run_ends_failed_in_one_line(tmp_path, monkeypatch, capsys):
-    from embodirl.runtime.checkpoint import load_checkpoint
     from embodirl.cli.train import main
+    from embodirl.runtime.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     first_checkpoint = run_dir / "checkpoints" / "step_000000000128.pt"
