@@ -307,8 +307,16 @@ def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: st
     bounds: Bounds = f.metadata.get("bounds", Bounds())
     converted = conform(value, annotation)
     if converted is NO_MATCH or not _in_bounds(converted, bounds):
-        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds), _fix(f, prefix), absolute=True)
+        finite = " (finite: nan and inf are not values of this key)" if bounds.finite and _non_finite(value) else ""
+        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds) + finite, _fix(f, prefix),
+                          absolute=True)
     return _nested(annotation, converted, prefix + f.name)
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return any(_non_finite(v) for v in value)
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _in_bounds(value: Any, bounds: Bounds) -> bool:
