@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 torch.set_num_threads(1)
 
 # Small, fast settings for runs that only need to exercise the machinery.
-TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.batch_size=64", "trainer=debug",
+TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=64", "trainer=debug",
         "trainer.total_env_steps=256", "trainer.eval_every_env_steps=128",
         "trainer.checkpoint_every_env_steps=128", "logger.console=none", "device=cpu"]
 
@@ -47,20 +47,25 @@ def in_process_run(timeout_s: float) -> Iterator[None]:
         root.handlers[:], root.level = handlers, level
 
 
-def ppo_on_cartpole(**kwargs):
-    """A small PPO (8 CartPole envs, 16-step rollouts, minibatches of 32) and its reset collector."""
-    from embodirl.algos.ppo import PPO
-    from embodirl.collect.collector import Collector
-    from embodirl.envs.cartpole import CartPole
-    from embodirl.policies import ActorCritic
+def algo_on_cartpole(algo: str = "ppo", *overrides: str, **keys):
+    """A small ``algo`` (8 CartPole envs, 16-step rollouts, minibatches of 32, layers of 16) built as the command
+    line builds it, with further ``overrides`` and ``algo.<key>=<value>`` for each of ``keys``; returns it and its
+    reset collector."""
+    import json
 
-    torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
-    algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32, **kwargs)
-    collector = Collector(env, policy, algo.collect_plan(env))
-    collector.reset(seed=0)
-    return algo, collector
+    from embodirl.app.build import build_components
+
+    small = ["device=cpu", f"algo={algo}", "env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=32",
+             "policy.hidden_sizes=[16]", "trainer.total_env_steps=1024", "trainer.num_eval_envs=2"]
+    algo_keys = [f"algo.{k}={json.dumps(v, separators=(',', ':'))}" for k, v in keys.items()]
+    parts = build_components(compose_config([*small, *overrides, *algo_keys]))
+    parts.collector.reset(seed=0)
+    return parts.algo, parts.collector
+
+
+def ppo_on_cartpole(**keys):
+    """:func:`algo_on_cartpole` with PPO."""
+    return algo_on_cartpole("ppo", **keys)
 
 
 def run_cli(script: str, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

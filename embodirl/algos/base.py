@@ -1,117 +1,218 @@
-"""The algorithm interface: ``update(rollout) -> metrics`` plus what the collector must do for it."""
+"""The on-policy algorithm: a loss over minibatches of prepared samples, trained by the one update loop.
+
+To add an algorithm, subclass :class:`OnPolicyAlgorithm` with a schema (a subclass of
+:class:`~embodirl.config.algos.OnPolicyConfig`) and write three plain functions (see ``embodirl/algos/a2c.py``):
+
+* ``prepare(rollout) -> samples``: from the ``[N, T+1]`` rollout (:mod:`embodirl.collect.rollout`), the update's
+  samples, a TensorDict whose first batch dim indexes them (``[N*T]`` transitions, or ``[S, L]`` sequences),
+  with whatever the loss reads (advantages, returns, ...). A boolean ``"valid"`` entry ``[S]`` restricts the
+  minibatches to the samples it marks (GRPO's first episodes);
+* ``loss(batch) -> {"loss": ..., "loss/<term>": ..., "diag/<name>": ...}``: on a minibatch ``samples[idx]`` with
+  its ``"weight"`` (0 for padding, so every minibatch has one static shape), weighted means; ``"loss"`` is
+  minimised, the other terms are logged (averaged over the update's steps);
+* ``collect_plan(env)``: what the collector must do for it.
+
+The base class owns the rest: the schedules, the epochs of shuffled minibatches, the gradient step
+(accumulation, fp16 gradient scaling, all-reduce over ranks, global-norm clip), the adaptive learning rate and
+the ``target_kl`` early stop (both read the loss's ``"diag/approx_kl"``), the metrics fetched with one host
+sync, and the checkpointed state. Compilation and CUDA graphs wrap ``prepare`` and the gradient step from
+outside (:mod:`embodirl.accel.update`): an algorithm holds no acceleration code.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from embodirl.accel.compile import Acceleration, capture, compile_step
+from embodirl.accel.compile import Acceleration
+from embodirl.accel.update import LossAndMetrics, UpdateSteps
 from embodirl.algos.functional import minibatch_indices, pad_minibatches
-from embodirl.algos.optim import (
-    AMP_DTYPES,
-    OptimizerFactory,
-    autocast_loss,
-    build_optimizer,
-)
-from embodirl.algos.schedules import ScheduleSpec, adaptive_kl_lr, parse_schedule
+from embodirl.algos.optim import build_optimizer
+from embodirl.algos.schedules import adaptive_kl_lr
 from embodirl.collect.collector import CollectPlan
 from embodirl.collect.rollout import non_finite_env_output, validate_rollout
+from embodirl.config.algos import OnPolicyConfig
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import NonFiniteLossError, check, check_choice
+from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy
-from embodirl.runtime.distributed import allreduce_grads, allreduce_mean
+from embodirl.runtime.distributed import allreduce_grads, allreduce_max, allreduce_mean
 
-__all__ = ["BaseAlgorithm", "check_removed_adam_eps"]
+__all__ = ["EAGER", "OnPolicyAlgorithm"]
 
 log = logging.getLogger(__name__)
 
-
-def check_removed_adam_eps(adam_eps: float | None) -> None:
-    """``adam_eps`` moved into the optimizer node: refuse it, naming the new key."""
-    check(adam_eps is None, "adam_eps", adam_eps, "no value: the optimizer's options moved to the node algo.optimizer",
-          f"pass algo.optimizer.eps={adam_eps} instead")
+EAGER = Acceleration()  # neither compiled nor captured
 
 
-MinibatchLoss = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
-
-
-class BaseAlgorithm(ABC):
-    """Base class of on-policy algorithms over ``[N, T+1]`` rollouts.
-
-    A subclass writes its update as epochs over static-shape minibatches (:func:`~embodirl.algos.functional.
-    minibatch_indices`) and its loss as a function ``(idx [B], weight [B]) -> (loss, metrics [k])`` that reads
-    the update's data from tensors allocated once; :meth:`make_minibatch_step` turns it into the gradient
-    step (compiled loss with its AOT-compiled backward, all-reduce, clip, optimizer), which
-    :meth:`use_cuda_graphs` later records as one CUDA graph.
+class OnPolicyAlgorithm(ABC):
+    """Base class of on-policy algorithms over ``[N, T+1]`` rollouts (see the module docstring).
 
     Args:
+        cfg: The algorithm's keys (its schema, a subclass of :class:`OnPolicyConfig`).
         policy: The policy to train (already on ``device``).
         device: Device of the policy and rollouts.
-        total_env_steps: Training budget, the horizon of learning-rate schedules.
-        accel: Compile the minibatch step (and capture it as a CUDA graph when training starts).
+        total_env_steps: Training budget, the horizon of the schedules.
+        accel: Compile the update's steps (and capture them as CUDA graphs when training starts).
+
+    Attributes:
+        metric_names: The ``loss/*`` and ``diag/*`` names :meth:`update` returns (a sweep's ``objective=`` is
+            checked against them before training).
+        compile_prepare: Whether the acceleration layer compiles ``prepare`` (False where it loops over
+            episode-long rollouts, which would compile slowly).
     """
 
-    def __init__(self, policy: Policy, device: torch.device, total_env_steps: int,
-                 accel: Acceleration = Acceleration()) -> None:
+    metric_names: ClassVar[tuple[str, ...]] = ()
+    compile_prepare: ClassVar[bool] = True
+
+    def __init__(self, cfg: OnPolicyConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
+                 accel: Acceleration = EAGER) -> None:
+        self.cfg = cfg
         self.policy = policy
         self.device = torch.device(device)
         self.total_env_steps = total_env_steps
-        self.accel = accel
         self.env_steps_seen = 0
         self.env_name = "(see env=)"  # named in messages about the env's output; the build sets it
-        self._graphed: list[str] = []  # attributes holding steps to capture in use_cuda_graphs()
+        self.lr_schedule, self.ent_schedule = cfg.lr(), cfg.ent()
+        # A tensor the (compiled, captured) loss reads: changing it in place never recompiles or re-records.
+        self.ent_coef = torch.tensor(self.ent_schedule.start, device=self.device)
+        self.params = [p for p in policy.parameters() if p.requires_grad]  # type: ignore[attr-defined]
+        self.optimizer, self._capturable = build_optimizer(cfg.optimizer, self.params, self.lr_schedule.start,
+                                                           accel.cuda_graphs, self.device)
+        self.grad_scaler = torch.amp.GradScaler(self.device.type) if cfg.amp == "fp16" else None
+        if cfg.amp != "off" and self.device.type == "cpu":
+            log.warning("algo.amp=%s on the CPU: autocast casts more than it saves for small networks; it is meant "
+                        "for CUDA devices", cfg.amp)
+        self.steps = UpdateSteps(self.prepare, self.rollout_metrics, self.loss, self.gradient_step, accel=accel,
+                                 device=self.device, amp=cfg.amp, compile_prepare=self.compile_prepare)
 
+    # --- what an algorithm writes ---------------------------------------------------------------------------
     @abstractmethod
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         """What the collector must do for this algorithm on ``env`` (validates the pairing)."""
 
     @abstractmethod
+    def prepare(self, rollout: TensorDict) -> TensorDict:
+        """The update's samples from an ``[N, T+1]`` rollout (see the module docstring)."""
+
+    @abstractmethod
+    def loss(self, batch: TensorDict) -> dict[str, Tensor]:
+        """Named terms of a minibatch with ``"weight"``: ``"loss"`` (minimised), ``"loss/*"``, ``"diag/*"``."""
+
+    def rollout_metrics(self, samples: TensorDict) -> dict[str, Tensor]:
+        """Diagnostics of the whole rollout's samples (scalars), logged with the update's metrics."""
+        return {}
+
+    def after_update(self) -> None:  # noqa: B027 (an optional hook: most algorithms need none)
+        """Called after an update's gradient steps (GRPO refreshes its reference policy here)."""
+
+    # --- the one update loop ----------------------------------------------------------------------------------
     def update(self, rollout: TensorDict) -> dict[str, float]:
-        """Update the policy from a rollout; return scalar metrics (``loss/*``, ``diag/*``)."""
+        """Update the policy from a rollout: prepare the samples, then epochs x minibatches of gradient steps.
 
-    def init_training(self, optimizer: OptimizerFactory | None, learning_rate: float, lr_schedule: ScheduleSpec,
-                      lr_schedule_kind: str, desired_kl: float, ent_coef: float, ent_coef_schedule: ScheduleSpec,
-                      ent_coef_schedule_kind: str, max_grad_norm: float, accumulate_grad_batches: int,
-                      amp: str, shuffle_minibatches: bool) -> None:
-        """Check the knobs every algorithm shares and build the optimizer (see the subclasses' Args).
-
-        With CUDA graphs an optimizer that has a ``capturable`` option (Adam, AdamW, ...) gets it, with its
-        learning rate a tensor changed in place; otherwise, and with ``amp=fp16`` (the gradient scaler syncs
-        with the host), the update is compiled but not captured.
+        Returns:
+            The loss terms averaged over the steps, the rollout's diagnostics, ``diag/epochs`` (fewer than
+            ``num_epochs`` after a ``target_kl`` stop) and the schedules in effect.
         """
-        check(learning_rate > 0, "learning_rate", learning_rate, "a float > 0, e.g. 3e-4")
-        check(ent_coef >= 0, "ent_coef", ent_coef, "a float >= 0")
-        check(desired_kl > 0, "desired_kl", desired_kl, "a float > 0, e.g. 0.01 (used by lr_schedule=adaptive_kl)")
-        check(max_grad_norm > 0, "max_grad_norm", max_grad_norm, "a float > 0, e.g. 0.5")
-        check(accumulate_grad_batches >= 1, "accumulate_grad_batches", accumulate_grad_batches,
-              "an int >= 1 (minibatches whose gradients make one optimizer step)")
-        check_choice("amp", amp, AMP_DTYPES)
-        self.lr_schedule = parse_schedule("lr_schedule", lr_schedule, lr_schedule_kind, learning_rate, adaptive=True)
-        self.ent_schedule = parse_schedule("ent_coef_schedule", ent_coef_schedule, ent_coef_schedule_kind, ent_coef)
-        self.desired_kl = desired_kl
-        self.max_grad_norm = max_grad_norm
-        self.accumulate_grad_batches = accumulate_grad_batches
-        self.amp = amp
-        self.shuffle_minibatches = shuffle_minibatches
-        # A tensor the (compiled, captured) loss reads: changing it in place never recompiles or re-records.
-        self.ent_coef = torch.tensor(self.ent_schedule.start, device=self.device)
-        self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer, self._capturable = build_optimizer(optimizer, self.params, self.lr_schedule.start,
-                                                           self.accel.cuda_graphs, self.device)
-        self.grad_scaler = torch.amp.GradScaler(self.device.type) if amp == "fp16" else None
-        if amp != "off" and self.device.type == "cpu":
-            log.warning("algo.amp=%s on the CPU: autocast casts more than it saves for small networks (the CartPole "
-                        "update ran 6x slower in bf16 and fp16); it is meant for CUDA devices", amp)
+        self.check_rollout(rollout)
+        self.apply_schedules()
+        samples, rollout_metrics = self.steps.prepare(rollout)
+        indices, count = self.sample_indices(samples)
+        sums = torch.zeros((), device=self.device)  # grows to the metrics' shape at the first step
+        num_steps = epochs = 0
+        for _ in range(self.cfg.num_epochs):
+            idx, weight = self.minibatches(samples, indices, count)
+            epoch_sums = torch.zeros((), device=self.device)
+            for step_idx, step_weight in zip(idx, weight, strict=True):
+                step_metrics = self.steps.step(step_idx, step_weight)
+                epoch_sums = epoch_sums + step_metrics
+                self.adapt_learning_rate(step_metrics)
+            sums = sums + epoch_sums
+            num_steps, epochs = num_steps + idx.shape[0], epochs + 1
+            if self.kl_beyond_target(epoch_sums, idx.shape[0]):  # one host sync per epoch, with target_kl only
+                break
+        self.after_update()
+        self.policy.update_normalizer(rollout["obs"][:, :-1])
+        simulated = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected", rollout.batch_size[1] - 1)
+        self.env_steps_seen += simulated
+        values = torch.cat([sums / num_steps, *(v.reshape(1) for v in rollout_metrics.values())])
+        with self.blame_env(rollout):
+            metrics = self.finish_metrics([*self.steps.metric_names, *rollout_metrics], values)
+        metrics.update({**self.schedule_metrics(), "diag/epochs": float(epochs)})
+        if "valid" in samples:
+            metrics.update({"diag/valid_fraction": indices.numel() / simulated,
+                            "diag/num_valid": float(indices.numel())})
+        return metrics
 
+    def sample_indices(self, samples: TensorDict) -> tuple[Tensor, int]:
+        """The indices of the samples to train on (the ``"valid"`` ones where ``prepare`` marks them; one host
+        sync) and how many minibatches' worth to cover: the most over ranks, so every rank takes the same number
+        of optimizer steps (gradients are all-reduced per step); a rank with fewer gets zero-weight padding."""
+        if "valid" not in samples:
+            return torch.arange(samples.batch_size[0], device=self.device), samples.batch_size[0]
+        valid = samples["valid"].nonzero().squeeze(1)
+        return valid, int(allreduce_max(torch.tensor([valid.numel()], device=self.device)).item())
+
+    def minibatches(self, samples: TensorDict, indices: Tensor, count: int) -> tuple[Tensor, Tensor]:
+        """One epoch's minibatches of ``indices`` (shuffled unless ``shuffle_minibatches=false``), at least enough
+        for ``count`` samples, grouped ``accumulate_minibatches`` to an optimizer step.
+
+        ``minibatch_size`` counts transitions: a sample of ``L`` steps (a sequence) counts ``L``.
+
+        Returns:
+            ``(idx, weight)``, both ``[G, k, B]``: ``G`` optimizer steps of ``k`` minibatches of ``B`` samples.
+        """
+        length = math.prod(samples.batch_size[1:])
+        size = samples.batch_size[0] if self.cfg.minibatch_size is None else max(1, self.cfg.minibatch_size // length)
+        idx, weight = minibatch_indices(indices, size, shuffle=self.cfg.shuffle_minibatches)
+        k = self.cfg.accumulate_minibatches
+        idx, weight = pad_minibatches(idx, weight, -(-max(1, -(-count // size)) // k) * k)
+        return idx.view(-1, k, size), weight.view(-1, k, size)
+
+    def gradient_step(self, loss_and_metrics: LossAndMetrics, idx: Tensor, weight: Tensor) -> Tensor:
+        """One optimizer step over ``k`` minibatches (``idx``, ``weight``: ``[k, B]``).
+
+        Each minibatch's loss (and metrics) is weighted by its share of the real samples, so ``k`` minibatches of
+        ``B`` make the step of one of ``k B``; then backward (scaled with fp16), the all-reduce of the gradients
+        (identical parameters on every rank), the global-norm clip and the optimizer step.
+
+        Returns:
+            The detached metrics of the step, ``[len(metric_names)]``.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        total = weight.sum().clamp_min(1.0)
+        parts = []
+        for j in range(idx.shape[0]):
+            loss, metrics = loss_and_metrics(idx[j], weight[j])
+            share = weight[j].sum() / total
+            loss = loss * share
+            (self.grad_scaler.scale(loss) if self.grad_scaler is not None else loss).backward()
+            parts.append(metrics * share)
+        allreduce_grads(self.params)
+        if self.grad_scaler is not None:
+            self.grad_scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm, foreach=True)
+        if self.grad_scaler is not None:
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
+        else:
+            self.optimizer.step()
+        return functools.reduce(torch.add, parts)
+
+    def use_cuda_graphs(self) -> None:
+        """Capture the update's steps as CUDA graphs at their next calls (with ``cuda_graphs``); the trainer calls
+        it before training, once every buffer they read is final."""
+        self.steps.capture(self._capturable and self.grad_scaler is None)
+
+    # --- schedules and the approx-KL rules -------------------------------------------------------------------
     def apply_schedules(self) -> None:
         """Set the learning rate (unless adaptive) and the entropy weight for the coming update."""
         if not self.lr_schedule.adaptive:
@@ -131,95 +232,32 @@ class BaseAlgorithm(ABC):
         """The optimizer's current learning rate."""
         return float(self.optimizer.param_groups[0]["lr"])
 
-    def adapt_learning_rate(self, metrics: Tensor, kl_index: int) -> None:
-        """After a minibatch with ``lr_schedule=adaptive_kl``: rsl_rl's rule on its approx-KL (averaged over
-        ranks, so every rank keeps the same rate); the new rate applies from the next minibatch on. A float rate
-        costs one host sync per minibatch; a tensor one (CUDA graphs) none."""
-        if self.lr_schedule.adaptive:
-            kl = allreduce_mean(metrics[kl_index:kl_index + 1].clone())[0]
-            lr = self.optimizer.param_groups[0]["lr"]
-            self.set_learning_rate(adaptive_kl_lr(lr, kl if isinstance(lr, Tensor) else kl.item(), self.desired_kl))
-
     def schedule_metrics(self) -> dict[str, float]:
         """``train/learning_rate`` and ``train/ent_coef`` in effect (after an adaptive update: the new rate)."""
         return {"train/learning_rate": self.learning_rate, "train/ent_coef": float(self.ent_coef)}
 
-    def minibatches(self, indices: Tensor, batch_size: int, rows: int | None = None) -> tuple[Tensor, Tensor]:
-        """One epoch's minibatches of ``indices`` (shuffled unless ``shuffle_minibatches=false``), padded to at least
-        ``rows`` minibatches, grouped ``accumulate_grad_batches`` to an optimizer step.
+    def _kl(self, metrics: Tensor) -> Tensor:
+        """The ``diag/approx_kl`` entry of a step's (or an epoch's) metrics, averaged over ranks."""
+        if "diag/approx_kl" not in self.steps.metric_names:
+            raise TypeError(f"{type(self).__name__}.loss must return 'diag/approx_kl' for algo.lr_schedule="
+                            "adaptive_kl and algo.target_kl")
+        i = self.steps.metric_names.index("diag/approx_kl")
+        return allreduce_mean(metrics[i:i + 1].clone())[0]
 
-        Returns:
-            ``(idx, weight)``, ``[M, B]`` (one minibatch per step) or ``[G, k, B]`` when accumulating.
-        """
-        idx, weight = minibatch_indices(indices, batch_size, shuffle=self.shuffle_minibatches)
-        if rows is not None:
-            idx, weight = pad_minibatches(idx, weight, rows)
-        k = self.accumulate_grad_batches
-        if k == 1:
-            return idx, weight
-        idx, weight = pad_minibatches(idx, weight, -(-idx.shape[0] // k) * k)
-        return idx.view(-1, k, idx.shape[1]), weight.view(-1, k, weight.shape[1])
+    def adapt_learning_rate(self, metrics: Tensor) -> None:
+        """After a step with ``lr_schedule=adaptive_kl``: rsl_rl's rule on its approx-KL (averaged over ranks, so
+        every rank keeps the same rate); the new rate applies from the next step on. A float rate costs one host
+        sync per step; a tensor one (CUDA graphs) none."""
+        if self.lr_schedule.adaptive:
+            kl = self._kl(metrics)
+            lr = self.optimizer.param_groups[0]["lr"]
+            self.set_learning_rate(adaptive_kl_lr(lr, kl if isinstance(lr, Tensor) else kl.item(), self.cfg.desired_kl))
 
-    def make_minibatch_step(self, loss_fn: MinibatchLoss) -> Callable[[Tensor, Tensor], Tensor]:
-        """The gradient step of one minibatch (or ``accumulate_grad_batches`` of them): compiled loss (under
-        autocast with ``amp``), backward, all-reduce, global-norm clip, optimizer step.
+    def kl_beyond_target(self, epoch_sums: Tensor, num_steps: int) -> bool:
+        """Whether an epoch's mean approx-KL exceeds ``target_kl`` (never when it is null)."""
+        return self.cfg.target_kl is not None and self._kl(epoch_sums).item() / num_steps > self.cfg.target_kl
 
-        Args:
-            loss_fn: ``(idx [B], weight [B]) -> (loss, metrics [k])``, a weighted mean over the minibatch;
-                compiled with ``fullgraph=True`` when ``accel.compile`` (its backward is compiled by AOTAutograd).
-
-        Returns:
-            ``step(idx, weight) -> metrics`` (detached; no host sync without ``amp=fp16``); ``idx`` and ``weight``
-            are ``[B]``, or ``[k, B]`` with accumulation: each minibatch's loss is weighted by its share of the
-            real samples, so the step equals one over the ``k B`` samples at once.
-        """
-        loss_fn = compile_step(autocast_loss(loss_fn, self.amp, self.device), self.accel.compile)
-        scaler = self.grad_scaler
-
-        def backward(loss: Tensor) -> None:
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-
-        def optimizer_step() -> None:
-            allreduce_grads(self.params)  # identical parameters on every rank after every step
-            if scaler is not None:
-                scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm, foreach=True)
-            if scaler is not None:
-                scaler.step(self.optimizer)
-                scaler.update()
-            else:
-                self.optimizer.step()
-
-        def step(idx: Tensor, weight: Tensor) -> Tensor:
-            self.optimizer.zero_grad(set_to_none=True)
-            loss, metrics = loss_fn(idx, weight)
-            backward(loss)
-            optimizer_step()
-            return metrics.detach()
-
-        def accumulated_step(idx: Tensor, weight: Tensor) -> Tensor:
-            self.optimizer.zero_grad(set_to_none=True)
-            total = weight.sum().clamp_min(1.0)
-            metrics = None
-            for j in range(idx.shape[0]):
-                loss, part = loss_fn(idx[j], weight[j])
-                share = weight[j].sum() / total
-                backward(loss * share)
-                metrics = part.detach() * share if metrics is None else metrics + part.detach() * share
-            optimizer_step()
-            return metrics
-
-        return step if self.accumulate_grad_batches == 1 else accumulated_step
-
-    def use_cuda_graphs(self) -> None:
-        """Record the steps named in ``self._graphed`` as CUDA graphs at their next calls (after compile warm-up)."""
-        if self.accel.cuda_graphs and not (self._capturable and self.grad_scaler is None):
-            log.info("the update is compiled but not captured as a CUDA graph (algo.amp=fp16, or an optimizer "
-                     "without a capturable option)")
-        elif self.accel.cuda_graphs:
-            for name in self._graphed:
-                setattr(self, name, capture(getattr(self, name), True, self.device))
-
+    # --- checks, state, metrics -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def blame_env(self, rollout: TensorDict) -> Iterator[None]:
         """Re-raise a :class:`NonFiniteLossError` as the env's fault when the env itself produced NaN or infinite

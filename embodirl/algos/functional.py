@@ -35,9 +35,9 @@ def weighted_mean(x: Tensor, weight: Tensor | None = None) -> Tensor:
     return (x * weight).sum() / weight.sum().clamp_min(1.0)
 
 
-def minibatch_indices(indices: Tensor, batch_size: int, generator: torch.Generator | None = None,
+def minibatch_indices(indices: Tensor, minibatch_size: int, generator: torch.Generator | None = None,
                       shuffle: bool = True) -> tuple[Tensor, Tensor]:
-    """A partition of ``indices`` into ``M = ceil(V / batch_size)`` minibatches of exactly ``batch_size``.
+    """A partition of ``indices`` into ``M = ceil(V / B)`` minibatches of exactly ``B = minibatch_size`` samples.
 
     Every minibatch has the same shape (a compiled or graph-captured step never sees a new one). Shuffled
     (the default), the ``M * B - V`` padding slots repeat index ``indices[0]`` with weight 0 and are spread so
@@ -47,7 +47,7 @@ def minibatch_indices(indices: Tensor, batch_size: int, generator: torch.Generat
 
     Args:
         indices: ``[V]`` the sample indices to partition (``V >= 0``).
-        batch_size: ``B``, samples per minibatch.
+        minibatch_size: ``B``, samples per minibatch.
         generator: Random generator for the permutation (None: the default one).
         shuffle: Draw a random permutation first (False: keep the order of ``indices``).
 
@@ -55,16 +55,16 @@ def minibatch_indices(indices: Tensor, batch_size: int, generator: torch.Generat
         ``(idx [M, B] int64, weight [M, B] float32)``; ``M >= 1`` (all padding when ``V = 0``).
     """
     count = indices.numel()
-    num = max(1, -(-count // batch_size))
+    num = max(1, -(-count // minibatch_size))
     perm = indices[torch.randperm(count, device=indices.device, generator=generator)] if shuffle else indices
-    flat = torch.zeros(num * batch_size, dtype=torch.int64, device=indices.device)
+    flat = torch.zeros(num * minibatch_size, dtype=torch.int64, device=indices.device)
     flat[:count] = perm
     if count:
         flat[count:] = indices[0]
-    real = torch.arange(num * batch_size, device=indices.device) < count
+    real = torch.arange(num * minibatch_size, device=indices.device) < count
     if not shuffle:
-        return flat.view(num, batch_size), real.view(num, batch_size).float()
-    return flat.view(batch_size, num).T, real.view(batch_size, num).T.float()
+        return flat.view(num, minibatch_size), real.view(num, minibatch_size).float()
+    return flat.view(minibatch_size, num).T, real.view(minibatch_size, num).T.float()
 
 
 def pad_minibatches(idx: Tensor, weight: Tensor, rows: int) -> tuple[Tensor, Tensor]:
@@ -81,7 +81,8 @@ def pad_minibatches(idx: Tensor, weight: Tensor, rows: int) -> tuple[Tensor, Ten
     missing = rows - idx.shape[0]
     if missing <= 0:
         return idx, weight
-    return (torch.cat([idx, idx[:1].expand(missing, -1)]), torch.cat([weight, weight.new_zeros(missing, weight.shape[1])]))
+    padding = weight.new_zeros(missing, weight.shape[1])
+    return torch.cat([idx, idx[:1].expand(missing, -1)]), torch.cat([weight, padding])
 
 
 def gae(
@@ -203,20 +204,20 @@ def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:
 
 
 def compute_step_returns_and_mask(
-    rewards: Tensor, dones: Tensor, gamma: float, truncate_at_first_done: bool
+    rewards: Tensor, dones: Tensor, gamma: float, first_episode_only: bool
 ) -> tuple[Tensor, Tensor]:
     """GRPO's step-wise discounted returns-to-go and valid-step mask.
 
     ``G_{T-1} = r_{T-1}``, ``G_t = r_t + gamma * G_{t+1} * (1 - d_t)``: the return restarts at every
     episode end and is never bootstrapped. The mask marks an env as alive *before* step t, so the step
     that ends the first episode still counts: ``m_0 = 1``, ``m_t = m_{t-1} * (1 - d_{t-1})`` when
-    ``truncate_at_first_done``, else all ones.
+    ``first_episode_only``, else all ones.
 
     Args:
         rewards: ``[N, T]`` rewards.
         dones: ``[N, T]`` bool episode ends (``terminated | truncated``).
         gamma: Discount factor.
-        truncate_at_first_done: Keep only each env's first episode in the rollout.
+        first_episode_only: Keep only each env's first episode in the rollout.
 
     Returns:
         ``(step_returns [N, T], mask [N, T])``, the mask as floats in {0, 1}.
@@ -228,7 +229,7 @@ def compute_step_returns_and_mask(
     for t in reversed(range(num_steps)):
         running = rewards[:, t] + gamma * running * not_done[:, t]
         returns[:, t] = running
-    if not truncate_at_first_done:
+    if not first_episode_only:
         return returns, torch.ones_like(rewards)
     alive_after = torch.cumprod(not_done, dim=1)
     mask = torch.cat([torch.ones_like(rewards[:, :1]), alive_after[:, :-1]], dim=1)

@@ -1,52 +1,44 @@
-"""The optimizer node and mixed precision of the update.
+"""The optimizer of the update, built from the ``algo.optimizer`` node.
 
-``algo.optimizer`` is a ``_partial_`` config node naming a ``torch.optim`` class (``_target_``) with its
-options; the algorithm gives it the parameters and the learning rate (``algo.learning_rate`` and its
-schedule own the rate, so the node must not set ``lr``). ``algo.amp`` runs the forward pass and the loss
-under ``torch.autocast`` (``bf16`` or ``fp16``; ``fp16`` adds a :class:`torch.amp.GradScaler`).
+``algo.optimizer`` names a ``torch.optim`` class (``_target_``) with its options; the algorithm passes the
+parameters and the learning rate (``algo.learning_rate`` and its schedule own the rate, so the node must not set
+``lr``). The shipped optimizers (``conf/algo/optimizer/``) have schemas (:mod:`embodirl.config.optim`); any other
+``torch.optim`` class is built with its keys checked against its signature.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from embodirl.config.instantiate import check_finite_values
+from embodirl.config.instantiate import instantiate, keywords, to_node
+from embodirl.config.schema import Node
 from embodirl.errors import ConfigError
 
-__all__ = ["AMP_DTYPES", "OptimizerFactory", "autocast_loss", "build_optimizer"]
+__all__ = ["build_optimizer"]
 
-OptimizerFactory = Callable[..., torch.optim.Optimizer]
-AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-_FIX = "pass algo.optimizer._target_=torch.optim.Adam (or AdamW, SGD, ...) with _partial_: true"
-
-
-def _describe(factory: Any) -> tuple[Callable, dict[str, Any]]:
-    """``(class, options)`` of an optimizer factory (a ``functools.partial`` from a ``_partial_`` node, or a class)."""
-    if isinstance(factory, functools.partial):
-        return factory.func, dict(factory.keywords)
-    if callable(factory):
-        return factory, {}
-    raise ConfigError("optimizer", factory, "a _partial_ node naming a torch.optim class", _FIX)
+PREFIX = "algo.optimizer."
+DEFAULT = {"_target_": "torch.optim.Adam", "eps": 1e-5}
+_FIX = "pass algo.optimizer._target_=torch.optim.Adam (or AdamW, SGD, ...), or select a preset (algo/optimizer=adam)"
 
 
-def build_optimizer(factory: OptimizerFactory | None, params: list[Tensor], lr: float, cuda_graphs: bool,
+def build_optimizer(node: Node | Mapping[str, Any] | None, params: list[Tensor], lr: float, cuda_graphs: bool,
                     device: torch.device) -> tuple[torch.optim.Optimizer, bool]:
     """The optimizer over ``params`` with learning rate ``lr``; None means ``Adam(eps=1e-5)``.
 
-    With ``cuda_graphs`` an optimizer that accepts ``capturable`` gets ``capturable=True`` and a tensor learning
-    rate (changed in place by schedules), so a captured step follows the schedule. Otherwise an optimizer with a
-    ``fused`` option (Adam, AdamW, SGD) gets ``fused=True`` unless the node sets ``fused`` or ``foreach``: one
-    kernel for all parameters, on the CPU too.
+    With ``cuda_graphs`` an optimizer that accepts ``capturable`` gets ``capturable=True`` (and ``foreach``) and a
+    tensor learning rate (changed in place by schedules), so a captured step follows the schedule. Otherwise an
+    optimizer with a ``fused`` option (Adam, AdamW, SGD) gets ``fused=True`` unless the node sets ``fused`` or
+    ``foreach``: one kernel for all parameters, on the CPU too.
 
     Args:
-        factory: ``algo.optimizer`` as Hydra built it (``functools.partial`` of a ``torch.optim`` class).
+        node: ``algo.optimizer``: a parsed node, a mapping with ``_target_``, or None.
         params: The trainable parameters.
         lr: The initial learning rate.
         cuda_graphs: Whether the update step will be captured.
@@ -56,43 +48,66 @@ def build_optimizer(factory: OptimizerFactory | None, params: list[Tensor], lr: 
         ``(optimizer, capturable)``: whether its step may be captured in a CUDA graph.
 
     Raises:
-        ConfigError: ``lr`` or ``params`` set in the node, an option the class does not take, or not an optimizer.
+        ConfigError: ``lr`` or ``params`` set in the node, an option the class does not take or refuses, or a
+            class that is not an optimizer.
     """
-    if factory is None:
-        factory = functools.partial(torch.optim.Adam, eps=1e-5)
-    cls, options = _describe(factory)
-    name = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', cls)}"
-    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
-        raise ConfigError("optimizer._target_", name, "a torch.optim.Optimizer class", _FIX)
-    for key in ("lr", "params"):
-        if key in options:
-            raise ConfigError(f"optimizer.{key}", options[key], "no value here: the algorithm passes "
-                              f"{'the learning rate (algo.learning_rate and algo.lr_schedule)' if key == 'lr' else 'the parameters'}",
-                              f"remove it with ~optimizer.{key}" + (" and set learning_rate instead" if key == "lr" else ""))
+    parsed = to_node(DEFAULT if node is None else node, PREFIX)
+    cls = _optimizer_class(parsed.target)
     accepted = inspect.signature(cls.__init__).parameters
-    for key, value in options.items():
-        if key not in accepted:
-            valid = ", ".join(k for k in accepted if k not in ("self", "params", "lr"))
-            raise ConfigError(f"optimizer.{key}", value, f"an option of {name} (one of: {valid})",
-                              f"remove it with ~optimizer.{key}, or select a preset of conf/algo/optimizer/ "
-                              "(e.g. algo/optimizer=sgd)")
-    for key, value in options.items():
-        default = accepted[key].default
-        check_finite_values(f"optimizer.{key}", value, None if default is inspect.Parameter.empty else default)
-    _check_betas(options.get("betas"))
+    given = _options(parsed)
+    for name in ("lr", "params"):
+        if name in given:  # a class with a schema refuses them when the node is parsed; this is for the others
+            raise ConfigError(PREFIX + name, given[name], "no value here: the algorithm passes " + (
+                "the learning rate (algo.learning_rate and algo.lr_schedule)" if name == "lr" else "the parameters"),
+                f"remove it with ~{PREFIX}{name}", absolute=True)
     capturable = "capturable" in accepted
-    given = dict(options)
+    chosen: dict[str, Any] = {}
+    lr_value: float | Tensor = lr
     if cuda_graphs and capturable:
-        options.update(capturable=True, foreach=True)
-        lr_value: float | Tensor = torch.tensor(lr, dtype=torch.float32, device=device)
-    else:
-        lr_value = lr
-        if "fused" in accepted and not {"fused", "foreach"} & options.keys():
-            options["fused"] = True  # one kernel over every parameter: Adam's step 319 -> 85 us on our CPU (12 tensors)
+        if given.get("fused"):
+            raise ConfigError(PREFIX + "fused", given["fused"], "null or false with CUDA graphs (the captured step "
+                              "is the capturable multi-tensor one)", f"pass {PREFIX}fused=null, or cuda_graphs=false",
+                              absolute=True)
+        chosen = {"capturable": True, "foreach": True}
+        lr_value = torch.tensor(lr, dtype=torch.float32, device=device)
+    elif "fused" in accepted and given.get("fused") is None and given.get("foreach") is None:
+        chosen = {"fused": True}
+    parsed, runtime = _with_options(parsed, chosen)
     try:
-        return cls(params, lr=lr_value, **options), capturable
+        return instantiate(parsed, PREFIX, params=params, lr=lr_value, **runtime), capturable
     except (ValueError, TypeError, IndexError, RuntimeError) as exc:
-        raise _refused(name, given, accepted, exc) from None
+        if isinstance(exc, ConfigError):
+            raise
+        raise _refused(parsed.target, given, accepted, exc) from None
+
+
+def _optimizer_class(target: str) -> type[torch.optim.Optimizer]:
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception:
+        raise ConfigError(PREFIX + "_target_", target, "an importable torch.optim.Optimizer class", _FIX,
+                          absolute=True) from None
+    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+        raise ConfigError(PREFIX + "_target_", target, "a torch.optim.Optimizer class", _FIX, absolute=True)
+    return cls
+
+
+def _options(node: Node) -> dict[str, Any]:
+    """The options the node sets (a schema's keys with their defaults, or the keys as written)."""
+    return keywords(node.cfg) if node.cfg is not None else dict(node.values)
+
+
+def _with_options(node: Node, chosen: dict[str, Any]) -> tuple[Node, dict[str, Any]]:
+    """``node`` with the options it holds replaced by ``chosen``'s; returns the rest as keyword arguments."""
+    held = set(_options(node))
+    mine = {k: v for k, v in chosen.items() if k in held}
+    rest = {k: v for k, v in chosen.items() if k not in held}
+    if node.cfg is not None:
+        cfg: Any = node.cfg  # a schema instance: a frozen dataclass
+        return dataclasses.replace(node, cfg=dataclasses.replace(cfg, **mine)), rest
+    return dataclasses.replace(node, values={**node.values, **mine}), rest
 
 
 # Words torch's optimizers use for their options in "Invalid <word> value" messages.
@@ -106,40 +121,10 @@ def _refused(name: str, options: dict[str, Any], accepted: Any, exc: Exception) 
     key = _TORCH_WORDS.get(word[1], word[1]) if word else None
     if key in options:
         default = accepted[key].default
-        instead = "" if default is inspect.Parameter.empty else f"pass optimizer.{key}={default} " \
+        instead = "" if default is inspect.Parameter.empty else f"pass {PREFIX}{key}={default} " \
             f"({name.rpartition('.')[2]}'s default), or "
-        return ConfigError(f"optimizer.{key}", options[key], f"a value {name} accepts (torch says: {text})",
-                           f"{instead}remove it with ~optimizer.{key}")
-    return ConfigError("optimizer", options, f"options {name} accepts (torch says: {text})",
-                       "correct the options of algo.optimizer, or select a preset (algo/optimizer=adam)")
-
-
-def _check_betas(betas: Any) -> None:
-    """Adam-style ``betas``: two floats in [0, 1) (torch indexes the pair before checking it)."""
-    if betas is None:
-        return
-    fits = isinstance(betas, list | tuple) and len(betas) == 2 and all(
-        isinstance(b, int | float) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
-    if not fits:
-        raise ConfigError("optimizer.betas", list(betas) if isinstance(betas, tuple) else betas,
-                          "two floats in [0, 1), the decay rates of the gradient's mean and square",
-                          "pass optimizer.betas=[0.9,0.999]")
-
-
-def autocast_loss(loss_fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], amp: str,
-                  device: torch.device) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]:
-    """``loss_fn`` run under ``torch.autocast`` in the ``amp`` dtype, its outputs back in float32 (``off``: as is).
-
-    The autocast region is inside the function, so ``torch.compile(fullgraph=True)`` traces it as one graph.
-    """
-    dtype = AMP_DTYPES[amp]
-    if dtype is None:
-        return loss_fn
-
-    @functools.wraps(loss_fn)
-    def amp_loss(idx: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-        with torch.autocast(device.type, dtype=dtype):
-            loss, metrics = loss_fn(idx, weight)
-        return loss.float(), metrics.float()
-
-    return amp_loss
+        return ConfigError(PREFIX + key, options[key], f"a value {name} accepts (torch says: {text})",
+                           f"{instead}remove it with ~{PREFIX}{key}", absolute=True)
+    return ConfigError(PREFIX.rstrip("."), options, f"options {name} accepts (torch says: {text})",
+                       "correct the options of algo.optimizer, or select a preset (algo/optimizer=adam)",
+                       absolute=True)

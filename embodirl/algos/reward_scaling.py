@@ -84,12 +84,12 @@ class RewardScaler:
             self.running_return = torch.zeros_like(reward[:, 0])  # first rollout, or num_envs changed
         trace, self.running_return = discounted_return_trace(reward, done, self.gamma, self.running_return)
         self.stats.update(trace)
-        return scale_rewards(reward, self.stats.var, self.stats.eps, self.stats.clip)
+        return scale_rewards(reward, self.stats.get_buffer("var"), self.stats.eps, self.stats.clip)
 
     @property
     def return_std(self) -> float:
         """The current running std of the discounted return (host sync)."""
-        return float(self.stats.var.sqrt())
+        return float(self.stats.get_buffer("var").sqrt())
 
     def state_dict(self) -> dict[str, Any]:
         running = self.running_return if self.running_return is not None else torch.zeros(0)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from embodirl.accel.allocator import keep_freed_memory
 from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, resolve_acceleration
-from embodirl.algos.base import BaseAlgorithm
+from embodirl.algos.base import OnPolicyAlgorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
 from embodirl.config.checked import NO_MATCH, conform, conform_int
@@ -53,7 +53,7 @@ class Components:
     env: BatchedEnv
     eval_env: BatchedEnv
     policy: Policy
-    algo: BaseAlgorithm
+    algo: OnPolicyAlgorithm
     collector: Collector
     evaluator: Evaluator
     device: torch.device
@@ -337,7 +337,7 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     return Components(env, eval_env, policy, algo, collector, evaluator, device, video, top, accel, compile_s)
 
 
-def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> float:
+def warm_up(collector: Collector, algo: OnPolicyAlgorithm, evaluator: Evaluator) -> float:
     """Compile the hot steps by running them once, then restore every state they touched; return the seconds.
 
     One rollout, one update and one evaluation episode per eval env run on throw-away state: the policy,
@@ -388,7 +388,7 @@ def _total_env_steps(cfg: DictConfig) -> int:
                        "pass e.g. trainer.total_env_steps=1000000")
 
 
-def check_objective_metric(objective: Any, algo: BaseAlgorithm) -> None:
+def check_objective_metric(objective: Any, algo: OnPolicyAlgorithm) -> None:
     """A ``loss/*`` or ``diag/*`` objective must be a metric the algorithm logs (when it declares ``metric_names``)."""
     names = getattr(algo, "metric_names", None)
     if names is None or not isinstance(objective, str) or not objective.startswith(("loss/", "diag/")):

@@ -171,7 +171,7 @@ def _call_us(fn: Any, args: tuple) -> float:
     return 1e6 * timer.blocked_autorange(min_run_time=0.1).median
 
 
-SCALING = ["algo.num_steps=16"]  # with algo.batch_size = num_envs * 4: four minibatches per epoch
+SCALING = ["algo.num_steps=16"]  # with algo.minibatch_size = num_envs * 4: four minibatches per epoch
 
 
 def scaling(overrides: list[str], sizes: list[int], iterations: int = 3) -> list[dict[str, Any]]:
@@ -181,7 +181,7 @@ def scaling(overrides: list[str], sizes: list[int], iterations: int = 3) -> list
     rows = []
     for n in sizes:
         try:
-            speed = throughput([*overrides, *SCALING, f"env.num_envs={n}", f"algo.batch_size={4 * n}",
+            speed = throughput([*overrides, *SCALING, f"env.num_envs={n}", f"algo.minibatch_size={4 * n}",
                                 "trainer.num_eval_envs=1", *QUIET], iterations=iterations, warmup=1)
         except (MemoryError, ConfigError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
             if "memory" not in str(exc).lower():

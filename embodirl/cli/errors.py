@@ -39,15 +39,22 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-# Keys that moved: overriding the old name gets a message naming the new one.
-MOVED_KEYS = {"algo.adam_eps": "algo.optimizer.eps"}
+def _moved_keys() -> dict[str, str]:
+    """Keys that moved or were renamed (the algorithm schemas' ``renamed``): overriding the old name gets a message
+    naming the new one."""
+    from embodirl.config.algos import GRPOConfig, OnPolicyConfig
+
+    return {f"algo.{old}": f"algo.{new}" for old, new in {**OnPolicyConfig.renamed, **GRPOConfig.renamed}.items()}
+
+
+MOVED_KEYS = _moved_keys()
 
 
 def _moved_key_message(text: str) -> str | None:
     for old, new in MOVED_KEYS.items():
         if f"Could not override '{old}'" in text:
             value = re.search(rf"\+{re.escape(old)}=(\S+)", text)
-            return (f"{old} is no longer a key: it moved to {new}. "
+            return (f"{old} is no longer a key: it was renamed to {new}. "
                     f"Fix: pass {new}={value.group(1) if value else '<value>'}")
     return None
 

@@ -1,7 +1,8 @@
 """Schemas of the algorithms (``algo=ppo|grpo|a2c``); their optimizers' are in :mod:`embodirl.config.optim`.
 
 The keys every on-policy algorithm shares (learning rate and its schedule, epochs and minibatches, entropy
-bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`.
+bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`. Each
+schema's defaults are the values of its option file in ``conf/algo/``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import ClassVar, Literal
 
 from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse_schedule
 from embodirl.config.schema import Node, Schema, key
+from embodirl.errors import ConfigError
 
 __all__ = ["A2CConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig"]
 
@@ -19,7 +21,6 @@ _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
 
 
-# --- algorithms ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class OnPolicyConfig(Schema):
     """What every on-policy algorithm shares: the update's epochs of minibatch gradient steps and its schedules."""
@@ -67,6 +68,9 @@ class PPOConfig(OnPolicyConfig):
     """PPO: clipped surrogate + (optionally clipped) value loss + entropy bonus, GAE with truncation bootstrap."""
 
     target = "embodirl.algos.ppo.PPO"
+    learning_rate: float = key(2e-3, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
+    num_epochs: int = key(2, ge=1, doc="passes over each rollout per update")
+    minibatch_size: int | None = key(4096, ge=1, doc="transitions per minibatch; null = the whole rollout")
     num_steps: int = key(32, ge=1, doc="rollout length T per env (batch = env.num_envs x num_steps)")
     gae_lambda: float = key(0.95, ge=0, le=1, doc="GAE lambda")
     clip_coef: float = key(0.2, gt=0, doc="surrogate clip range")
@@ -88,12 +92,22 @@ class A2CConfig(OnPolicyConfig):
     bonus (GAE advantages; gae_lambda=1 gives the classic n-step returns)."""
 
     target = "embodirl.algos.a2c.A2C"
+    learning_rate: float = key(2e-3, gt=0, doc="learning rate (the start of a linear/cosine schedule)")
     num_epochs: int = key(1, ge=1, doc="passes over each rollout per update (A2C: 1)")
     minibatch_size: int | None = key(None, ge=1, doc="transitions per minibatch; null = the whole rollout (A2C)")
-    num_steps: int = key(8, ge=1, doc="rollout length T per env")
+    num_steps: int = key(16, ge=1, doc="rollout length T per env (the n of the n-step returns)")
     gae_lambda: float = key(1.0, ge=0, le=1, doc="GAE lambda (1 = n-step returns)")
     vf_coef: float = key(0.5, ge=0, doc="value loss weight")
     normalize_advantage: bool = key(False, doc="normalise advantages over the rollout")
+
+    def check(self) -> None:
+        super().check()
+        why = "(A2C measures no approx-KL: its one step per rollout starts where the rollout was collected)"
+        if self.lr_schedule == "adaptive_kl":
+            raise ConfigError("lr_schedule", self.lr_schedule,
+                              f"constant, linear, cosine or a list with algo=a2c {why}", "pass lr_schedule=constant")
+        if self.target_kl is not None:
+            raise ConfigError("target_kl", self.target_kl, f"null with algo=a2c {why}", "pass target_kl=null")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,9 +116,8 @@ class GRPOConfig(OnPolicyConfig):
 
     target = "embodirl.algos.grpo.GRPO"
     renamed: ClassVar[Mapping[str, str]] = {**_RENAMED, "truncate_at_first_done": "first_episode_only"}
-    learning_rate: float = key(1e-4, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
-    num_epochs: int = key(10, ge=1, doc="passes over the valid transitions of a rollout")
-    minibatch_size: int | None = key(8192, ge=1, doc="valid transitions per minibatch; null = all of them")
+    learning_rate: float = key(4e-3, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
+    minibatch_size: int | None = key(4096, ge=1, doc="valid transitions per minibatch; null = all of them")
     ent_coef: float = key(0.001, ge=0, doc="entropy bonus weight (the start of a linear/cosine ent_coef_schedule)")
     num_steps: int | None = key(None, ge=1, doc="rollout length T; null = the env's episode limit (every env can "
                                 "finish one episode)")

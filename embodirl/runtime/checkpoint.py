@@ -225,7 +225,7 @@ def _check_rng(rng: Any, where: str) -> None:
 
 
 def _check_algo(algo: Any, where: str) -> None:
-    """The schedule counters of :meth:`BaseAlgorithm.state_dict`: env steps seen and the learning rate."""
+    """The schedule counters of :meth:`OnPolicyAlgorithm.state_dict`: env steps seen and the learning rate."""
     if not isinstance(algo, dict):
         raise _refuse(where, "algo", algo, "a mapping of optimizer and schedule state")
     if "env_steps_seen" in algo and not _is_count(algo["env_steps_seen"]):

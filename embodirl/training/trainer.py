@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from embodirl.algos.base import BaseAlgorithm
+from embodirl.algos.base import OnPolicyAlgorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
 from embodirl.envs.base import BatchedEnv, env_mode
@@ -160,7 +160,7 @@ class Trainer:
             ``{max_approx_kl: 100, max_value_loss: 1e10}`` (see :mod:`embodirl.training.divergence`); None: no check.
     """
 
-    def __init__(self, collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator, run_dir: Path,
+    def __init__(self, collector: Collector, algo: OnPolicyAlgorithm, evaluator: Evaluator, run_dir: Path,
                  config: dict, seed: int, eval_seed: int, make_loggers: Callable[[int], MetricLoggers], *,
                  video: VideoSettings | None = None, num_update_threads: int | None = None, compile_s: float = 0.0,
                  total_env_steps: int = 1_000_000, eval_every_env_steps: int = 50_000, num_eval_envs: int = 20,

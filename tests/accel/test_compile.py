@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 
 from embodirl.app.build import build_components
-from embodirl.accel.compile import Acceleration, compile_step, resolve_acceleration
+from embodirl.accel.compile import Acceleration, resolve_acceleration
 from embodirl.errors import ConfigError
 from tests.conftest import compose_config
 
@@ -39,32 +39,40 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def _compiled_twin(algo):
+    """The same algorithm (class, keys, policy) with its update compiled: what compile=true builds."""
+    return type(algo)(algo.cfg, policy=algo.policy, device=algo.device, total_env_steps=algo.total_env_steps,
+                      accel=Acceleration(compile=True))
+
+
+UPDATE_CASES = {"ppo": ["algo.num_steps=16", "algo.minibatch_size=96"],
+                "grpo": ["algo.kl_coef=0.02", "algo.minibatch_size=96"]}
+
+
+@pytest.mark.parametrize("algo", list(UPDATE_CASES))
 def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
-    overrides = ["device=cpu", "env.num_envs=32", f"algo={algo}", "algo.batch_size=96"]
-    overrides += ["algo.num_steps=16"] if algo == "ppo" else ["algo.kl_coef=0.02"]
-    parts = build_components(compose_config(overrides))
+    parts = build_components(compose_config(["device=cpu", "env.num_envs=32", f"algo={algo}", *UPDATE_CASES[algo]]))
     parts.collector.reset(seed=0)
     rollout = parts.collector.collect()
-    algo_ = parts.algo
-    start = copy.deepcopy((algo_.policy.state_dict(), algo_.state_dict()))
+    eager_algo = parts.algo
+    start = copy.deepcopy((eager_algo.policy.state_dict(), eager_algo.state_dict()))
     torch.manual_seed(1)
-    eager = algo_.update(rollout)
-    eager_params = copy.deepcopy(algo_.policy.state_dict())
+    eager = eager_algo.update(rollout)
+    eager_params = copy.deepcopy(eager_algo.policy.state_dict())
+    explain = torch._dynamo.explain(eager_algo.steps.minibatch_loss)(torch.arange(96), torch.ones(96))
+    assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
 
-    algo_.policy.load_state_dict(start[0])
+    eager_algo.policy.load_state_dict(start[0])
+    algo_ = _compiled_twin(eager_algo)
     algo_.load_state_dict(start[1])
-    explain = torch._dynamo.explain(algo_.minibatch_loss)(torch.arange(96), torch.ones(96))
-    assert (explain.graph_count, explain.graph_break_count) == (1, 0)
-    algo_.accel = Acceleration(compile=True)
-    algo_._step = algo_.make_minibatch_step(algo_.minibatch_loss)
-    if algo == "ppo":
-        algo_._prepare = compile_step(algo_.prepare, True)
     torch.manual_seed(1)
     compiled = algo_.update(rollout)
     algo_.update(rollout)  # a second update: no recompile (error_on_recompile is set)
     for key in eager:
         assert compiled[key] == pytest.approx(eager[key], rel=1e-4, abs=1e-6), key
+    if algo_.compile_prepare:  # prepare, its copy into the buffers and the rollout's diagnostics: one graph too
+        explain = torch._dynamo.explain(algo_.steps._prepare_into)(rollout.filter_non_tensor_data())
+        assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
     algo_.policy.load_state_dict(start[0])
     algo_.load_state_dict(start[1])
     torch.manual_seed(1)
@@ -139,24 +147,20 @@ def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
 
 
 def test_knobs_keep_the_update_one_graph_without_recompiles():
-    """Autocast inside the loss, accumulation, dual clip and an entropy schedule (a tensor changed in place
-    between updates) compile once: error_on_recompile is set and two updates run with different ent_coef."""
-    from embodirl.algos.optim import autocast_loss
-
-    overrides = ["device=cpu", "env.num_envs=32", "algo.num_steps=16", "algo.batch_size=128", "algo.amp=bf16",
-                 "algo.accumulate_grad_batches=2", "algo.dual_clip_coef=3.0", "algo.ent_coef=0.01",
+    """Autocast inside the loss, accumulation, dual clip, reward scaling and an entropy schedule (a tensor changed
+    in place between updates) compile once: error_on_recompile is set and two updates run with different
+    ent_coef."""
+    overrides = ["device=cpu", "env.num_envs=32", "algo.num_steps=16", "algo.minibatch_size=128", "algo.amp=bf16",
+                 "algo.accumulate_minibatches=2", "algo.dual_clip_coef=3.0", "algo.ent_coef=0.01",
                  "algo.ent_coef_schedule=[[0,0.01],[2048,0.002]]", "algo.ent_coef_schedule_kind=interp",
-                 "algo.lr_schedule=cosine"]
+                 "algo.lr_schedule=cosine", "algo.normalize_rewards=true"]
     parts = build_components(compose_config(overrides))
-    algo = parts.algo
     parts.collector.reset(seed=0)
-    algo.update(parts.collector.collect())  # eager: allocates the update's buffers
-    loss = autocast_loss(algo.minibatch_loss, "bf16", algo.device)
-    explain = torch._dynamo.explain(loss)(torch.arange(128), torch.ones(128))
+    parts.algo.update(parts.collector.collect())  # eager: the samples the explained loss reads
+    explain = torch._dynamo.explain(parts.algo.steps.minibatch_loss)(torch.arange(128), torch.ones(128))
     assert (explain.graph_count, explain.graph_break_count) == (1, 0)
-    algo.accel = Acceleration(compile=True)
-    algo._step = algo.make_minibatch_step(algo.minibatch_loss)
+    algo = _compiled_twin(parts.algo)
     first = algo.update(parts.collector.collect())
     second = algo.update(parts.collector.collect())
     # 32 x 16 = 512 env steps per update; interp from 0.01 at 0 to 0.002 at 2048
-    assert (first["train/ent_coef"], second["train/ent_coef"]) == pytest.approx((0.008, 0.006))
+    assert (first["train/ent_coef"], second["train/ent_coef"]) == pytest.approx((0.01, 0.008))

@@ -2,29 +2,26 @@
 
 import math
 
-import gymnasium as gym
 import pytest
 import torch
 
 from embodirl.algos import functional as F
-from embodirl.algos.grpo import GRPO
 from embodirl.app.build import build_components
-from embodirl.collect.collector import Collector
-from embodirl.envs.cartpole import CartPole
+from embodirl.config.algos import GRPOConfig
+from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
-from embodirl.policies import ActorCritic, ActorOnly
-from tests.conftest import compose_config
+from tests.conftest import algo_on_cartpole, compose_config
 
 
 def test_step_returns_reset_at_done_and_mask_keeps_the_done_step():
     rewards = torch.ones(1, 4)
     dones = torch.tensor([[False, True, False, False]])
-    returns, mask = F.compute_step_returns_and_mask(rewards, dones, gamma=0.5, truncate_at_first_done=True)
+    returns, mask = F.compute_step_returns_and_mask(rewards, dones, gamma=0.5, first_episode_only=True)
     # G3 = 1 ; G2 = 1 + .5*1 = 1.5 ; G1 = 1 (done: no future) ; G0 = 1 + .5*1 = 1.5
     torch.testing.assert_close(returns, torch.tensor([[1.5, 1.0, 1.5, 1.0]]))
     # alive before step t: m0 = 1, m1 = 1 (the done step counts), then 0
     torch.testing.assert_close(mask, torch.tensor([[1.0, 1.0, 0.0, 0.0]]))
-    _, mask = F.compute_step_returns_and_mask(rewards, dones, 0.5, truncate_at_first_done=False)
+    _, mask = F.compute_step_returns_and_mask(rewards, dones, 0.5, first_episode_only=False)
     torch.testing.assert_close(mask, torch.ones(1, 4))
 
 
@@ -88,48 +85,49 @@ def test_k3_kl_has_the_closed_form_expectation():
     assert (F.k3_kl(p.log(), q.log()) >= 0).all()
 
 
-def _grpo(env, **kwargs):
-    policy = ActorOnly(env.observation_space, env.action_space, hidden_sizes=[16])
-    return GRPO(policy, device=torch.device("cpu"), total_env_steps=10_000, **kwargs)
-
-
 def test_group_members_share_their_start_and_groups_differ():
-    env = CartPole(num_envs=12, seed=0)
-    algo = _grpo(env, group_size=4, num_steps=16)
-    collector = Collector(env, algo.policy, algo.collect_plan(env))
+    _, collector = algo_on_cartpole("grpo", "env.num_envs=12", group_size=4)
     for _ in range(2):
         first = collector.collect()["obs", "state"][:, 0].view(3, 4, -1)
         assert torch.equal(first, first[:, :1].expand_as(first))  # identical within each group
         assert not torch.equal(first[0, 0], first[1, 0]) and not torch.equal(first[1, 0], first[2, 0])
-    algo_independent = _grpo(env, group_size=4, num_steps=16, group_shared_reset=False)
-    first = Collector(env, algo_independent.policy, algo_independent.collect_plan(env)).collect()["obs", "state"][:, 0]
+    _, collector = algo_on_cartpole("grpo", "env.num_envs=12", group_size=4, group_shared_reset=False)
+    first = collector.collect()["obs", "state"][:, 0]
     assert not torch.equal(first[0], first[1])
 
 
 def test_forced_resets_do_not_merge_partial_episodes():
     # 5-step rollouts with a reset before each: no CartPole episode can end within 5 steps, so no
     # episode may ever be counted (merging partial episodes would report 10-, 15-, ... step episodes).
-    env = CartPole(num_envs=8, seed=0)
-    algo = _grpo(env, group_size=4, num_steps=5, truncate_at_first_done=False)
-    collector = Collector(env, algo.policy, algo.collect_plan(env))
+    _, collector = algo_on_cartpole("grpo", num_steps=5, first_episode_only=False)
     for _ in range(10):
         collector.collect()
     assert collector.episode_stats.pop() == {"episode/count": 0.0}
 
 
 def test_update_reports_valid_fraction_and_ref_kl():
-    torch.manual_seed(0)
-    env = CartPole(num_envs=16, seed=0)
-    algo = _grpo(env, group_size=4, kl_coef=0.1, n_epochs=2, batch_size=256, learning_rate=1e-2)
-    collector = Collector(env, algo.policy, algo.collect_plan(env))
+    algo, collector = algo_on_cartpole("grpo", "env.num_envs=16", num_steps=None, kl_coef=0.1, num_epochs=2,
+                                       minibatch_size=256, learning_rate=1e-2)
     rollout = collector.collect()
     metrics = algo.update(rollout)
     steps = rollout.get_non_tensor("num_steps_collected")
     assert steps < 500  # the collector stopped once every env had finished its first episode
     valid = rollout["done"][:, :steps].float().argmax(dim=1) + 1  # first episode lengths
     assert metrics["diag/valid_fraction"] == pytest.approx(valid.sum().item() / (16 * steps))
+    assert metrics["diag/num_valid"] == valid.sum().item()
     assert metrics["diag/approx_ref_kl"] > 0  # the policy moved away from its frozen reference
-    assert {"loss/policy", "loss/entropy", "diag/approx_kl", "diag/clip_fraction"} <= set(metrics)
+    assert {k for k in metrics if k.startswith(("loss/", "diag/"))} == set(algo.metric_names)
+
+
+def test_only_valid_transitions_reach_the_loss():
+    # first_episode_only: the steps after an env's first episode are never in a minibatch with weight > 0
+    algo, collector = algo_on_cartpole("grpo", "env.num_envs=16", num_steps=None)
+    samples = algo.prepare(collector.collect().filter_non_tensor_data())
+    indices, count = algo.sample_indices(samples)
+    assert count == indices.numel() == int(samples["valid"].sum()) < samples.batch_size[0]
+    idx, weight = algo.minibatches(samples, indices, count)
+    assert samples["valid"][idx[weight > 0]].all()
+    assert sorted(idx[weight > 0].tolist()) == indices.tolist()  # each valid transition once per epoch
 
 
 def test_grpo_selects_actor_only_and_refuses_bad_settings(tmp_path):
@@ -140,6 +138,6 @@ def test_grpo_selects_actor_only_and_refuses_bad_settings(tmp_path):
         build_components(compose_config(["algo=grpo", "env.num_envs=6", "device=cpu"]))
     with pytest.raises(ConfigError, match=r"policy='ActorCritic'.*actor_only"):
         build_components(compose_config(["algo=grpo", "policy=actor_critic", "device=cpu"]))
-    with pytest.raises(ConfigError, match="actor_only"):
-        GRPO(ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), device=torch.device("cpu"),
-             total_env_steps=1)
+    with pytest.raises(ConfigError, match=r"algo.truncate_at_first_done=False is invalid: expected no key of this "
+                                          r"name: it was renamed to algo.first_episode_only"):
+        parse(GRPOConfig, {"truncate_at_first_done": False}, "algo.")

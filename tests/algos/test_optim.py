@@ -1,78 +1,90 @@
 """The optimizer node, gradient accumulation (k minibatches of B/k = one of B), mixed precision against float32."""
 
 import copy
-import functools
 
 import pytest
 import torch
 
-from embodirl.algos.grpo import GRPO
-from embodirl.algos.optim import autocast_loss, build_optimizer
-from embodirl.algos.ppo import PPO
-from embodirl.collect.collector import Collector
-from embodirl.envs.cartpole import CartPole
+from embodirl.algos.optim import build_optimizer
+from embodirl.config.algos import PPOConfig
+from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
-from embodirl.policies import ActorCritic, ActorOnly
+from tests.conftest import algo_on_cartpole
 
 CPU = torch.device("cpu")
 
 
+def _params():
+    return [torch.nn.Parameter(torch.zeros(3))]
+
+
 def test_the_optimizer_node_builds_any_torch_optimizer():
-    params = [torch.nn.Parameter(torch.zeros(3))]
-    adam, capturable = build_optimizer(None, params, 1e-3, False, CPU)
+    adam, capturable = build_optimizer(None, _params(), 1e-3, False, CPU)
     assert type(adam) is torch.optim.Adam and adam.defaults["eps"] == 1e-5 and capturable
-    adamw, _ = build_optimizer(functools.partial(torch.optim.AdamW, weight_decay=0.1), params, 2e-3, False, CPU)
+    adamw, _ = build_optimizer({"_target_": "torch.optim.AdamW", "weight_decay": 0.1}, _params(), 2e-3, False, CPU)
     assert type(adamw) is torch.optim.AdamW and adamw.defaults["weight_decay"] == 0.1 and adamw.defaults["lr"] == 2e-3
-    sgd, _ = build_optimizer(functools.partial(torch.optim.SGD, momentum=0.9), params, 0.1, False, CPU)
-    assert type(sgd) is torch.optim.SGD and sgd.defaults["momentum"] == 0.9
+    sgd, capturable = build_optimizer({"_target_": "torch.optim.SGD", "momentum": 0.9}, _params(), 0.1, False, CPU)
+    assert type(sgd) is torch.optim.SGD and sgd.defaults["momentum"] == 0.9 and not capturable
+    rmsprop, _ = build_optimizer({"_target_": "torch.optim.RMSprop", "alpha": 0.9}, _params(), 0.1, False, CPU)
+    assert type(rmsprop) is torch.optim.RMSprop and rmsprop.defaults["alpha"] == 0.9  # a class without a schema
 
 
 def test_optimizers_with_a_fused_step_use_it_unless_the_node_chooses():
-    params = [torch.nn.Parameter(torch.zeros(3))]
-    assert build_optimizer(None, params, 1e-3, False, CPU)[0].defaults["fused"] is True
-    assert build_optimizer(functools.partial(torch.optim.SGD), params, 0.1, False, CPU)[0].defaults["fused"] is True
-    chosen = build_optimizer(functools.partial(torch.optim.Adam, foreach=True), params, 1e-3, False, CPU)[0]
+    assert build_optimizer(None, _params(), 1e-3, False, CPU)[0].defaults["fused"] is True
+    assert build_optimizer({"_target_": "torch.optim.SGD"}, _params(), 0.1, False, CPU)[0].defaults["fused"] is True
+    chosen = build_optimizer({"_target_": "torch.optim.Adam", "foreach": True}, _params(), 1e-3, False, CPU)[0]
     assert chosen.defaults["foreach"] is True and not chosen.defaults["fused"]
-    assert build_optimizer(functools.partial(torch.optim.Adam, fused=False), params, 1e-3, False, CPU)[0].defaults[
-        "fused"] is False
-    assert "fused" not in build_optimizer(functools.partial(torch.optim.RMSprop), params, 1e-3, False, CPU)[0].defaults
+    unfused = build_optimizer({"_target_": "torch.optim.Adam", "fused": False}, _params(), 1e-3, False, CPU)[0]
+    assert unfused.defaults["fused"] is False
+    assert "fused" not in build_optimizer({"_target_": "torch.optim.RMSprop"}, _params(), 1e-3, False, CPU)[0].defaults
 
 
-@pytest.mark.parametrize("factory,message", [
-    (functools.partial(torch.optim.SGD, eps=1e-5), r"optimizer.eps=1e-05 is invalid: expected an option of "
-                                                   r"torch.optim.sgd.SGD \(one of: momentum.*~optimizer.eps"),
-    (functools.partial(torch.optim.Adam, lr=0.1), r"optimizer.lr=0.1 is invalid.*learning_rate"),
-    (functools.partial(dict, a=1), r"optimizer._target_='builtins.dict' is invalid: expected a torch.optim.Optimizer"),
+def test_a_captured_step_gets_a_capturable_optimizer_with_a_tensor_learning_rate():
+    adam, capturable = build_optimizer(None, _params(), 1e-3, True, CPU)
+    assert capturable and adam.defaults["capturable"] is True and adam.defaults["foreach"] is True
+    lr = adam.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.item() == pytest.approx(1e-3)  # schedules change it in place
+    with pytest.raises(ConfigError, match=r"algo.optimizer.fused=True is invalid: expected null or false with CUDA "
+                                          r"graphs.*Fix: pass algo.optimizer.fused=null, or cuda_graphs=false"):
+        build_optimizer({"_target_": "torch.optim.Adam", "fused": True}, _params(), 1e-3, True, CPU)
+
+
+@pytest.mark.parametrize("node,message", [
+    ({"_target_": "torch.optim.SGD", "eps": 1e-5}, r"algo.optimizer.eps=1e-05 is invalid: expected a key of SGDConfig "
+                                                    r"\(one of: .*momentum"),
+    ({"_target_": "torch.optim.Adam", "lr": 0.1}, r"algo.optimizer.lr=0.1 is invalid.*algo.learning_rate"),
+    ({"_target_": "torch.optim.RMSprop", "lr": 0.1}, r"algo.optimizer.lr=0.1 is invalid.*learning rate.*"
+                                                      r"~algo.optimizer.lr"),
+    ({"_target_": "torch.optim.RMSprop", "alpha": -1.0}, r"algo.optimizer.alpha=-1.0 is invalid: expected a value "
+                                                          r"torch.optim.RMSprop accepts \(torch says: Invalid alpha"),
+    ({"_target_": "torch.optim.RMSprop", "betas": 0.9}, r"algo.optimizer.betas=0.9 is invalid: expected a key of "
+                                                         r"torch.optim.RMSprop"),
+    ({"_target_": "builtins.dict"}, r"algo.optimizer._target_='builtins.dict' is invalid: expected a "
+                                    r"torch.optim.Optimizer class"),
 ])
-def test_bad_optimizer_nodes_name_the_key(factory, message):
+def test_bad_optimizer_nodes_name_the_key(node, message):
     with pytest.raises(ConfigError, match=message):
-        build_optimizer(factory, [torch.nn.Parameter(torch.zeros(1))], 1e-3, False, CPU)
+        build_optimizer(node, _params(), 1e-3, False, CPU)
 
 
 def test_adam_eps_moved_to_the_optimizer_node():
-    policy = ActorCritic(CartPole(num_envs=1).observation_space, CartPole(num_envs=1).action_space)
-    with pytest.raises(ConfigError, match=r"adam_eps=1e-08 is invalid.*Fix: pass algo.optimizer.eps=1e-08"):
-        PPO(policy, device=CPU, total_env_steps=10, adam_eps=1e-8)
+    with pytest.raises(ConfigError, match=r"algo.adam_eps=1e-08 is invalid.*Fix: pass algo.optimizer.eps=1e-08"):
+        parse(PPOConfig, {"adam_eps": 1e-8}, "algo.")
 
 
-def _ppo_pair(batch_size, accumulate, **kwargs):
+def _ppo_pair(minibatch_size, accumulate, **keys):
     """A PPO with a fresh policy of seed 0 and one rollout of 8 envs x 16 steps = 128 transitions."""
-    torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
-    algo = PPO(policy, device=CPU, total_env_steps=10_000, num_steps=16, batch_size=batch_size, n_epochs=1,
-               accumulate_grad_batches=accumulate, **kwargs)
-    collector = Collector(env, policy, algo.collect_plan(env))
-    collector.reset(seed=0)
+    algo, collector = algo_on_cartpole("ppo", minibatch_size=minibatch_size, num_epochs=1,
+                                       accumulate_minibatches=accumulate, **keys)
     return algo, collector.collect()
 
 
-@pytest.mark.parametrize("batch_size,accumulate", [(32, 4), (48, 3), (64, 2)])
-def test_k_accumulated_minibatches_equal_one_big_batch(batch_size, accumulate):
+@pytest.mark.parametrize("minibatch_size,accumulate", [(32, 4), (48, 3), (64, 2)])
+def test_k_accumulated_minibatches_equal_one_big_batch(minibatch_size, accumulate):
     # 128 transitions: one minibatch of 128 vs k minibatches of 128/k (48 x 3: 43 + 43 + 42 real samples and
     # padding, weighted by their share) -> the same single optimizer step
     big, rollout = _ppo_pair(128, 1)
-    small, _ = _ppo_pair(batch_size, accumulate)
+    small, _ = _ppo_pair(minibatch_size, accumulate)
     big_metrics = big.update(rollout.clone())
     small_metrics = small.update(rollout.clone())
     for (name, a), b in zip(big.policy.named_parameters(), small.policy.parameters()):
@@ -80,22 +92,15 @@ def test_k_accumulated_minibatches_equal_one_big_batch(batch_size, accumulate):
     for key in ("loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction"):
         assert small_metrics[key] == pytest.approx(big_metrics[key], rel=1e-4, abs=1e-6), key
     # and it is not what k separate steps do
-    separate, _ = _ppo_pair(batch_size, 1)
+    separate, _ = _ppo_pair(minibatch_size, 1)
     separate.update(rollout.clone())
     assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(big.policy.parameters(),
                                                                       separate.policy.parameters()))
 
 
 def test_grpo_accumulates_too():
-    def grpo(batch_size, accumulate):
-        torch.manual_seed(0)
-        env = CartPole(num_envs=8, seed=0)
-        policy = ActorOnly(env.observation_space, env.action_space, hidden_sizes=[16])
-        algo = GRPO(policy, device=CPU, total_env_steps=10_000, num_steps=16, batch_size=batch_size, n_epochs=1,
-                    group_size=4, accumulate_grad_batches=accumulate)
-        collector = Collector(env, policy, algo.collect_plan(env))
-        collector.reset(seed=0)
-        return algo, collector
+    def grpo(minibatch_size, accumulate):
+        return algo_on_cartpole("grpo", minibatch_size=minibatch_size, num_epochs=1, accumulate_minibatches=accumulate)
 
     big, collector = grpo(10_000, 1)  # every valid transition in one minibatch
     rollout = collector.collect()
@@ -155,18 +160,3 @@ def test_fp16_checkpoints_its_gradient_scaler():
     fresh, _ = _ppo_pair(128, 1, amp="fp16")
     fresh.load_state_dict(state)
     assert fresh.grad_scaler.get_scale() == algo.grad_scaler.get_scale()
-
-
-def test_autocast_runs_the_loss_in_the_low_precision_dtype():
-    layer = torch.nn.Linear(4, 1)
-    seen = []
-
-    def loss_fn(idx, weight):
-        out = layer(torch.randn(3, 4))
-        seen.append(out.dtype)
-        return out.mean(), out.detach().flatten()
-
-    loss, metrics = autocast_loss(loss_fn, "bf16", CPU)(None, None)
-    assert seen == [torch.bfloat16]  # computed in bfloat16 ...
-    assert loss.dtype == metrics.dtype == torch.float32  # ... returned in float32
-    assert autocast_loss(loss_fn, "off", CPU) is loss_fn

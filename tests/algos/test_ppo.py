@@ -1,12 +1,11 @@
 """PPO's update: metrics, schedule, target-KL early stop, validation, non-finite guard."""
 
-import gymnasium as gym
 import pytest
 import torch
 
-from embodirl.algos.ppo import PPO
+from embodirl.config.algos import PPOConfig
+from embodirl.config.schema import parse
 from embodirl.errors import ConfigError, NonFiniteLossError
-from embodirl.policies import ActorCritic
 from tests.conftest import ppo_on_cartpole
 
 METRICS = {"loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
@@ -18,6 +17,7 @@ def test_update_changes_parameters_and_logs_every_metric():
     before = [p.clone() for p in algo.policy.parameters()]
     metrics = algo.update(collector.collect())
     assert METRICS <= set(metrics)
+    assert {k for k in metrics if k.startswith(("loss/", "diag/"))} == set(algo.metric_names)  # what objective= sees
     assert all(isinstance(v, float) for v in metrics.values())
     assert any(not torch.equal(b, p) for b, p in zip(before, algo.policy.parameters()))
     assert 0.0 <= metrics["diag/clip_fraction"] <= 1.0 and metrics["diag/approx_kl"] >= 0.0
@@ -32,17 +32,19 @@ def test_linear_schedule_decays_with_env_steps():
 
 
 def test_target_kl_stops_epochs_early():
-    algo, collector = ppo_on_cartpole(learning_rate=0.05, n_epochs=20, target_kl=1e-4)
+    algo, collector = ppo_on_cartpole(learning_rate=0.05, num_epochs=20, target_kl=1e-4)
     metrics = algo.update(collector.collect())
     assert metrics["diag/epochs"] < 20
 
 
 def test_bad_hyperparameters_are_refused_with_the_key():
-    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
-    with pytest.raises(ConfigError, match=r"clip_coef=-1 is invalid: expected a float > 0"):
-        PPO(policy, device=torch.device("cpu"), total_env_steps=10, clip_coef=-1)
-    with pytest.raises(ConfigError, match=r"lr_schedule='cosinus'.*constant, linear, cosine, adaptive_kl"):
-        PPO(policy, device=torch.device("cpu"), total_env_steps=10, lr_schedule="cosinus")
+    with pytest.raises(ConfigError, match=r"algo.clip_coef=-1 is invalid: expected a float > 0"):
+        parse(PPOConfig, {"clip_coef": -1}, "algo.")
+    with pytest.raises(ConfigError, match=r"algo.lr_schedule='cosinus'.*constant, linear, cosine, adaptive_kl"):
+        parse(PPOConfig, {"lr_schedule": "cosinus"}, "algo.")
+    with pytest.raises(ConfigError, match=r"algo.n_epochs=3 is invalid: expected no key of this name: it was renamed "
+                                          r"to algo.num_epochs. Fix: pass algo.num_epochs=3 instead"):
+        parse(PPOConfig, {"n_epochs": 3}, "algo.")
 
 
 def test_non_finite_loss_raises():
@@ -74,11 +76,10 @@ def test_unshuffled_minibatches_do_not_depend_on_the_random_stream():
 
 
 def test_dual_clip_is_checked_and_used():
-    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
-    with pytest.raises(ConfigError, match=r"dual_clip_coef=0.5 is invalid: expected null \(off\) or a float > 1"):
-        PPO(policy, device=torch.device("cpu"), total_env_steps=10, dual_clip_coef=0.5)
-    algo, collector = ppo_on_cartpole(dual_clip_coef=1.5, learning_rate=0.05, n_epochs=8)
+    with pytest.raises(ConfigError, match=r"dual_clip_coef=0.5 is invalid: expected null or a float > 1"):
+        parse(PPOConfig, {"dual_clip_coef": 0.5}, "algo.")
+    algo, collector = ppo_on_cartpole(dual_clip_coef=1.5, learning_rate=0.05, num_epochs=8)
     rollout = collector.collect()
     dual = algo.update(rollout)["loss/policy"]
-    plain_algo, _ = ppo_on_cartpole(learning_rate=0.05, n_epochs=8)
+    plain_algo, _ = ppo_on_cartpole(learning_rate=0.05, num_epochs=8)
     assert dual != pytest.approx(plain_algo.update(rollout)["loss/policy"])  # large steps: the bound binds

@@ -3,11 +3,8 @@
 import pytest
 import torch
 
-from embodirl.algos.ppo import PPO
 from embodirl.algos.reward_scaling import RewardScaler, discounted_return_trace, scale_rewards
-from embodirl.collect.collector import Collector
-from embodirl.envs.cartpole import CartPole
-from embodirl.policies import ActorCritic
+from tests.conftest import ppo_on_cartpole
 
 
 def test_discounted_return_trace_hand_values():
@@ -68,21 +65,13 @@ def test_scaler_state_round_trip():
 
 
 def _ppo(normalize_rewards):
-    torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
-    algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32,
-               normalize_rewards=normalize_rewards, normalize_advantage=False)
-    collector = Collector(env, policy, algo.collect_plan(env))
-    collector.reset(seed=0)
-    return algo, collector
+    return ppo_on_cartpole(normalize_rewards=normalize_rewards, normalize_advantage=False)
 
 
 def _advantages(algo, rollout):
-    """The advantages and returns PPO's update prepares for ``rollout`` (GAE on the scaled rewards)."""
-    algo._allocate(rollout)
-    algo.prepare(*algo.prepare_inputs(rollout))
-    return algo._data["advantage"].clone(), algo._data["returns"].clone()
+    """The advantages and returns PPO's update trained on for ``rollout`` (GAE on the scaled rewards)."""
+    algo.update(rollout)
+    return algo.steps.samples["advantage"].clone(), algo.steps.samples["returns"].clone()
 
 
 def test_ppo_normalize_rewards_makes_advantages_invariant_to_the_reward_scale():

@@ -49,10 +49,10 @@ BAD_INPUTS = [
     (["algo.learning_rate="], ["algo.learning_rate=''", "float", "Fix:"]),
     (["algo.gamma=1.5"], ["algo.gamma=1.5", "[0, 1]", "Fix:"]),
     (["algo.gae_lambda=-0.1"], ["algo.gae_lambda=-0.1", "[0, 1]", "Fix:"]),
-    (["algo.n_epochs=0"], ["algo.n_epochs=0", "an int >= 1", "Fix:"]),
-    (["algo.n_epochs=2.5"], ["algo.n_epochs=2.5", "int", "Fix:"]),
+    (["algo.num_epochs=0"], ["algo.num_epochs=0", "an int >= 1", "Fix:"]),
+    (["algo.num_epochs=2.5"], ["algo.num_epochs=2.5", "int", "Fix:"]),
     (["algo.num_steps=0"], ["algo.num_steps=0", "an int >= 1", "Fix:"]),
-    (["algo.batch_size=0"], ["algo.batch_size=0", "an int >= 1", "Fix:"]),
+    (["algo.minibatch_size=0"], ["algo.minibatch_size=0", "null or an int >= 1", "Fix:"]),
     (["algo.lr_schedule=cosinus"], ["algo.lr_schedule='cosinus'", "constant", "Fix:"]),
     (["algo.max_grad_norm=0"], ["algo.max_grad_norm=0", "Fix:"]),
     (["algo.target_kl=-1"], ["algo.target_kl=-1", "Fix:"]),
@@ -74,7 +74,17 @@ BAD_INPUTS = [
     (["algo.optimizer._target_=torch.optim.SGD"], ["algo.optimizer.eps=1e-05", "momentum", "~algo.optimizer.eps",
                                                    "algo/optimizer=adam, adamw or sgd"]),
     (["+algo.optimizer.lr=0.1"], ["algo.optimizer.lr=0.1", "algo.learning_rate", "Fix:"]),
-    (["algo.accumulate_grad_batches=0"], ["algo.accumulate_grad_batches=0", "an int >= 1", "Fix:"]),
+    (["algo.accumulate_minibatches=0"], ["algo.accumulate_minibatches=0", "an int >= 1", "Fix:"]),
+    # --- renamed algo keys: one line naming the new key ---
+    (["algo.n_epochs=2"], ["algo.n_epochs is no longer a key: it was renamed to algo.num_epochs",
+                           "Fix: pass algo.num_epochs=2"]),
+    (["algo.batch_size=64"], ["renamed to algo.minibatch_size", "Fix: pass algo.minibatch_size=64"]),
+    (["+algo.batch_size=64"], ["algo.batch_size=64 is invalid", "renamed to algo.minibatch_size",
+                               "Fix: pass algo.minibatch_size=64"]),
+    (["algo.accumulate_grad_batches=2"], ["renamed to algo.accumulate_minibatches",
+                                          "Fix: pass algo.accumulate_minibatches=2"]),
+    (["algo=grpo", "algo.truncate_at_first_done=false"], ["renamed to algo.first_episode_only",
+                                                          "Fix: pass algo.first_episode_only=false"]),
     (["algo.amp=fp8"], ["algo.amp='fp8'", "off, bf16, fp16", "Fix:"]),
     (["algo.dual_clip_coef=0.5"], ["algo.dual_clip_coef=0.5", "a float > 1", "Fix:"]),
     (["algo.shuffle_minibatches=sometimes"], ["algo.shuffle_minibatches='sometimes'", "true or false", "Fix:"]),
@@ -202,6 +212,6 @@ def test_the_console_script_gives_the_same_line(tmp_path, case):
 
 
 def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(cli, tmp_path):
-    result = cli("embodirl-train", [*TINY, "algo.batch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"])
+    result = cli("embodirl-train", [*TINY, "algo.minibatch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.code == 0, result.err
-    assert "algo.batch_size=100000 exceeds the rollout of 128 transitions" in result.out + result.err
+    assert "algo.minibatch_size=100000 exceeds the rollout of 128 transitions" in result.out + result.err

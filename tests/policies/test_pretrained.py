@@ -8,7 +8,7 @@ from embodirl.errors import CheckpointError, ConfigError
 from embodirl.app.run import run_training
 from tests.conftest import compose_config
 
-GRPO = ["algo=grpo", "env.num_envs=8", "algo.num_steps=16", "algo.batch_size=64", "trainer=debug",
+GRPO = ["algo=grpo", "env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=64", "trainer=debug",
         "trainer.total_env_steps=256", "logger.console=none", "device=cpu"]
 
 

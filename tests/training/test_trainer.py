@@ -242,7 +242,7 @@ def test_eval_env_overrides_change_the_periodic_evaluation(tmp_path, tiny):
 def test_a_trainer_whose_env_was_stepped_before_training_resumes_from_a_checkpoint(tmp_path, tiny):
     # compile=true warms up with one rollout before training, so the arm's step counters are inference tensors
     # (envs are stepped in inference mode); restoring them from the checkpoint in place must use the same mode.
-    arm = [*tiny, "env=push_cube_arm", "env.num_envs=2", "algo.batch_size=32", "trainer.eval_every_env_steps=10000"]
+    arm = [*tiny, "env=push_cube_arm", "env.num_envs=2", "algo.minibatch_size=32", "trainer.eval_every_env_steps=10000"]
     run_training(compose_config([*arm, "trainer.total_env_steps=32"]), tmp_path / "first")
     (tmp_path / "second").mkdir()
     trainer = build(compose_config([*arm, "trainer.total_env_steps=64",

@@ -346,7 +346,7 @@ def test_grpo_group_resets_are_refused_in_one_line_without_per_env_seeds(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("algo", "overrides"), [
-    ("ppo", ["algo.num_steps=20", "algo.batch_size=640", "algo.gamma=0.9"]),
+    ("ppo", ["algo.num_steps=20", "algo.minibatch_size=640", "algo.gamma=0.9"]),
     ("grpo", ["env.per_env_seeds=true"]),
 ])
 def test_ppo_and_grpo_learn_the_fake_task_through_the_adapter(tmp_path, algo, overrides):
