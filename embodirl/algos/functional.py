@@ -22,6 +22,7 @@ __all__ = [
     "minibatch_indices",
     "normalize",
     "pad_minibatches",
+    "policy_gradient_loss",
     "value_loss",
     "weighted_mean",
 ]
@@ -170,6 +171,12 @@ def clipped_surrogate_loss(
     if dual_clip_coef is not None:
         objective = torch.where(advantage < 0, torch.max(objective, dual_clip_coef * advantage), objective)
     return -objective, ratio
+
+
+def policy_gradient_loss(log_prob: Tensor, advantage: Tensor) -> Tensor:
+    """The vanilla policy-gradient loss per sample, ``-A * log_prob`` (A2C's, REINFORCE's with a baseline):
+    its gradient is ``-A * grad log pi(a|s)``; reduce it with a (masked) mean."""
+    return -advantage * log_prob
 
 
 def value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: float | None,

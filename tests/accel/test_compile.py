@@ -46,7 +46,8 @@ def _compiled_twin(algo):
 
 
 UPDATE_CASES = {"ppo": ["algo.num_steps=16", "algo.minibatch_size=96"],
-                "grpo": ["algo.kl_coef=0.02", "algo.minibatch_size=96"]}
+                "grpo": ["algo.kl_coef=0.02", "algo.minibatch_size=96"],
+                "a2c": ["algo.num_steps=16"]}  # A2C's default: the whole rollout in one step
 
 
 @pytest.mark.parametrize("algo", list(UPDATE_CASES))

@@ -86,6 +86,17 @@ def test_clipped_surrogate_takes_the_pessimistic_side():
     torch.testing.assert_close(ratio, torch.tensor([1.5, 1.5, 0.5, 0.5]))
 
 
+def test_policy_gradient_loss_by_hand_and_its_gradient():
+    log_prob = torch.log(torch.tensor([0.5, 0.25, 0.8])).requires_grad_()
+    adv = torch.tensor([2.0, -1.0, 0.0])
+    loss = F.policy_gradient_loss(log_prob, adv)
+    # -A log p: -2 ln .5 = 2 ln 2 ; +1 ln .25 = -2 ln 2 ; 0 (no advantage, no push)
+    torch.testing.assert_close(loss.detach(), torch.tensor([2 * math.log(2), -2 * math.log(2), 0.0]))
+    loss.sum().backward()
+    # descending the loss raises log p where A > 0 and lowers it where A < 0: d/dlogp = -A
+    torch.testing.assert_close(log_prob.grad, torch.tensor([-2.0, 1.0, 0.0]))
+
+
 def test_value_loss_plain_and_clipped():
     value, old, ret = torch.tensor([3.0, 1.2, 2.0]), torch.tensor([1.0, 1.0, 1.0]), torch.tensor([2.0, 3.0, 3.0])
     # plain: mean((1)^2, (-1.8)^2, (-1)^2) = (1 + 3.24 + 1) / 3

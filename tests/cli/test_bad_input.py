@@ -93,6 +93,10 @@ BAD_INPUTS = [
     (["algo=grpo", "algo.group_size=3"], ["env.num_envs=8", "algo.group_size=3", "Fix:"]),
     (["algo=grpo", "policy=actor_critic"], ["policy='ActorCritic'", "Fix:", "pass policy=actor_only"]),
     (["algo=grpo", "algo.kl_coef=-1"], ["algo.kl_coef=-1", "Fix:"]),
+    # --- algo (A2C) ---
+    (["algo=a2c", "algo.lr_schedule=adaptive_kl"], ["algo.lr_schedule='adaptive_kl'", "algo=a2c",
+                                                    "Fix: pass algo.lr_schedule=constant"]),
+    (["algo=a2c", "policy=actor_critic_rnn"], ["policy='ActorCriticRNN'", "feedforward", "Fix: pass policy=actor_critic"]),
     # --- policy ---
     (["policy.activation=sigmoidz"], ["policy.activation='sigmoidz'", "relu", "Fix:"]),
     (["policy.hidden_sizes=[0]"], ["policy.hidden_sizes=[0]", "positive ints", "Fix:"]),
