@@ -49,7 +49,8 @@ class UpdateSteps:
     """Runs an algorithm's ``prepare`` and gradient steps, compiled and captured as ``accel`` says.
 
     Args:
-        prepare: ``rollout -> samples``: the update's samples (first batch dim: the sample index).
+        prepare: ``rollout -> samples``: the update's samples (first batch dim: the sample index); run without
+            gradients.
         rollout_metrics: ``samples -> {name: scalar}``, diagnostics of the whole rollout (explained variance).
         loss: ``batch -> {"loss": total, "loss/...": ..., "diag/...": ...}`` over ``samples[idx]`` with ``"weight"``.
         gradient_step: The optimizer step around the loss (:meth:`~embodirl.algos.base.OnPolicyAlgorithm.
@@ -84,17 +85,20 @@ class UpdateSteps:
         """The update's samples and the rollout's diagnostics (eager: ``prepare``'s output; else the buffers)."""
         rollout = rollout.filter_non_tensor_data()  # counts such as num_steps_collected are the loop's business
         if not self.buffered:
-            self.samples = self._user_prepare(rollout)
-            return self.samples, self._rollout_metrics(self.samples)
+            with torch.no_grad():
+                self.samples = self._user_prepare(rollout)
+                return self.samples, self._rollout_metrics(self.samples)
         if self.samples is None or rollout.batch_size != self._shape:
-            self.samples = self._user_prepare(rollout).clone()  # the buffers, allocated once, owned here
+            with torch.no_grad():
+                self.samples = self._user_prepare(rollout).clone()  # the buffers, allocated once, owned here
             self._shape = rollout.batch_size
         return self.samples, self._prepare(rollout)
 
     def _prepare_into(self, rollout: TensorDict) -> dict[str, Tensor]:
         assert self.samples is not None
-        self.samples.update_(self._user_prepare(rollout))
-        return self._rollout_metrics(self.samples)
+        with torch.no_grad():
+            self.samples.update_(self._user_prepare(rollout))
+            return self._rollout_metrics(self.samples)
 
     def minibatch_loss(self, idx: Tensor, weight: Tensor) -> dict[str, Tensor]:
         """The loss's terms on ``samples[idx]`` with ``weight`` (broadcast over a sequence's steps); the terms

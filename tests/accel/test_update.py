@@ -65,3 +65,15 @@ def test_the_weight_spans_a_sequence_and_autocast_runs_the_loss_in_bf16():
     assert seen == [(torch.bfloat16, (1, 2))]  # computed in bfloat16, each step of the sequence weighted ...
     assert terms["loss"].dtype == terms["diag/x"].dtype == torch.float32  # ... returned in float32
     assert terms["loss"].requires_grad and not terms["diag/x"].requires_grad
+
+
+def test_with_cuda_graphs_the_steps_are_wrapped_for_capture_and_give_the_same_numbers():
+    plain, captured = _steps(Acceleration(cuda_graphs=True)), _steps(Acceleration(cuda_graphs=True))
+    captured.capture(allowed=True)  # recorded at their next calls on a GPU; on a CPU the wrappers pass calls through
+    for steps in (plain, captured):
+        steps.prepare(_rollout(2))
+    idx, weight = torch.tensor([[0, 3]]), torch.tensor([[1.0, 1.0]])
+    assert captured.step(idx, weight).tolist() == plain.step(idx, weight).tolist() == [4.0]
+    refused = _steps(Acceleration(cuda_graphs=True))
+    refused.capture(allowed=False)  # fp16 scaler or an optimizer that cannot be captured: compiled only
+    assert refused._step == refused._plain_step

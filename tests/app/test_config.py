@@ -40,7 +40,7 @@ def test_command_line_overrides_reach_the_objects(tmp_path, tiny):
 
     cfg = compose_config([*tiny, "algo.clip_coef=0.1", "env.num_envs=12", "seed=3", "policy.hidden_sizes=[32]"])
     parts = build_components(cfg)
-    assert parts.algo.clip_coef == 0.1 and parts.env.num_envs == 12
+    assert parts.algo.cfg.clip_coef == 0.1 and parts.env.num_envs == 12
     assert parts.policy.actor[0].out_features == 32
 
 
