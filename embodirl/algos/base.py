@@ -1,12 +1,14 @@
 """The on-policy algorithm: a loss over minibatches of prepared samples, trained by the one update loop.
 
-To add an algorithm, subclass :class:`OnPolicyAlgorithm` with a schema (a subclass of
-:class:`~embodirl.config.algos.OnPolicyConfig`) and write three plain functions (see ``embodirl/algos/a2c.py``):
+To add an algorithm (``embodirl/algos/a2c.py`` is the example): declare its keys in a schema, a subclass of
+:class:`~embodirl.config.algos.OnPolicyConfig` whose ``target`` names the class; write an option file
+``conf/algo/<name>.yaml`` with that ``_target_`` and the values; subclass :class:`OnPolicyAlgorithm` with a
+constructor ``(cfg, *, policy, device, total_env_steps, accel)``, its ``metric_names``, and three plain functions:
 
 * ``prepare(rollout) -> samples``: from the ``[N, T+1]`` rollout (:mod:`embodirl.collect.rollout`), the update's
   samples, a TensorDict whose first batch dim indexes them (``[N*T]`` transitions, or ``[S, L]`` sequences),
-  with whatever the loss reads (advantages, returns, ...). A boolean ``"valid"`` entry ``[S]`` restricts the
-  minibatches to the samples it marks (GRPO's first episodes);
+  with whatever the loss reads (advantages, returns, ...). A boolean ``"valid"`` entry of ``[S]`` samples
+  restricts the minibatches to the samples it marks (GRPO's first episodes);
 * ``loss(batch) -> {"loss": ..., "loss/<term>": ..., "diag/<name>": ...}``: on a minibatch ``samples[idx]`` with
   its ``"weight"`` (0 for padding, so every minibatch has one static shape), weighted means; ``"loss"`` is
   minimised, the other terms are logged (averaged over the update's steps);

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch._dynamo
 
-from embodirl.app.build import build_components
 from embodirl.accel.compile import Acceleration, resolve_acceleration
+from embodirl.app.build import build_components
 from embodirl.errors import ConfigError
 from tests.conftest import compose_config
 

@@ -25,8 +25,7 @@ def _steps(accel, amp="off", seen=None):
         return {"loss": total, "diag/x": batch["x"].mean()}
 
     def gradient_step(loss_and_metrics, idx, weight):
-        loss, metrics = loss_and_metrics(idx[0], weight[0])
-        return metrics
+        return loss_and_metrics(idx[0], weight[0])[1]
 
     return UpdateSteps(prepare, lambda samples: {"diag/sum": samples["x"].sum()}, loss, gradient_step, accel=accel,
                        device=CPU, amp=amp)

@@ -87,7 +87,7 @@ def test_k_accumulated_minibatches_equal_one_big_batch(minibatch_size, accumulat
     small, _ = _ppo_pair(minibatch_size, accumulate)
     big_metrics = big.update(rollout.clone())
     small_metrics = small.update(rollout.clone())
-    for (name, a), b in zip(big.policy.named_parameters(), small.policy.parameters()):
+    for (name, a), b in zip(big.policy.named_parameters(), small.policy.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
     for key in ("loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction"):
         assert small_metrics[key] == pytest.approx(big_metrics[key], rel=1e-4, abs=1e-6), key
@@ -95,7 +95,7 @@ def test_k_accumulated_minibatches_equal_one_big_batch(minibatch_size, accumulat
     separate, _ = _ppo_pair(minibatch_size, 1)
     separate.update(rollout.clone())
     assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(big.policy.parameters(),
-                                                                      separate.policy.parameters()))
+                                                                      separate.policy.parameters(), strict=True))
 
 
 def test_grpo_accumulates_too():
@@ -107,7 +107,7 @@ def test_grpo_accumulates_too():
     small, _ = grpo(16, 64)  # 64 x 16 >= 128 slots: one step, whatever the valid count
     big.update(rollout.clone())
     small.update(rollout.clone())
-    for a, b in zip(big.policy.parameters(), small.policy.parameters()):
+    for a, b in zip(big.policy.parameters(), small.policy.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
 
@@ -129,7 +129,7 @@ def _settled_fp16_scaler():
     while True:
         before = [p.clone() for p in algo.policy.parameters()]
         algo.update(rollout.clone())
-        if any(not torch.equal(b, p) for b, p in zip(before, algo.policy.parameters())):
+        if any(not torch.equal(b, p) for b, p in zip(before, algo.policy.parameters(), strict=True)):
             return skipped, algo.grad_scaler.state_dict()
         skipped += 1
 
