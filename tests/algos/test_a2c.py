@@ -70,4 +70,4 @@ def test_embodirl_train_algo_a2c_solves_cartpole(tmp_path, monkeypatch):
             assert exc.code in (0, None), exc.code
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "solved" and summary["eval/return_mean"] >= 475, summary
-    assert summary["solved_env_steps"] <= 500_000  # 10 of 10 seeds tried solved within 246k
+    assert summary["solved_env_steps"] <= 500_000  # twice what the seeds tried needed (the A2C commit message)
