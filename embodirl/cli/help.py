@@ -218,7 +218,7 @@ def _yaml_comments(choices: Mapping[str, str | None]) -> tuple[dict[str, str | N
             if comment is None:
                 continue
             base = comments.get(path)
-            if appended and base and base != comment:
+            if appended and base != comment:  # a recipe's note, also on a key its group file leaves to the schema
                 notes[path] = f"{notes.get(path, '')} [{option}: {comment}]".strip()
             comments[path] = f"{base} [{option}: {comment}]" if appended and base and base != comment else comment
     return comments, notes

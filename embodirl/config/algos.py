@@ -88,8 +88,10 @@ class PPOConfig(OnPolicyConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class A2CConfig(OnPolicyConfig):
-    """A2C: one gradient step per rollout on the advantage-weighted log-likelihood, a value loss and an entropy
-    bonus (GAE advantages; gae_lambda=1 gives the classic n-step returns)."""
+    """A2C: one gradient step per rollout (policy gradient, value loss, entropy bonus) with n-step returns.
+
+    The advantages are GAE's; ``gae_lambda=1`` gives the classic n-step returns (``n = num_steps``).
+    """
 
     target = "embodirl.algos.a2c.A2C"
     learning_rate: float = key(2e-3, gt=0, doc="learning rate (the start of a linear/cosine schedule)")

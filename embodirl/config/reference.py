@@ -65,8 +65,9 @@ def _options() -> Iterator[tuple[str, str, str]]:
                 stack.append((entry, name))
             elif entry.name.endswith(".yaml") and group:
                 data = yaml.safe_load(entry.read_text(encoding="utf-8")) or {}
-                if isinstance(data.get("_target_"), str):
-                    yield group, entry.name.removesuffix(".yaml"), data["_target_"]
+                node = data if "_target_" in data else data.get(group, {})  # a "@package _global_" file (grpo)
+                if isinstance(node, dict) and isinstance(node.get("_target_"), str):
+                    yield group, entry.name.removesuffix(".yaml"), node["_target_"]
 
 
 def _table(schema: type[Schema], prefix: str) -> list[str]:

@@ -50,8 +50,8 @@ def test_a_captured_step_gets_a_capturable_optimizer_with_a_tensor_learning_rate
 
 
 @pytest.mark.parametrize("node,message", [
-    ({"_target_": "torch.optim.SGD", "eps": 1e-5}, r"algo.optimizer.eps=1e-05 is invalid: expected a key of SGDConfig "
-                                                    r"\(one of: .*momentum"),
+    ({"_target_": "torch.optim.SGD", "eps": 1e-5}, r"algo.optimizer.eps=1e-05 is invalid: expected a key of "
+                                                    r"algo.optimizer \(one of: .*momentum"),
     ({"_target_": "torch.optim.Adam", "lr": 0.1}, r"algo.optimizer.lr=0.1 is invalid.*algo.learning_rate"),
     ({"_target_": "torch.optim.RMSprop", "lr": 0.1}, r"algo.optimizer.lr=0.1 is invalid.*learning rate.*"
                                                       r"~algo.optimizer.lr"),

@@ -97,7 +97,7 @@ def test_help_page_shows_examples_groups_and_commented_keys():
     assert any(line.startswith("  +experiment ") and "ppo_push_cube" in line for line in lines)  # appended: with +
     assert any(line.startswith("  logger ") and "none" in line and "wandb" in line for line in lines)
     clip = next(line for line in lines if line.strip().startswith("algo.clip_coef="))
-    assert clip.split() == ["algo.clip_coef=0.2", "#", "surrogate", "clip", "range"]
+    assert clip.split() == ["algo.clip_coef=0.2", "#", "surrogate", "clip", "range", "(a", "float", ">", "0)"]
     assert any(line.startswith("  algo=ppo (embodirl.algos.ppo.PPO): PPO: clipped surrogate") for line in lines)
     assert "(undocumented)" not in page
 
@@ -117,7 +117,8 @@ def test_help_page_follows_the_overrides_and_leaves_sweeps_out():
     lines = page.splitlines()
     assert any(line.strip().startswith("env=push_cube (embodirl.envs.push_cube.env.PushCube)") for line in lines)
     gamma = next(line for line in lines if line.strip().startswith("algo.gamma="))
-    assert gamma.startswith("  algo.gamma=0.8") and "discount [ppo_push_cube: short horizon" in gamma
+    assert gamma.startswith("  algo.gamma=0.8")
+    assert "discount (a float in [0, 1]) [ppo_push_cube: short horizon" in gamma  # the schema's doc, the recipe's why
 
 
 def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path):
