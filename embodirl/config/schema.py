@@ -296,9 +296,12 @@ def cli_text(value: Any) -> str:
     return str(value)
 
 
-def _expected(annotation: Any, bounds: Bounds) -> str:
+def _expected(annotation: Any, bounds: Bounds, value: Any = None) -> str:
     text, limits = describe_type(annotation), bounds.describe()
-    return f"{text} {limits}".strip() if limits else text
+    text = f"{text} {limits}".strip() if limits else text
+    if bounds.finite and isinstance(value, float) and not math.isfinite(value):
+        text += " (finite: nan and inf are not values of this key)"
+    return text
 
 
 def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: str) -> Any:
@@ -307,7 +310,8 @@ def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: st
     bounds: Bounds = f.metadata.get("bounds", Bounds())
     converted = conform(value, annotation)
     if converted is NO_MATCH or not _in_bounds(converted, bounds):
-        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds), _fix(f, prefix), absolute=True)
+        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds, value), _fix(f, prefix),
+                          absolute=True)
     return _nested(annotation, converted, prefix + f.name)
 
 
@@ -318,11 +322,16 @@ def _in_bounds(value: Any, bounds: Bounds) -> bool:
 
 
 def _fix(f: dataclasses.Field, prefix: str) -> str:
-    """``pass algo.num_steps=32`` (the default) where the default is a plain value, else general advice."""
-    default = f.default if f.default is not MISSING else MISSING
-    if default is MISSING or default is None or isinstance(default, Mapping | list | tuple):
+    """``pass algo.num_steps=32`` (the default) where the default is a plain value or a list of them (typed as the
+    command line takes it: ``[64,64]``), else general advice."""
+    default = f.default
+    if default is MISSING and f.default_factory is not MISSING:  # a list's default; not a nested schema's
+        made = f.default_factory()
+        default = made if isinstance(made, list | tuple) else MISSING
+    if default is MISSING or default is None or isinstance(default, Mapping) or default in ([], ()):
         return "pass a value of that type"
-    return f"pass {prefix}{f.name}={cli_text(default)} (the default) or another value of that type"
+    text = f"[{','.join(cli_text(v) for v in default)}]" if isinstance(default, list | tuple) else cli_text(default)
+    return f"pass {prefix}{f.name}={text} (the default) or another value of that type"
 
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:
