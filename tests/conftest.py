@@ -16,6 +16,9 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig
+
 torch.set_num_threads(1)
 
 # Small, fast settings for runs that only need to exercise the machinery.
@@ -55,8 +58,9 @@ def ppo_on_cartpole(**kwargs):
     from embodirl.policies import ActorCritic
 
     torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
+    env = CartPole(CartPoleConfig(num_envs=8), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[16]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32, **kwargs)
     collector = Collector(env, policy, algo.collect_plan(env))
     collector.reset(seed=0)

@@ -1,6 +1,6 @@
 """The schemas of embodirl's own components, imported together so a ``_target_`` finds its schema without
 importing the component (:func:`embodirl.config.schema.schema_for`)."""
 
-from embodirl.config import optim
+from embodirl.config import envs, optim, policies
 
-__all__ = ["optim"]
+__all__ = ["envs", "optim", "policies"]

@@ -53,7 +53,7 @@ class StepResult(NamedTuple):
 def env_mode() -> torch.inference_mode:
     """The autograd mode every reset, step and restore of an env runs in: ``torch.inference_mode()`` (a decorator
     or a context manager). Eager ops skip the autograd and version-counter bookkeeping that ``no_grad`` still
-    does: about 10 % of a CartPole collection and 15 % of an evaluation step. See :meth:`BatchedEnv.step`."""
+    does. See :meth:`BatchedEnv.step`."""
     return torch.inference_mode()
 
 
@@ -118,6 +118,14 @@ class BatchedEnv(ABC):
         part and clones the tensors it differentiates through there (``action.clone()``): inference tensors
         cannot be saved for backward.
         """
+
+    def override_solved(self, solved_metric: str | None, solved_threshold: float | None) -> None:
+        """Replace the env's own solved criterion by the config's (``env.solved_metric``, ``env.solved_threshold``)
+        where it sets one; null keeps the env's."""
+        if solved_metric is not None:
+            self.solved_metric = solved_metric
+        if solved_threshold is not None:
+            self.solved_threshold = float(solved_threshold)
 
     def is_solved(self, eval_metrics: dict[str, float]) -> bool:
         """Whether deterministic-eval metrics meet the task's solved criterion."""

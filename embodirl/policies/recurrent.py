@@ -10,17 +10,13 @@ backpropagation through time), restarting it inside a sequence where an episode 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
-
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from embodirl.errors import check_choice
-from embodirl.policies.actor_critic import ActorCritic
-from embodirl.policies.distributions import ActionDistribution
+from embodirl.config.policies import ActorCriticRNNConfig
+from embodirl.policies.actor_critic import ActorCritic, critic_mlp
 from embodirl.policies.networks import build_mlp
 
 __all__ = ["ActorCriticRNN"]
@@ -31,47 +27,27 @@ _CELLS = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
 class ActorCriticRNN(ActorCritic):
     """An actor-critic whose actor and critic read their features through a GRU or LSTM core.
 
+    ``core`` (``gru`` or ``lstm``) and ``core_size`` set the cores; ``hidden_sizes`` and ``critic_hidden_sizes``
+    are the heads' hidden sizes (after the core).
+
     Args:
-        core: ``gru`` or ``lstm``.
-        core_size: Hidden size of each core.
-        hidden_sizes: Actor head hidden sizes (after the core).
-        critic_hidden_sizes: Critic head hidden sizes; None uses ``hidden_sizes``.
-        **kwargs: See :class:`embodirl.policies.actor_only.ActorOnly`.
+        cfg: The policy's keys (:class:`~embodirl.config.policies.ActorCriticRNNConfig`; the shared ones are
+            described in :class:`~embodirl.policies.actor_only.ActorOnly`).
+        observation_space: Single-env observation space (Box or Dict of Boxes).
+        action_space: Single-env action space (Discrete or 1-D Box).
     """
 
     is_recurrent = True
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.spaces.Space,
-        core: Literal["gru", "lstm"] = "gru",
-        core_size: int = 64,
-        hidden_sizes: Sequence[int] = (64,),
-        critic_hidden_sizes: Sequence[int] | None = None,
-        activation: str = "relu",
-        init_log_std: float = 0.0,
-        log_std_min: float = -5.0,
-        log_std_max: float = 2.0,
-        normalize_obs: bool = False,
-        encoders: Mapping[str, Any] | None = None,
-        actor_keys: Sequence[str] | None = None,
-        critic_keys: Sequence[str] | None = None,
-        distribution: Callable[..., ActionDistribution] | None = None,
-    ) -> None:
-        check_choice("core", core, _CELLS)
-        super().__init__(observation_space, action_space, hidden_sizes, critic_hidden_sizes, activation, init_log_std,
-                         log_std_min, log_std_max, normalize_obs, encoders, actor_keys, critic_keys,
-                         distribution)
-        self.core, self.core_size = core, core_size
-        self.actor_core = _CELLS[core](self.feature_dim(self.actor_keys), core_size)
-        self.critic_core = _CELLS[core](self.feature_dim(self.critic_keys), core_size)
+    def __init__(self, cfg: ActorCriticRNNConfig, *, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__(cfg, observation_space=observation_space, action_space=action_space)
+        self.core, self.core_size = cfg.core, cfg.core_size
+        self.actor_core = _CELLS[cfg.core](self.feature_dim(self.actor_keys), cfg.core_size)
+        self.critic_core = _CELLS[cfg.core](self.feature_dim(self.critic_keys), cfg.core_size)
         # The heads read the core's output instead of the features.
-        self.actor = build_mlp(core_size, self.dist.num_params, list(hidden_sizes), activation, 0.01)
-        sizes = list(hidden_sizes if critic_hidden_sizes is None else critic_hidden_sizes)
-        key = "hidden_sizes" if critic_hidden_sizes is None else "critic_hidden_sizes"
-        self.critic = build_mlp(core_size, 1, sizes, activation, 1.0, key)
-        self._fields = ("h", "c") if core == "lstm" else ("h",)
+        self.actor = build_mlp(cfg.core_size, self.dist.num_params, list(cfg.hidden_sizes), cfg.activation, 0.01)
+        self.critic = critic_mlp(cfg, cfg.core_size)
+        self._fields = ("h", "c") if cfg.core == "lstm" else ("h",)
 
     def actor_prefixes(self) -> tuple[str, ...]:
         """The feedforward actor's prefixes and the actor's core (see :meth:`ActorOnly.actor_prefixes`)."""

@@ -6,6 +6,8 @@ import gymnasium as gym
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig, ActorOnlyConfig
 from embodirl.algos import functional as F
 from embodirl.algos.grpo import GRPO
 from embodirl.app.build import build_components
@@ -89,12 +91,13 @@ def test_k3_kl_has_the_closed_form_expectation():
 
 
 def _grpo(env, **kwargs):
-    policy = ActorOnly(env.observation_space, env.action_space, hidden_sizes=[16])
+    policy = ActorOnly(ActorOnlyConfig(hidden_sizes=[16]), observation_space=env.observation_space,
+                       action_space=env.action_space)
     return GRPO(policy, device=torch.device("cpu"), total_env_steps=10_000, **kwargs)
 
 
 def test_group_members_share_their_start_and_groups_differ():
-    env = CartPole(num_envs=12, seed=0)
+    env = CartPole(CartPoleConfig(num_envs=12), seed=0)
     algo = _grpo(env, group_size=4, num_steps=16)
     collector = Collector(env, algo.policy, algo.collect_plan(env))
     for _ in range(2):
@@ -109,7 +112,7 @@ def test_group_members_share_their_start_and_groups_differ():
 def test_forced_resets_do_not_merge_partial_episodes():
     # 5-step rollouts with a reset before each: no CartPole episode can end within 5 steps, so no
     # episode may ever be counted (merging partial episodes would report 10-, 15-, ... step episodes).
-    env = CartPole(num_envs=8, seed=0)
+    env = CartPole(CartPoleConfig(num_envs=8), seed=0)
     algo = _grpo(env, group_size=4, num_steps=5, truncate_at_first_done=False)
     collector = Collector(env, algo.policy, algo.collect_plan(env))
     for _ in range(10):
@@ -119,7 +122,7 @@ def test_forced_resets_do_not_merge_partial_episodes():
 
 def test_update_reports_valid_fraction_and_ref_kl():
     torch.manual_seed(0)
-    env = CartPole(num_envs=16, seed=0)
+    env = CartPole(CartPoleConfig(num_envs=16), seed=0)
     algo = _grpo(env, group_size=4, kl_coef=0.1, n_epochs=2, batch_size=256, learning_rate=1e-2)
     collector = Collector(env, algo.policy, algo.collect_plan(env))
     rollout = collector.collect()
@@ -141,5 +144,6 @@ def test_grpo_selects_actor_only_and_refuses_bad_settings(tmp_path):
     with pytest.raises(ConfigError, match=r"policy='ActorCritic'.*actor_only"):
         build_components(compose_config(["algo=grpo", "policy=actor_critic", "device=cpu"]))
     with pytest.raises(ConfigError, match="actor_only"):
-        GRPO(ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), device=torch.device("cpu"),
+        GRPO(ActorCritic(ActorCriticConfig(), observation_space=gym.spaces.Box(-1, 1, (4,)),
+                         action_space=gym.spaces.Discrete(2)), device=torch.device("cpu"),
              total_env_steps=1)

@@ -6,6 +6,8 @@ import functools
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig, ActorOnlyConfig
 from embodirl.algos.grpo import GRPO
 from embodirl.algos.optim import autocast_loss, build_optimizer
 from embodirl.algos.ppo import PPO
@@ -50,7 +52,8 @@ def test_bad_optimizer_nodes_name_the_key(factory, message):
 
 
 def test_adam_eps_moved_to_the_optimizer_node():
-    policy = ActorCritic(CartPole(num_envs=1).observation_space, CartPole(num_envs=1).action_space)
+    policy = ActorCritic(ActorCriticConfig(), observation_space=CartPole(CartPoleConfig(num_envs=1)).observation_space,
+                         action_space=CartPole(CartPoleConfig(num_envs=1)).action_space)
     with pytest.raises(ConfigError, match=r"adam_eps=1e-08 is invalid.*Fix: pass algo.optimizer.eps=1e-08"):
         PPO(policy, device=CPU, total_env_steps=10, adam_eps=1e-8)
 
@@ -58,8 +61,9 @@ def test_adam_eps_moved_to_the_optimizer_node():
 def _ppo_pair(batch_size, accumulate, **kwargs):
     """A PPO with a fresh policy of seed 0 and one rollout of 8 envs x 16 steps = 128 transitions."""
     torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
+    env = CartPole(CartPoleConfig(num_envs=8), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[16]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     algo = PPO(policy, device=CPU, total_env_steps=10_000, num_steps=16, batch_size=batch_size, n_epochs=1,
                accumulate_grad_batches=accumulate, **kwargs)
     collector = Collector(env, policy, algo.collect_plan(env))
@@ -89,8 +93,9 @@ def test_k_accumulated_minibatches_equal_one_big_batch(batch_size, accumulate):
 def test_grpo_accumulates_too():
     def grpo(batch_size, accumulate):
         torch.manual_seed(0)
-        env = CartPole(num_envs=8, seed=0)
-        policy = ActorOnly(env.observation_space, env.action_space, hidden_sizes=[16])
+        env = CartPole(CartPoleConfig(num_envs=8), seed=0)
+        policy = ActorOnly(ActorOnlyConfig(hidden_sizes=[16]), observation_space=env.observation_space,
+                           action_space=env.action_space)
         algo = GRPO(policy, device=CPU, total_env_steps=10_000, num_steps=16, batch_size=batch_size, n_epochs=1,
                     group_size=4, accumulate_grad_batches=accumulate)
         collector = Collector(env, policy, algo.collect_plan(env))

@@ -4,6 +4,7 @@ import gymnasium as gym
 import pytest
 import torch
 
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.algos.ppo import PPO
 from embodirl.errors import ConfigError, NonFiniteLossError
 from embodirl.policies import ActorCritic
@@ -38,7 +39,8 @@ def test_target_kl_stops_epochs_early():
 
 
 def test_bad_hyperparameters_are_refused_with_the_key():
-    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    policy = ActorCritic(ActorCriticConfig(), observation_space=gym.spaces.Box(-1, 1, (4,)),
+                         action_space=gym.spaces.Discrete(2))
     with pytest.raises(ConfigError, match=r"clip_coef=-1 is invalid: expected a float > 0"):
         PPO(policy, device=torch.device("cpu"), total_env_steps=10, clip_coef=-1)
     with pytest.raises(ConfigError, match=r"lr_schedule='cosinus'.*constant, linear, cosine, adaptive_kl"):
@@ -74,7 +76,8 @@ def test_unshuffled_minibatches_do_not_depend_on_the_random_stream():
 
 
 def test_dual_clip_is_checked_and_used():
-    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    policy = ActorCritic(ActorCriticConfig(), observation_space=gym.spaces.Box(-1, 1, (4,)),
+                         action_space=gym.spaces.Discrete(2))
     with pytest.raises(ConfigError, match=r"dual_clip_coef=0.5 is invalid: expected null \(off\) or a float > 1"):
         PPO(policy, device=torch.device("cpu"), total_env_steps=10, dual_clip_coef=0.5)
     algo, collector = ppo_on_cartpole(dual_clip_coef=1.5, learning_rate=0.05, n_epochs=8)

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.algos.ppo import PPO
 from embodirl.algos.reward_scaling import RewardScaler, discounted_return_trace, scale_rewards
 from embodirl.collect.collector import Collector
@@ -69,8 +71,9 @@ def test_scaler_state_round_trip():
 
 def _ppo(normalize_rewards):
     torch.manual_seed(0)
-    env = CartPole(num_envs=8, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[16])
+    env = CartPole(CartPoleConfig(num_envs=8), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[16]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     algo = PPO(policy, device=torch.device("cpu"), total_env_steps=1024, num_steps=16, batch_size=32,
                normalize_rewards=normalize_rewards, normalize_advantage=False)
     collector = Collector(env, policy, algo.collect_plan(env))

@@ -85,7 +85,7 @@ BAD_INPUTS = [
     (["algo=grpo", "algo.kl_coef=-1"], ["algo.kl_coef=-1", "Fix:"]),
     # --- policy ---
     (["policy.activation=sigmoidz"], ["policy.activation='sigmoidz'", "relu", "Fix:"]),
-    (["policy.hidden_sizes=[0]"], ["policy.hidden_sizes=[0]", "positive ints", "Fix:"]),
+    (["policy.hidden_sizes=[0]"], ["policy.hidden_sizes=[0]", "a list of ints >= 1", "Fix:", "[64,64]"]),
     (["policy.hidden_sizes=abc"], ["policy.hidden_sizes='abc'", "Fix:"]),
     (["policy.log_std_min=3"], ["policy.log_std_min=3", "below log_std_max", "Fix:"]),
     (["policy.normalize_obs=maybe"], ["policy.normalize_obs='maybe'", "true or false", "Fix:"]),
@@ -150,7 +150,7 @@ BAD_INPUTS = [
     (["env=push_cube", "policy.init_log_std=nan"], ["policy.init_log_std=nan", "finite", "Fix:"]),
     (["env=gym", "env.id=Pendulum-v1", "+env.env_kwargs.g=nan"], ["env.env_kwargs.g=nan", "finite", "Fix:"]),
     (["policy.hidden_sizes=[100000,100000]"], ["policy.hidden_sizes=[100000, 100000]", "GB", "Fix:"]),
-    (["policy.critic_hidden_sizes=[0]"], ["policy.critic_hidden_sizes=[0]", "positive ints", "Fix:"]),
+    (["policy.critic_hidden_sizes=[0]"], ["policy.critic_hidden_sizes=[0]", "a list of ints >= 1", "Fix:"]),
     (["+policy/encoder@policy.encoders.state=cnn"], ["policy.encoders.state", "image", "Fix:"]),
     (["seed=9223372036854775807"], ["seed=9223372036854775807", "Fix: pass seed=0"]),
     (["objective=loss/nonexistent"], ["objective='loss/nonexistent'", "loss/policy", "Fix:"]),

@@ -2,6 +2,8 @@
 
 import torch
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.collect.collector import CollectPlan
 from embodirl.collect.collector import Collector, StepSlot
 from embodirl.envs.cartpole import CartPole
@@ -11,9 +13,9 @@ from embodirl.policies.actor_critic import ActorCritic
 class ModeSpy(CartPole):
     """CartPole that records whether each reset and step ran in inference mode."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, cfg: CartPoleConfig, **kwargs) -> None:
         self.modes: list[tuple[str, bool]] = []
-        super().__init__(**kwargs)
+        super().__init__(cfg, **kwargs)
 
     def reset(self, seed=None, group_size=1):
         self.modes.append(("reset", torch.is_inference_mode_enabled()))
@@ -25,8 +27,9 @@ class ModeSpy(CartPole):
 
 
 def test_the_env_is_reset_and_stepped_in_inference_mode_and_the_rollout_stays_normal():
-    env = ModeSpy(num_envs=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = ModeSpy(CartPoleConfig(num_envs=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     collector = Collector(env, policy, CollectPlan(num_steps=5, reset_every_rollout=True))
     env.modes.clear()
     collector.reset(seed=0)
@@ -51,8 +54,9 @@ class AutogradStep(CartPole):
 
 
 def test_an_env_step_that_needs_autograd_opens_it_as_the_contract_says():
-    env = AutogradStep(num_envs=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = AutogradStep(CartPoleConfig(num_envs=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     rollout = Collector(env, policy, CollectPlan(num_steps=3)).collect()
     assert rollout["reward"][:, :3].eq(1.0).all()
 

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig
 from embodirl.envs.cartpole import CartPole
 from embodirl.collect.episode_stats import EpisodeStats, fold_steps
 
@@ -15,7 +16,7 @@ def add_one_by_one(stats: EpisodeStats, reward: torch.Tensor, done: torch.Tensor
 
 
 def test_episode_stats_match_a_manual_count():
-    env, stats = CartPole(num_envs=8, seed=9), EpisodeStats(8, "cpu")
+    env, stats = CartPole(CartPoleConfig(num_envs=8), seed=9), EpisodeStats(8, "cpu")
     for act in random_actions(8, 7, seed=3):  # partial episodes before the reset are discarded
         step = env.step(act)
         add_one_by_one(stats, step.reward, step.terminated | step.truncated)

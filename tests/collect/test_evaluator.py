@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig, PushCubeArmConfig
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.collect.evaluator import Evaluator
 from embodirl.envs.push_cube.arm import PushCubeArm
@@ -15,8 +17,9 @@ from tests.collect.test_collector import ModeSpy
 
 
 def test_evaluation_steps_the_env_in_inference_mode():
-    env = ModeSpy(num_envs=2, seed=0, max_episode_steps=20)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = ModeSpy(CartPoleConfig(num_envs=2, max_episode_steps=20), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     env.modes.clear()
     metrics = Evaluator(env, policy).evaluate(2, seed=0)
     assert env.modes and all(inference for _, inference in env.modes)
@@ -26,8 +29,9 @@ def test_evaluation_steps_the_env_in_inference_mode():
 def test_an_env_that_replaces_its_state_tensors_evaluates_records_and_evaluates_again():
     # PushCubeArm assigns new step counters every step (inference tensors under evaluation) and zeroes them in
     # place on reset: every call into the eval env must be in the same mode, or that reset raises.
-    env = PushCubeArm(num_envs=2, max_episode_steps=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = PushCubeArm(PushCubeArmConfig(num_envs=2, max_episode_steps=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     evaluator = Evaluator(env, policy)
     first = evaluator.evaluate(2, seed=3)
     frames = record_episode(env, policy, num_envs=1, size=16, seed=3)
@@ -71,7 +75,8 @@ def test_metrics_of_the_first_episodes_of_each_env_by_hand():
     # 3 episodes over 2 envs: env 0 records its first 2 (3 steps, return 1.5, success once; 2 steps, return 1.0,
     # success at its end), env 1 its first (20 steps over two 16-step blocks, return 20, success once at step 5).
     env = ScriptedEpisodes()
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[4])
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[4]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     metrics = Evaluator(env, policy).evaluate(3, seed=0)
     returns = [1.5, 1.0, 20.0]
     assert metrics == pytest.approx({

@@ -6,6 +6,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from embodirl.config.policies import ActorCriticRNNConfig
+from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
 from embodirl.policies.recurrent import ActorCriticRNN
 
@@ -15,7 +17,8 @@ SPACE = gym.spaces.Box(-1, 1, (3,), np.float32)
 @pytest.mark.parametrize("core", ["gru", "lstm"])
 def test_evaluating_a_sequence_equals_acting_step_by_step(core):
     torch.manual_seed(0)
-    policy = ActorCriticRNN(SPACE, gym.spaces.Discrete(2), core=core, core_size=8, hidden_sizes=[8])
+    policy = ActorCriticRNN(ActorCriticRNNConfig(core=core, core_size=8, hidden_sizes=[8]), observation_space=SPACE,
+                            action_space=gym.spaces.Discrete(2))
     batch, length = 3, 5
     obs = torch.randn(batch, length, 3)
     reset = torch.zeros(batch, length, dtype=torch.bool)
@@ -44,10 +47,11 @@ def test_evaluating_a_sequence_equals_acting_step_by_step(core):
 
 
 def test_the_state_has_one_core_per_head_and_restarts_at_zero():
-    policy = ActorCriticRNN(SPACE, gym.spaces.Discrete(2), core="lstm", core_size=4)
+    policy = ActorCriticRNN(ActorCriticRNNConfig(core="lstm", core_size=4), observation_space=SPACE,
+                            action_space=gym.spaces.Discrete(2))
     state = policy.initial_state(2)
     assert set(state.keys(include_nested=True, leaves_only=True)) == {
         ("actor", "h"), ("actor", "c"), ("critic", "h"), ("critic", "c")}
     assert not state.any()
     with pytest.raises(ConfigError, match="core='rnn'"):
-        ActorCriticRNN(SPACE, gym.spaces.Discrete(2), core="rnn")
+        parse(ActorCriticRNNConfig, {"core": "rnn"})

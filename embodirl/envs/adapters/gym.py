@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -24,14 +23,14 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.config.envs import GymConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import ObsKey, observation_spec
-from embodirl.errors import ConfigError, check, check_choice, is_int
+from embodirl.errors import ConfigError, check, is_int
 
 __all__ = ["GymEnv"]
 
 _SUCCESS_KEYS = ("is_success", "success")
-MAX_NUM_ENVS = 65_536
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
 _BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 2.3.10 and pygame, from wheels)'
 
@@ -92,76 +91,61 @@ def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) 
                        f"check env.{key} against the arguments {env_id} takes")
 
 
+def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[gym.vector.VectorEnv, gym.envs.registration.EnvSpec]:
+    """``cfg.num_envs`` copies of ``cfg.id`` in gymnasium's vector env (``SAME_STEP`` autoreset) and the id's spec,
+    or a :class:`ConfigError` naming the id, a missing dependency or the constructor argument it refused."""
+    spec = _find_spec(cfg.id)
+    kwargs: dict[str, Any] = dict(cfg.env_kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        vec = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
+                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+    except gym.error.DependencyNotInstalled as err:
+        box2d = "box2d" in f"{spec.entry_point} {err}".lower()
+        raise ConfigError("id", cfg.id, f"an environment whose dependencies are installed (gymnasium says: {err})",
+                          fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
+    except (TypeError, ValueError, AssertionError, gym.error.Error) as err:
+        raise _constructor_error(cfg.id, dict(cfg.env_kwargs), err) from None
+    return vec, spec
+
+
 class GymEnv(BatchedEnv):
     """``num_envs`` copies of a gymnasium environment behind the batched-env contract.
 
     Args:
-        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``; ``"module:MyEnv-v0"`` imports
-            ``module`` (which registers ``MyEnv-v0``) first.
-        num_envs: Number of sub-envs ``N``.
-        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a subprocess per sub-env).
-        max_episode_steps: Time limit; None takes the spec's.
-        solved_threshold: Eval return counting as solved; None takes the spec's ``reward_threshold``.
-        env_kwargs: Keyword arguments of the gymnasium environment's constructor.
+        cfg: The env's keys (:class:`~embodirl.config.envs.GymConfig`): the gymnasium ``id`` (``"module:MyEnv-v0"``
+            imports ``module``, which registers ``MyEnv-v0``, first), the number of copies, how they run, the time
+            limit (None: the spec's) and ``env_kwargs`` for the environment's constructor. ``solved_threshold``
+            None takes the spec's ``reward_threshold``.
         device: Device of the tensors going in and out.
         seed: Seed of the first reset.
         render_mode: ``"rgb_array"`` makes :meth:`render` work (set by the build only when videos are
             requested: some envs pay for it on every step); None: no pictures.
     """
 
-    def __init__(
-        self,
-        id: str,  # noqa: A002 - gymnasium's own name for it
-        num_envs: int = 8,
-        vectorization_mode: Literal["sync", "async"] = "sync",
-        max_episode_steps: int | None = None,
-        solved_threshold: float | None = None,
-        env_kwargs: dict | None = None,
-        *,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-        render_mode: Literal["rgb_array"] | None = None,
-    ) -> None:
-        check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
-        check(is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
-              f"an int in [1, {MAX_NUM_ENVS}] (gymnasium sub-envs are Python objects stepped one by one on the host)",
-              fix=f"pass env.num_envs=8 (up to {MAX_NUM_ENVS}); for more, write a batched torch env")
-        check_choice("vectorization_mode", vectorization_mode, ["sync", "async"])
-        check(max_episode_steps is None or (is_int(max_episode_steps) and max_episode_steps >= 1),
-              "max_episode_steps", max_episode_steps, "an int >= 1, or null for the spec's time limit")
-        check(env_kwargs is None or isinstance(env_kwargs, Mapping), "env_kwargs", env_kwargs,
-              "a mapping of constructor arguments, or null")
-        spec = _find_spec(id)
-        kwargs: dict[str, Any] = dict(env_kwargs or {})
-        if max_episode_steps is not None:
-            kwargs["max_episode_steps"] = max_episode_steps
+    def __init__(self, cfg: GymConfig, *, device: str | torch.device = "cpu", seed: int = 0,
+                 render_mode: Literal["rgb_array"] | None = None) -> None:
+        env_id, num_envs, max_episode_steps = cfg.id, cfg.num_envs, cfg.max_episode_steps
         check(render_mode in (None, "rgb_array"), "render_mode", render_mode, "None or rgb_array")
-        if render_mode is not None:
-            kwargs["render_mode"] = render_mode
+        self._vec, spec = _make_vec(cfg, render_mode)
         self.render_mode = render_mode
         try:
-            self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
-                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
-        except gym.error.DependencyNotInstalled as err:
-            box2d = "box2d" in f"{spec.entry_point} {err}".lower()
-            raise ConfigError("id", id, f"an environment whose dependencies are installed (gymnasium says: {err})",
-                              fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
-        except (TypeError, ValueError, AssertionError, gym.error.Error) as err:
-            raise _constructor_error(id, dict(env_kwargs or {}), err) from None
-        try:
-            self._check_spaces(id, self._vec.single_observation_space, self._vec.single_action_space)
+            self._check_spaces(env_id, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
             check(time_limit is not None, "max_episode_steps", max_episode_steps,
-                  f"an int >= 1: {id} has no time limit of its own", fix="pass e.g. env.max_episode_steps=1000")
+                  f"an int >= 1: {env_id} has no time limit of its own", fix="pass e.g. env.max_episode_steps=1000")
         except ConfigError:
             self._vec.close()
             raise
         obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
-        self.id = id
+        self.id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = int(time_limit)
-        self.solved_threshold = solved_threshold if solved_threshold is not None else spec.reward_threshold
+        self.solved_threshold = spec.reward_threshold
         if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
             self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
                                                     obs_space.high.astype(np.float32), dtype=np.float32)
@@ -175,6 +159,7 @@ class GymEnv(BatchedEnv):
         else:
             self.action_space = act_space
             self._action_low, self._action_high = act_space.low, act_space.high
+        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.seed = seed
         self._num_resets = 0
         self.reset(seed=seed)

@@ -3,7 +3,7 @@
 Use it to hand an embodirl env to gymnasium tooling (``gymnasium.utils.env_checker.check_env``, wrappers,
 recorders, other libraries' single-env loops)::
 
-    env = SingleEnvAdapter(PushCube(num_envs=1))
+    env = SingleEnvAdapter(PushCube(PushCubeConfig(num_envs=1)))
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
 

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from embodirl.config.envs import CUBE_SPAWN, TIP_SPAWN_HIGH, TIP_SPAWN_LOW
+
 __all__ = [
     "CUBE_SPAWN",
     "MEAN_LEVER_ARM",
@@ -56,8 +58,6 @@ Vec2Like = Vec2 | Sequence[Tensor] | Tensor  # also accepted as input: a [2, N] 
 #: ``(sqrt(2) + ln(1 + sqrt(2))) / 3`` (times ``h``), the lever arm of the table's friction torque.
 MEAN_LEVER_ARM = (math.sqrt(2.0) + math.log(1.0 + math.sqrt(2.0))) / 3.0
 _TINY = 1e-30  # guards divisions by a speed that may be exactly zero
-CUBE_SPAWN = 0.1  #: cube centre ~ U([-0.1, 0.1]^2)
-TIP_SPAWN_LOW, TIP_SPAWN_HIGH = (-0.30, -0.10), (-0.20, 0.10)  #: tip ~ U(box), >= 5 cm behind the cube
 YAW_SPAWN = math.pi / 4  #: randomize_yaw: yaw ~ U(-pi/4, pi/4)
 REACH_TOLERANCE = 0.015  #: |p - p*| below this counts as "reached" (gates the place term)
 TANH_SCALE = 5.0  #: distance scale of the reach and place terms (1/m)
