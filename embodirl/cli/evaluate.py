@@ -112,7 +112,7 @@ def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfi
         CheckpointError: The file is missing, unreadable, or names classes that are not trusted.
     """
     from embodirl.cli.containers import plain_dict
-    from embodirl.config.trust import check_config_from_file
+    from embodirl.config.trust import check_config_from_file, with_moved_targets
     from embodirl.runtime.checkpoint import load_checkpoint
 
     trusted = cfg.trusted_targets
@@ -121,6 +121,7 @@ def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfi
                           "pass 'trusted_targets=[mypkg.envs.MyEnv]' or leave it empty")
     path = resolve_checkpoint(cfg.run, cfg.checkpoint)
     state = load_checkpoint(path, key="checkpoint")
+    state["config"] = with_moved_targets(state["config"])  # classes a checkpoint of an earlier version names
     check_config_from_file(state["config"], f"checkpoint={str(path)!r}", list(trusted))
     train_cfg = OmegaConf.create(state["config"])
     train_cfg.policy.init_from = None  # the checkpoint's own weights are evaluated, not the ones it started from
