@@ -65,7 +65,8 @@ class PushCubeConfig(EnvConfig):
         "ee_delta_pos", doc="ee_delta_pos (tip velocity) | joint_delta_pos (2-link arm joint steps)")
     reward_mode: RewardMode = key("normalized_dense", doc="normalized_dense (staged reward / 3, 1 iff success) | "
                                   "dense | sparse")
-    terminate_on_success: bool = key(False, doc="end episodes on success: beware the hover trap (docs/envs/push_cube.md)")
+    terminate_on_success: bool = key(False, doc="end episodes on success: beware the hover trap "
+                                     "(docs/envs/push_cube.md)")
     fail_on_leaving_workspace: bool = key(False, doc="terminate (reward 0) when the cube leaves table_half_size")
     goal_direction: Literal["fixed", "random", "random_aligned"] = key(
         "fixed", doc="fixed (+x) | random (the tip may go around the cube) | random_aligned (rotated scene)")
@@ -127,8 +128,8 @@ class PushCubeConfig(EnvConfig):
                               "pass workspace_high=[0.45,0.3] (the default)")
         delta, radius, half = self.substep_dt, self.pusher_radius, self.cube_half_size
         if not self.max_speed * delta < radius:
-            raise ConfigError("max_speed", self.max_speed, f"max_speed * control_dt / substeps < pusher_radius={radius} "
-                              "(no tunnelling)", "lower max_speed or raise substeps")
+            raise ConfigError("max_speed", self.max_speed, "max_speed * control_dt / substeps < "
+                              f"pusher_radius={radius} (no tunnelling)", "lower max_speed or raise substeps")
         if self.control_mode == "joint_delta_pos" and not self.max_tip_speed() * delta < half:
             # the speculative margin covers the travel; it must stay below the cube's half-size
             raise ConfigError("max_joint_delta", self.max_joint_delta, "a tip travel per substep, max_joint_delta "
@@ -149,7 +150,8 @@ class PushCubeArmConfig(EnvConfig):
     num_envs: int = key(512, ge=1, doc="parallel simulations")
     reward_mode: RewardMode = key("normalized_dense", doc="normalized_dense (staged reward / 3, 1 iff success) | "
                                   "dense | sparse")
-    terminate_on_success: bool = key(False, doc="end episodes on success: beware the hover trap (docs/envs/push_cube.md)")
+    terminate_on_success: bool = key(False, doc="end episodes on success: beware the hover trap "
+                                     "(docs/envs/push_cube.md)")
     randomize_yaw: bool = key(False, doc="initial cube yaw ~ U(-pi/4, pi/4) instead of 0")
     time_obs: bool = key(False, doc="append elapsed_steps / max_episode_steps to the observation")
     max_episode_steps: int = key(50, ge=1, doc="time limit (truncation): 2.5 s at 20 Hz")

@@ -13,9 +13,18 @@ from typing import Literal
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["ActorCriticConfig", "ActorCriticRNNConfig", "ActorOnlyConfig", "Activation",
-           "BetaConfig", "CNNEncoderConfig", "FlattenEncoderConfig", "MLPEncoderConfig", "PolicyConfig",
-           "StateDependentGaussianConfig"]
+__all__ = [
+    "Activation",
+    "ActorCriticConfig",
+    "ActorCriticRNNConfig",
+    "ActorOnlyConfig",
+    "BetaConfig",
+    "CNNEncoderConfig",
+    "FlattenEncoderConfig",
+    "MLPEncoderConfig",
+    "PolicyConfig",
+    "StateDependentGaussianConfig",
+]
 
 Activation = Literal["relu", "elu", "tanh", "gelu", "silu", "leaky_relu"]  #: embodirl.policies.networks.ACTIVATIONS
 

@@ -73,7 +73,8 @@ class BatchedEnv(ABC):
     Attributes:
         num_envs: Number of parallel envs ``N``.
         device: Device of every tensor going in and out.
-        observation_space: Single-env observation space (a float32 ``gym.spaces.Box``).
+        observation_space: Single-env observation space: a ``gym.spaces.Box`` (one float32 tensor) or a (nested)
+            ``gym.spaces.Dict`` of them (a TensorDict; :mod:`embodirl.envs.observations`).
         action_space: Single-env action space (``gym.spaces.Box`` or ``gym.spaces.Discrete``).
             Discrete actions are int64 tensors ``[N]``; Box actions float32 ``[N, act_dim]``.
             Box actions outside the bounds are clipped by the env.
@@ -88,7 +89,7 @@ class BatchedEnv(ABC):
 
     num_envs: int
     device: torch.device
-    observation_space: gym.spaces.Box
+    observation_space: gym.Space
     action_space: gym.spaces.Space
     max_episode_steps: int
     solved_metric: str = "eval/return_mean"
@@ -145,7 +146,7 @@ class BatchedEnv(ABC):
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore its state")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default that does nothing, not an abstract method
         """Release resources (subprocesses, files)."""
 
     @property

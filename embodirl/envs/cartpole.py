@@ -196,12 +196,14 @@ class CartPole(BatchedEnv):
         if self.device.type == "cpu" and not in_graph(self.device):
             # exp(i*theta) = cos + i*sin by the C library's cexp, whose cos/sin are those of gymnasium's math.cos and
             # math.sin; torch's own cos/sin (SLEEF) can differ from them by one ulp.
-            return torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
+            cos, sin = torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
+            return cos, sin
         return torch.cos(theta), torch.sin(theta)
 
     def _step_on_host(self, action: Tensor) -> StepResult:
         """:meth:`step` in numpy on views of the state buffers (eager on the CPU): the same operations, with cos/sin
         from the C library's complex exponential (numpy's ``exp`` of a complex array is ``cexp``)."""
+        assert self._host is not None  # step() comes here only for an env with host views
         state0, steps, limits, force_right, force_left = self._host
         force = np.where((action == 1).numpy(force=True).reshape(self.num_envs), force_right, force_left)
         trig = np.exp(1j * state0[:, 2])

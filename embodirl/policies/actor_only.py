@@ -10,6 +10,7 @@ parameters and a value.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
@@ -20,7 +21,7 @@ from torch import Tensor, nn
 from embodirl.config.instantiate import instantiate
 from embodirl.config.policies import PolicyConfig
 from embodirl.config.schema import Node
-from embodirl.envs.observations import key_name, observation_spec
+from embodirl.envs.observations import ObsKey, key_name, observation_spec
 from embodirl.errors import ConfigError
 from embodirl.policies.distributions import ActionDistribution, make_distribution
 from embodirl.policies.encoders import Encoder, default_encoder, is_image
@@ -76,9 +77,10 @@ class ActorOnly(nn.Module):
             if cfg.normalize_obs and spec[self._keys[name]][1].is_floating_point
             and not is_image(*spec[self._keys[name]])})
         # Observation key name -> (TensorDict key, normaliser or None, encoder): looked up once, not per step.
-        self._routes = {name: (self._keys[name], self.normalizers[_module_key(name)]
-                               if _module_key(name) in self.normalizers else None, self.encoders[_module_key(name)])
-                        for name in used}
+        normalizers = {key: typing.cast(RunningNormalizer, module) for key, module in self.normalizers.items()}
+        self._routes: dict[str, tuple[ObsKey, RunningNormalizer | None, Encoder]] = {
+            name: (self._keys[name], normalizers.get(_module_key(name)),
+                   typing.cast(Encoder, self.encoders[_module_key(name)])) for name in used}
         self.dist = self._distribution(action_space, cfg)
         self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(cfg.hidden_sizes),
                                cfg.activation, 0.01)
@@ -133,7 +135,7 @@ class ActorOnly(nn.Module):
 
     def feature_dim(self, names: Sequence[str]) -> int:
         """Size of the concatenated features of ``names``."""
-        return sum(self.encoders[_module_key(n)].out_dim for n in names)
+        return sum(typing.cast(Encoder, self.encoders[_module_key(n)]).out_dim for n in names)
 
     # --- encoding ------------------------------------------------------------------------------------
     def encode(self, obs: TensorDict, names: Sequence[str]) -> dict[str, Tensor]:
@@ -154,15 +156,24 @@ class ActorOnly(nn.Module):
 
     def _value(self, features: Mapping[str, Tensor], batch: torch.Size) -> Tensor:
         """Value from encoded features; zeros without a critic."""
-        return torch.zeros(batch, device=self.actor[0].weight.device)
+        return torch.zeros(batch, device=self.device)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy's parameters."""
+        return typing.cast(nn.Linear, self.actor[0]).weight.device
 
     # --- the interface ---------------------------------------------------------------------------------
     def initial_state(self, batch_size: int) -> TensorDict:
-        return TensorDict({}, batch_size=[batch_size], device=self.actor[0].weight.device)
+        return TensorDict({}, batch_size=[batch_size], device=self.device)
+
+    def _state(self, state: TensorDict | None, obs: TensorDict) -> TensorDict:
+        """``state``, or the episode's initial state where the caller passed none."""
+        return state if state is not None else self.initial_state(obs.batch_size[0])
 
     @torch.no_grad()
     def act(self, obs: TensorDict, state: TensorDict | None = None,
-            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict | None]:
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
         features = self.encode(obs, self._read)
         params = self.actor(self.join(features, self.actor_keys))
         if deterministic:
@@ -170,11 +181,12 @@ class ActorOnly(nn.Module):
             log_prob = self.dist.log_prob(params, action)
         else:
             action, log_prob = self.dist.sample(params)
-        return action, log_prob, self._value(features, obs.batch_size), state
+        return action, log_prob, self._value(features, obs.batch_size), self._state(state, obs)
 
     @torch.no_grad()
-    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict | None]:
-        return self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys))), state
+    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict]:
+        action = self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys)))
+        return action, self._state(state, obs)
 
     @torch.no_grad()
     def value(self, obs: TensorDict, state: TensorDict | None = None) -> Tensor:

@@ -188,6 +188,8 @@ class Beta(ActionDistribution):
     """
 
     _EPS = 1e-6  # keeps x inside (0, 1) where log-probs are finite
+    low: Tensor
+    scale: Tensor
 
     def __init__(self, cfg: BetaConfig, *, action_space: gym.Space) -> None:
         super().__init__()

@@ -10,6 +10,7 @@ get a :class:`CNNEncoder`, everything else a :class:`FlattenEncoder`. To add an 
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Sequence
 
 import torch
@@ -103,7 +104,7 @@ class CNNEncoder(Encoder):
         for out, kernel, stride in zip(cfg.channels, cfg.kernels, cfg.strides, strict=True):
             conv = nn.Conv2d(in_channels, out, kernel, stride)
             nn.init.orthogonal_(conv.weight, gain=math.sqrt(2.0))
-            nn.init.zeros_(conv.bias)
+            nn.init.zeros_(typing.cast(Tensor, conv.bias))
             layers += [conv, nn.ReLU()]
             height, width, in_channels = (height - kernel) // stride + 1, (width - kernel) // stride + 1, out
             if height < 1 or width < 1:
@@ -121,7 +122,7 @@ class CNNEncoder(Encoder):
         # [B, H, W, C] -> [B, C, H, W] with channels-last strides (no copy; oneDNN convolves those directly);
         # the 1/255 scaling is folded into the first kernel: one pass over the images fewer.
         x = x.permute(0, 3, 1, 2).to(torch.float32)
-        first = self.convs[0]
+        first = typing.cast(nn.Conv2d, self.convs[0])
         x = F.conv2d(x, first.weight * self.scale, first.bias, first.stride)
         return self.head(self.convs[1:](x).flatten(1))
 

@@ -10,6 +10,8 @@ backpropagation through time), restarting it inside a sequence where an episode 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
@@ -55,12 +57,12 @@ class ActorCriticRNN(ActorCritic):
 
     # --- the state -----------------------------------------------------------------------------------
     def initial_state(self, batch_size: int) -> TensorDict:
-        device = self.actor[0].weight.device
+        device = self.device
         zeros = {field: torch.zeros(batch_size, self.core_size, device=device) for field in self._fields}
         return TensorDict({"actor": dict(zeros), "critic": {k: v.clone() for k, v in zeros.items()}},
                           batch_size=[batch_size], device=device)
 
-    def _step(self, cell: nn.Module, x: Tensor, state: TensorDict) -> tuple[Tensor, dict[str, Tensor]]:
+    def _step(self, cell: nn.Module, x: Tensor, state: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         if self.core == "lstm":
             h, c = cell(x, (state["h"], state["c"]))
             return h, {"h": h, "c": c}
@@ -69,7 +71,9 @@ class ActorCriticRNN(ActorCritic):
 
     # --- one step ------------------------------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: TensorDict, state: TensorDict, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
+    def act(self, obs: TensorDict, state: TensorDict | None = None,
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
+        state = self._state(state, obs)
         features = self.encode(obs, self._read)
         h_actor, actor_state = self._step(self.actor_core, self.join(features, self.actor_keys), state["actor"])
         h_critic, critic_state = self._step(self.critic_core, self.join(features, self.critic_keys), state["critic"])
@@ -83,16 +87,17 @@ class ActorCriticRNN(ActorCritic):
         return action, log_prob, self.critic(h_critic).squeeze(-1), next_state
 
     @torch.no_grad()
-    def mode(self, obs: TensorDict, state: TensorDict) -> tuple[Tensor, TensorDict]:
-        h_actor, actor_state = self._step(self.actor_core, self.join(self.encode(obs, self.actor_keys), self.actor_keys),
-                                          state["actor"])
+    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict]:
+        state = self._state(state, obs)
+        features = self.join(self.encode(obs, self.actor_keys), self.actor_keys)
+        h_actor, actor_state = self._step(self.actor_core, features, state["actor"])
         next_state = TensorDict({"actor": actor_state, "critic": state["critic"]}, batch_size=state.batch_size)
         return self.dist.mode(self.actor(h_actor)), next_state
 
     @torch.no_grad()
-    def value(self, obs: TensorDict, state: TensorDict) -> Tensor:
-        h_critic, _ = self._step(self.critic_core, self.join(self.encode(obs, self.critic_keys), self.critic_keys),
-                                 state["critic"])
+    def value(self, obs: TensorDict, state: TensorDict | None = None) -> Tensor:
+        features = self.join(self.encode(obs, self.critic_keys), self.critic_keys)
+        h_critic, _ = self._step(self.critic_core, features, self._state(state, obs)["critic"])
         return self.critic(h_critic).squeeze(-1)
 
     # --- sequences (training) -----------------------------------------------------------------------
@@ -103,19 +108,21 @@ class ActorCriticRNN(ActorCritic):
         Args:
             obs: Observation sequences ``[B, L]``.
             action: Actions ``[B, L, *action_shape]``.
-            state: The state at each sequence's first step ``[B]`` (as stored by the collector).
-            reset: ``[B, L]`` bool, the state restarts before step ``l`` (an episode ended at ``l - 1``).
+            state: The state at each sequence's first step ``[B]`` (as stored by the collector); None: zeros.
+            reset: ``[B, L]`` bool, the state restarts before step ``l`` (an episode ended at ``l - 1``); None: never.
         """
         batch, length = obs.batch_size
+        state = state if state is not None else self.initial_state(batch)
         features = self.encode(obs.reshape(batch * length), self._read)
         actor_in = self.join(features, self.actor_keys).view(batch, length, -1)
         critic_in = self.join(features, self.critic_keys).view(batch, length, -1)
         actor_out, critic_out = [], []
         actor_state, critic_state = dict(state["actor"].items()), dict(state["critic"].items())
         for step in range(length):
-            keep = (~reset[:, step]).to(actor_in.dtype).unsqueeze(-1)
-            actor_state = {k: v * keep for k, v in actor_state.items()}
-            critic_state = {k: v * keep for k, v in critic_state.items()}
+            if reset is not None:
+                keep = (~reset[:, step]).to(actor_in.dtype).unsqueeze(-1)
+                actor_state = {k: v * keep for k, v in actor_state.items()}
+                critic_state = {k: v * keep for k, v in critic_state.items()}
             h_actor, actor_state = self._step(self.actor_core, actor_in[:, step], actor_state)
             h_critic, critic_state = self._step(self.critic_core, critic_in[:, step], critic_state)
             actor_out.append(h_actor)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+import typing
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -29,6 +30,8 @@ from embodirl.envs.observations import ObsKey, observation_spec
 from embodirl.errors import ConfigError, check, is_int
 
 __all__ = ["GymEnv"]
+
+VectorEnv = gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv  # what gym.make_vec makes
 
 _SUCCESS_KEYS = ("is_success", "success")
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
@@ -46,12 +49,13 @@ def _contract_space(space: gym.Space) -> gym.Space:
     """``space`` with every Box leaf in the dtype the adapter returns it in (see :mod:`embodirl.envs.observations`)."""
     if isinstance(space, gym.spaces.Dict):
         return gym.spaces.Dict({key: _contract_space(sub) for key, sub in space.spaces.items()})
-    dtype = space.dtype
+    box = typing.cast(gym.spaces.Box, space)  # observation_spec let Box and Dict leaves through only
+    dtype: Any = box.dtype
     if np.issubdtype(dtype, np.floating):
         dtype = np.float32
     elif np.issubdtype(dtype, np.integer) and dtype != np.uint8:
         dtype = np.int64
-    return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype=dtype)
+    return gym.spaces.Box(box.low.astype(dtype), box.high.astype(dtype), box.shape, dtype=dtype)
 
 
 def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -91,7 +95,7 @@ def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) 
                        f"check env.{key} against the arguments {env_id} takes")
 
 
-def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[gym.vector.VectorEnv, gym.envs.registration.EnvSpec]:
+def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[VectorEnv, gym.envs.registration.EnvSpec]:
     """``cfg.num_envs`` copies of ``cfg.id`` in gymnasium's vector env (``SAME_STEP`` autoreset) and the id's spec,
     or a :class:`ConfigError` naming the id, a missing dependency or the constructor argument it refused."""
     spec = _find_spec(cfg.id)
@@ -101,7 +105,7 @@ def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[gym.vector.Vecto
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     try:
-        vec = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
+        vec: Any = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
                            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
     except gym.error.DependencyNotInstalled as err:
         box2d = "box2d" in f"{spec.entry_point} {err}".lower()
@@ -135,8 +139,9 @@ class GymEnv(BatchedEnv):
         try:
             self._check_spaces(env_id, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
-            check(time_limit is not None, "max_episode_steps", max_episode_steps,
-                  f"an int >= 1: {env_id} has no time limit of its own", fix="pass e.g. env.max_episode_steps=1000")
+            if time_limit is None:
+                raise ConfigError("max_episode_steps", max_episode_steps, f"an int >= 1: {env_id} has no time limit "
+                                  "of its own", fix="pass e.g. env.max_episode_steps=1000")
         except ConfigError:
             self._vec.close()
             raise
@@ -156,9 +161,10 @@ class GymEnv(BatchedEnv):
         if isinstance(act_space, gym.spaces.Discrete):
             self.action_space = gym.spaces.Discrete(int(act_space.n))
             self._action_start = int(act_space.start)
-        else:
-            self.action_space = act_space
-            self._action_low, self._action_high = act_space.low, act_space.high
+        else:  # a Box (_check_spaces)
+            box = typing.cast(gym.spaces.Box, act_space)
+            self.action_space = box
+            self._action_low, self._action_high, self._action_shape = box.low, box.high, box.shape
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.seed = seed
         self._num_resets = 0
@@ -195,7 +201,7 @@ class GymEnv(BatchedEnv):
         seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
                  for i in range(self.num_envs)]
         self._num_resets += 1
-        obs, _ = self._vec.reset(seed=seeds)
+        obs, _ = self._vec.reset(seed=seeds)  # type: ignore[arg-type]  # vector envs take one seed per env too
         return self._to_tensor(obs)
 
     def step(self, action: Tensor) -> StepResult:
@@ -243,7 +249,7 @@ class GymEnv(BatchedEnv):
         action = action.detach().cpu()
         if self.is_discrete:
             return action.reshape(self.num_envs).to(torch.int64).numpy() + self._action_start
-        array = action.reshape(self.num_envs, *self.action_space.shape).to(torch.float64).numpy()
+        array = action.reshape(self.num_envs, *self._action_shape).to(torch.float64).numpy()
         return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
 
     def _final_obs(self, obs: Any, info: dict[str, Any]) -> Any:
@@ -261,7 +267,8 @@ class GymEnv(BatchedEnv):
         return leaves
 
     def _to_tensor(self, obs: Any) -> Tensor | TensorDict:
-        """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a TensorDict."""
+        """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a
+        TensorDict."""
         if self._keys is None:
             return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
@@ -292,7 +299,7 @@ def square_frame(picture: np.ndarray, size: int) -> np.ndarray:
     scale = size / max(h, w)
     new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
     image = Image.fromarray(np.ascontiguousarray(picture[..., :3]).astype(np.uint8)).resize((new_w, new_h),
-                                                                                           Image.BILINEAR)
+                                                                                           Image.Resampling.BILINEAR)
     out = np.zeros((size, size, 3), dtype=np.uint8)
     top, left = (size - new_h) // 2, (size - new_w) // 2
     out[top:top + new_h, left:left + new_w] = np.asarray(image)

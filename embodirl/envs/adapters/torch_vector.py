@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,7 +61,8 @@ __all__ = ["TorchVectorEnv"]
 
 log = logging.getLogger(__name__)
 
-_FINAL_OBS_KEYS = (("final_observation", "_final_observation"), ("final_obs", "_final_obs"))  # ManiSkill3, gymnasium 1.x
+# ManiSkill3's, then gymnasium 1.x's names of the final observation and its mask
+_FINAL_OBS_KEYS = (("final_observation", "_final_observation"), ("final_obs", "_final_obs"))
 _EXAMPLE = "see the ManiSkill3 example in conf/env/torch_vector.yaml"
 DEFAULT_SUCCESS_THRESHOLD = 0.9  #: eval/success_rate that counts as solved when the simulator reports success
 
@@ -214,7 +216,9 @@ class TorchVectorEnv(BatchedEnv):
         self.action_space = act_space
         self._action_start = int(act_space.start) if isinstance(act_space, gym.spaces.Discrete) else 0
         self._action_low = self._action_high = None
-        if isinstance(act_space, gym.spaces.Box) and np.isfinite(act_space.low).any() | np.isfinite(act_space.high).any():
+        bounded = isinstance(act_space, gym.spaces.Box) and bool(np.isfinite(act_space.low).any()
+                                                                 | np.isfinite(act_space.high).any())
+        if bounded:
             self._action_low = torch.as_tensor(act_space.low, dtype=torch.float32, device=self.device)
             self._action_high = torch.as_tensor(act_space.high, dtype=torch.float32, device=self.device)
         spec = _attribute(sim, "spec")
@@ -246,7 +250,8 @@ class TorchVectorEnv(BatchedEnv):
             raise ConfigError("algo.group_shared_reset", True, "false with this simulator: group members can start "
                               "from one state only if it seeds each env separately (env.per_env_seeds=true)",
                               "pass algo.group_shared_reset=false, or env.per_env_seeds=true if the simulator's "
-                              "reset(seed=[s_0, ..., s_N-1]) starts envs with equal seeds from equal states", absolute=True)
+                              "reset(seed=[s_0, ..., s_N-1]) starts envs with equal seeds from equal states",
+                              absolute=True)
         if seed is not None:
             self.seed, self._num_resets = seed, 0
         self._num_resets += 1
@@ -344,14 +349,16 @@ class TorchVectorEnv(BatchedEnv):
         if isinstance(elsewhere, Tensor):
             return torch.where(mask.view(-1, *[1] * (elsewhere.dim() - 1)), where_true, elsewhere)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
+        observation = typing.cast(TensorDict, where_true)  # shaped like elsewhere: a TensorDict too
         for key in self._spec:
-            a, b = where_true.get(key), elsewhere.get(key)
+            a, b = observation.get(key), elsewhere.get(key)
             out.set(key, torch.where(mask.view(-1, *[1] * (b.dim() - 1)), a, b))
         return out
 
     def _success(self, info: Mapping[str, Any], done: Tensor) -> Tensor:
         """``[N]`` bool: the finished step's flag where an episode ended (``final_info``), the current one elsewhere."""
         key = self.success_key
+        assert key is not None  # called only for a simulator that reports success under this key
         success = info.get(key)
         final_info = info.get("final_info")
         if isinstance(final_info, Mapping) and key in final_info:

@@ -2,7 +2,8 @@
 
 A kinematic disk (the tool tip) pushes a square cube sliding on a table with Coulomb friction; the contact
 is solved with normal + friction impulses, then projected out of penetration (the maths, the reward and the
-drawing are pure functions in :mod:`embodirl.envs.push_cube.physics`; the task is specified in ``docs/envs/push_cube.md``).
+drawing are pure functions in :mod:`embodirl.envs.push_cube.physics`; the task is specified in
+``docs/envs/push_cube.md``).
 Limitations: planar (no lifting or tipping), a kinematic tip instead of a 7-DoF arm (or a 2-link SCARA arm
 whose links pass above the cube), no gripper, and decoupled ("box" limit-surface) table friction.
 
@@ -84,7 +85,8 @@ class PushCube(BatchedEnv):
         self.num_envs, self.max_episode_steps = cfg.num_envs, cfg.max_episode_steps
         self.device = torch.device(device)
         self.control_mode, self.reward_mode, self.goal_direction = cfg.control_mode, cfg.reward_mode, cfg.goal_direction
-        self.terminate_on_success, self.fail_on_leaving_workspace = cfg.terminate_on_success, cfg.fail_on_leaving_workspace
+        self.terminate_on_success = cfg.terminate_on_success
+        self.fail_on_leaving_workspace = cfg.fail_on_leaving_workspace
         self.randomize_yaw, self.time_obs = cfg.randomize_yaw, cfg.time_obs
         self.physics_dtype = getattr(torch, cfg.physics_dtype)
         self.joint_mode = cfg.control_mode == "joint_delta_pos"
@@ -114,7 +116,8 @@ class PushCube(BatchedEnv):
         self.half_size, self.radius = float(cfg.cube_half_size), float(cfg.pusher_radius)
         self.mass = float(cfg.cube_mass)
         self.inertia = cfg.cube_mass * (2 * cfg.cube_half_size) ** 2 / 6
-        self.push_friction, self.control_dt, self.substeps = float(cfg.push_friction), float(cfg.control_dt), cfg.substeps
+        self.push_friction, self.control_dt = float(cfg.push_friction), float(cfg.control_dt)
+        self.substeps = cfg.substeps
         self.max_speed, self.max_joint_delta = float(cfg.max_speed), float(cfg.max_joint_delta)
         self.arm_base = (float(cfg.arm_base[0]), float(cfg.arm_base[1]))
         self.link_lengths = (float(cfg.link_lengths[0]), float(cfg.link_lengths[1]))
@@ -122,8 +125,9 @@ class PushCube(BatchedEnv):
                           (float(cfg.workspace_high[0]), float(cfg.workspace_high[1])))
         self.table_half_size = (float(cfg.table_half_size[0]), float(cfg.table_half_size[1]))
         self.goal_radius, self.goal_offset = float(cfg.goal_radius), float(cfg.goal_offset)
+        margin = cfg.max_tip_speed() * delta + cfg.speculative_slack  # the speculative contact margin
         self._solver = {"mass": self.mass, "inertia": self.inertia, "friction": self.push_friction, "dt": delta,
-                        "baumgarte": float(cfg.baumgarte), "margin": cfg.max_tip_speed() * delta + cfg.speculative_slack}
+                        "baumgarte": float(cfg.baumgarte), "margin": margin}
         self._solver_iterations = cfg.solver_iterations
         self._delta = delta
         self._friction_dv = cfg.table_friction * cfg.gravity * delta  # speed lost per substep, then the angular one:
@@ -166,12 +170,12 @@ class PushCube(BatchedEnv):
         u = uniform_from_key(key_hash, counter, num).T  # [num, M] in [0, 1)
         tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
         dtype, (low, high) = self.physics_dtype, self.workspace
-        tip = tuple(x.clamp(lo, hi).to(dtype) for x, lo, hi in zip(tip, low, high, strict=True))
+        tip = (tip[0].clamp(low[0], high[0]).to(dtype), tip[1].clamp(low[1], high[1]).to(dtype))
         zero = torch.zeros_like(yaw, dtype=dtype)
         q = (zero, zero)
         if self.joint_mode:  # the joints reaching the stored tip, then the tip those joints reach
-            q = tuple(x.to(dtype) for x in phys.arm_inverse([x.double() for x in tip], self.arm_base,
-                                                             *self.link_lengths))
+            q0, q1 = phys.arm_inverse((tip[0].double(), tip[1].double()), self.arm_base, *self.link_lengths)
+            q = (q0.to(dtype), q1.to(dtype))
             tip = phys.arm_forward(q, self.arm_base, *self.link_lengths)
         rows = (*tip, zero, zero, *cube, yaw, zero, zero, zero, *goal, *q, zero, zero)
         return torch.stack([row.to(dtype) for row in rows])
@@ -192,7 +196,8 @@ class PushCube(BatchedEnv):
         Returns:
             :class:`StepResult`; ``info`` holds ``success`` (bool, cube within ``goal_radius`` now),
             ``success_once`` (bool, at any step of this episode so far), ``success_at_end`` (bool, success
-            on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of the push point) and
+            on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of
+            the push point) and
             ``elapsed_steps`` (int64, steps into the episode that this step belongs to), all ``[N]``.
         """
         if action.shape != (self.num_envs, 2):
