@@ -121,10 +121,14 @@ class CNNEncoderConfig(Schema):
     out_dim: int = key(256, ge=1, doc="feature size after the linear layer")
 
     def check(self) -> None:
-        if not len(self.channels) == len(self.kernels) == len(self.strides) >= 1:
-            raise ConfigError("channels", list(self.channels), "as many channels as kernels and strides (at least "
-                              "one layer)", "pass channels, kernels and strides of one length, e.g. "
-                              "channels=[32,64,64] kernels=[8,4,3] strides=[4,2,1]")
+        if not self.channels:
+            raise ConfigError("channels", [], "at least one convolution", "pass channels=[32,64,64] (NatureCNN's)")
+        layers = len(self.channels)
+        for name in ("kernels", "strides"):
+            values = list(getattr(self, name))
+            if len(values) != layers:
+                raise ConfigError(name, values, f"one entry per convolution ({layers}: channels has {layers})",
+                                  f"pass {name} with {layers} entries, or as many channels as it has")
 
 
 # --- action distributions ------------------------------------------------------------------------------------

@@ -61,7 +61,8 @@ def test_the_activation_names_are_the_networks():
 
 def test_nested_encoder_and_distribution_nodes_are_checked_by_their_schema():
     encoder = {"_target_": "embodirl.policies.encoders.CNNEncoder", "kernels": [8, 4]}
-    with pytest.raises(ConfigError, match=r"^policy.encoders.rgb.channels=\[32, 64, 64\] .*as many channels"):
+    with pytest.raises(ConfigError, match=r"^policy.encoders.rgb.kernels=\[8, 4\] .*one entry per convolution \(3"
+                                          r".*Fix: pass policy.encoders.rgb.kernels with 3 entries"):
         parse(ActorCriticConfig, {"encoders": {"rgb": encoder}}, "policy.")
     dist = {"_target_": "embodirl.policies.distributions.StateDependentGaussian", "log_std_min": 1.0,
             "log_std_max": 0.0}
