@@ -138,8 +138,7 @@ class PushCubeConfig(EnvConfig):
         clearance = -CUBE_SPAWN - TIP_SPAWN_HIGH[0]  # 0.1 m between the spawn boxes of cube centre and tip
         if not half * math.sqrt(2.0) + radius < clearance:
             raise ConfigError("cube_half_size", half, f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube "
-                              "and tip never overlap at the start)", "pass cube_half_size=0.02 pusher_radius=0.01 "
-                              "(the defaults)")
+                              "and tip never overlap at the start)", "pass cube_half_size=0.02 (the default)")
 
 
 @dataclass(frozen=True, kw_only=True)

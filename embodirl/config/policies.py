@@ -32,7 +32,7 @@ Activation = Literal["relu", "elu", "tanh", "gelu", "silu", "leaky_relu"]  #: em
 def _check_log_std(log_std_min: float, log_std_max: float) -> None:
     if not log_std_min < log_std_max:
         raise ConfigError("log_std_min", log_std_min, f"a float below log_std_max={log_std_max}",
-                          "pass log_std_min=-5.0 log_std_max=2.0")
+                          "pass log_std_min=-5.0 (the default) or a log_std_max above it")
 
 
 # --- policies ------------------------------------------------------------------------------------------------
