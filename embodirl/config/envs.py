@@ -33,8 +33,9 @@ class EnvConfig(Schema):
 
     num_envs: int = key(256, ge=1, doc="parallel envs on the device")
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own, e.g. "
-                                    "eval/return_mean or eval/success_rate)")
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own)")
+                                    "eval/return_mean or eval/success_rate)", example="eval/return_mean")
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own)",
+                                         example=400)
 
     def check(self) -> None:
         if self.solved_metric is not None and not self.solved_metric.startswith("eval/"):
@@ -102,8 +103,9 @@ class PushCubeConfig(EnvConfig):
     image_size: int = key(64, ge=8, le=1024, doc="pixels per side of the rgb observation (uint8 [H, W, 3], the "
                           "videos' picture)")
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
-                                    "eval/success_rate)")
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)")
+                                    "eval/success_rate)", example="eval/success_rate")
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
+                                         example=0.9)
 
     @property
     def substep_dt(self) -> float:
@@ -169,8 +171,9 @@ class PushCubeArmConfig(EnvConfig):
     warp_nconmax: int = key(16, ge=1, doc="contacts allocated per world (warp engine)")
     warp_njmax: int = key(64, ge=1, doc="constraint rows allocated per world (warp engine)")
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
-                                    "eval/success_rate)")
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)")
+                                    "eval/success_rate)", example="eval/success_rate")
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
+                                         example=0.9)
 
     def check(self) -> None:
         super().check()
@@ -190,9 +193,9 @@ class GymConfig(EnvConfig):
                         "host; for more, write a batched torch env)")
     vectorization_mode: Literal["sync", "async"] = key("sync", doc="sync (in this process) | async (a subprocess "
                                                        "per copy)")
-    max_episode_steps: int | None = key(None, ge=1, doc="time limit; null = the id's registered limit")
+    max_episode_steps: int | None = key(None, ge=1, doc="time limit; null = the id's registered limit", example=1000)
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the id's registered "
-                                         "reward_threshold)")
+                                         "reward_threshold)", example=400)
     env_kwargs: dict[str, Any] = key(factory=dict, doc="extra keyword arguments for gymnasium.make")
 
     def check(self) -> None:
@@ -207,12 +210,13 @@ class TorchVectorConfig(EnvConfig):
 
     target = "embodirl.envs.adapters.torch_vector.TorchVectorEnv"
     make: str | dict[str, Any] | None = key(None, doc="the simulator's constructor: an import path, or a _target_ "
-                                            "node whose other keys are its arguments (called with num_envs)")
+                                            "node whose other keys are its arguments (called with num_envs)",
+                                            example="mypkg.sims.make_sim")
     num_envs: int = key(16, ge=1, doc="parallel envs, passed to the constructor as num_envs")
     max_episode_steps: int | None = key(None, ge=1, doc="null = the simulator's limit (spec.max_episode_steps, or "
-                                        "Isaac Lab's max_episode_length)")
+                                        "Isaac Lab's max_episode_length)", example=1000)
     solved_threshold: float | None = key(None, doc="null = success rate 0.9 when the simulator reports success, "
-                                         "else spec.reward_threshold")
+                                         "else spec.reward_threshold", example=0.9)
     success_key: str | None = key("success", doc="info key of per-env success flags (ManiSkill3: success); null = no "
                                   "success notion")
     final_obs: Literal["info", "acted_on"] = key("info", doc="info (ManiSkill3, gymnasium: info[\"final_observation\"]"

@@ -51,11 +51,12 @@ class PolicyConfig(Schema):
                               "policy)")
     encoders: dict[str, Node] = key(factory=dict, doc="observation key -> encoder node; unlisted keys: images get "
                                     "a CNN, vectors are used as they are")
-    actor_keys: list[str] | None = key(None, doc="observation keys the actor sees; null = all")
+    actor_keys: list[str] | None = key(None, doc="observation keys the actor sees; null = all", example=["state"])
     init_from: str | None = key(None, doc="start from these weights: an embodirl checkpoint or a state_dict file "
-                                "(loaded weights_only; applied by the build)")
+                                "(loaded weights_only; applied by the build)",
+                                example="<run_dir>/checkpoints/last.pt")
     freeze: list[str] = key(factory=list, doc="fnmatch patterns of parameters to keep fixed, e.g. ['encoders.*', "
-                            "'actor.0.*'] (applied by the build)")
+                            "'actor.0.*'] (applied by the build)", example=["encoders.*"])
 
     def check(self) -> None:
         _check_log_std(self.log_std_min, self.log_std_max)
@@ -73,9 +74,10 @@ class ActorCriticConfig(PolicyConfig):
     """Actor and critic MLPs over shared encoders; the critic may read privileged keys."""
 
     target = "embodirl.policies.actor_critic.ActorCritic"
-    critic_hidden_sizes: list[int] | None = key(None, ge=1, doc="critic hidden layers; null = same as hidden_sizes")
+    critic_hidden_sizes: list[int] | None = key(None, ge=1, doc="critic hidden layers; null = same as hidden_sizes",
+                                                example=[64, 64])
     critic_keys: list[str] | None = key(None, doc="observation keys the critic sees (may add privileged keys); "
-                                        "null = actor_keys")
+                                        "null = actor_keys", example=["state"])
 
 
 @dataclass(frozen=True, kw_only=True)

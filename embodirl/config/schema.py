@@ -73,7 +73,7 @@ def _num(value: float) -> str:
 
 def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float | None = None,
         le: float | None = None, lt: float | None = None, finite: bool = True,
-        factory: Callable[[], Any] | None = None, range_text: str | None = None) -> Any:
+        factory: Callable[[], Any] | None = None, range_text: str | None = None, example: Any = MISSING) -> Any:
     """A schema key: its default (or ``factory`` for lists and mappings), bounds and one-line doc.
 
     Args:
@@ -83,8 +83,9 @@ def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float 
         finite: Refuse nan and inf for a float (default); False where inf means "no limit".
         factory: Builds a mutable default (``list``, ``dict``).
         range_text: The range in words where the bounds' own are unreadable (``"in [-2^62, 2^62]"``).
+        example: A value the fix of an error proposes where the default is no example (null, a list or none).
     """
-    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite, range_text)}
+    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite, range_text), "example": example}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -288,11 +289,13 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
 
 
 def cli_text(value: Any) -> str:
-    """A value as it is typed on the command line (``null``, ``true``, ``3e-4``)."""
+    """A value as it is typed on the command line (``null``, ``true``, ``3e-4``, ``[0.45, 0.3]``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, list | tuple):  # a tuple too: YAML and the command line write both as lists
+        return f"[{', '.join(cli_text(v) for v in value)}]"
     return str(value)
 
 
@@ -328,10 +331,17 @@ def _fix(f: dataclasses.Field, prefix: str) -> str:
     if default is MISSING and f.default_factory is not MISSING:  # a list's default; not a nested schema's
         made = f.default_factory()
         default = made if isinstance(made, list | tuple) else MISSING
+    example = f.metadata.get("example", MISSING)
     if default is MISSING or default is None or isinstance(default, Mapping) or default in ([], ()):
-        return "pass a value of that type"
-    text = f"[{','.join(cli_text(v) for v in default)}]" if isinstance(default, list | tuple) else cli_text(default)
-    return f"pass {prefix}{f.name}={text} (the default) or another value of that type"
+        if example is MISSING:
+            return "pass a value of that type"
+        return f"pass e.g. {prefix}{f.name}={_typed(example)}" + (" (or null, the default)" if default is None else "")
+    return f"pass {prefix}{f.name}={_typed(default)} (the default) or another value of that type"
+
+
+def _typed(value: Any) -> str:
+    """A value as typed in a shell, lists without spaces (``[64,64]``)."""
+    return f"[{','.join(cli_text(v) for v in value)}]" if isinstance(value, list | tuple) else cli_text(value)
 
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:

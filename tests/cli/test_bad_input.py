@@ -121,7 +121,8 @@ BAD_INPUTS = [
      ["trainer.stop_on[0].op='=>'", ">=", "Fix:"]),
     (["trainer.stop_on=[{metric: eval/return_mean, plateau: {patience_evals: 0}}]"],
      ["trainer.stop_on[0].plateau.patience_evals=0", "an int >= 1", "Fix:"]),
-    (["env.solved_threshold=abc"], ["env.solved_threshold='abc'", "a number", "Fix:"]),
+    (["env.solved_threshold=abc"], ["env.solved_threshold='abc'", "null or a float",
+                                    "Fix: pass e.g. env.solved_threshold=400"]),
     (["env.solved_metric=return"], ["env.solved_metric='return'", "eval/return_mean", "Fix:"]),
     # --- logger ---
     (["logger.console=fancy"], ["logger.console='fancy'", "auto, bar, lines, none", "Fix:"]),
