@@ -342,7 +342,8 @@ def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> 
 
     One rollout, one update and one evaluation episode per eval env run on throw-away state: the policy,
     the algorithm (optimizer, counters, normaliser) and the random generators are restored afterwards,
-    and the env statistics are discarded (training resets or restores the envs before it starts).
+    and the collector forgets the warm-up's episodes (:meth:`Collector.restart`: training resets or restores the
+    envs before it starts).
     """
     policy = algo.policy
     saved = copy.deepcopy((policy.state_dict(), algo.state_dict()))
@@ -352,9 +353,7 @@ def warm_up(collector: Collector, algo: BaseAlgorithm, evaluator: Evaluator) -> 
         evaluator.evaluate(evaluator.env.num_envs, seed=0)
     policy.load_state_dict(saved[0])
     algo.load_state_dict(saved[1])
-    collector.episode_stats.pop()
-    collector.info_metrics.zero()
-    collector.started = False
+    collector.restart()
     log.info("compiled the collection, update and evaluation steps in %.1f s (cache: %s)", watch.seconds,
              configure_cache())
     return watch.seconds

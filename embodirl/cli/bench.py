@@ -131,15 +131,15 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
                                        "compile=false", "cuda_graphs=false", *QUIET]))
     collector, env = parts.collector, parts.env
     collector.reset(seed=0)
-    action = collector.policy.act(collector.obs, collector.state)[0]
+    obs, state = collector.loop.carry["obs"], collector.loop.carry["state"]
+    action = collector.policy.act(obs, state)[0]
 
     def collection_step() -> None:
-        collector._slot.reset()  # stay inside the rollout however often it is called
-        collector.step()
+        collector.loop.rewind()  # stay inside the rollout however often it is called
+        collector.loop.run()
 
     calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
-        "env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),
-        "collect": (collection_step, ())}
+        "env": (env.step, (action,)), "act": (collector.policy.act, (obs, state)), "collect": (collection_step, ())}
     cuda = parts.device.type == "cuda"
     row: dict[str, Any] = {"device": parts.device.type}
     with torch.no_grad():

@@ -307,8 +307,7 @@ class Trainer:
         st.iteration += 1
         record: dict[str, Any] = {"iteration": st.iteration, "env_steps": st.env_steps,
                                   "episode/return_mean": None, "episode/length_mean": None}
-        record.update(self.collector.episode_stats.pop(reduce=allreduce_sum))
-        record.update(self.collector.info_metrics.pop("episode/metrics/", reduce=allreduce_sum))
+        record.update(self.collector.pop_metrics(reduce=allreduce_sum))
         record.update(metrics)
         out_of_time = self.max_wall_time_s is not None and time.perf_counter() - origin >= self.max_wall_time_s
         if st.env_steps >= st.next_eval or st.env_steps >= self.total_env_steps or out_of_time:
