@@ -99,6 +99,8 @@ class Schema:
         takes_keywords: The class takes the keys as keyword arguments (a ``torch.optim`` class) rather than
             the schema instance.
         renamed: Old key -> new key (relative to the node), for one-line "renamed to" errors.
+        moved: Old key -> its new full path, for keys that moved to another node (``eval_every_env_steps`` ->
+            ``eval.every_env_steps``).
         refused: Key -> ``(what is valid, fix)`` for keys that must not be set here.
         unknown_hint: Added to the fix for an unknown key (e.g. where to find the options that have it).
     """
@@ -106,6 +108,7 @@ class Schema:
     target: ClassVar[str | None] = None
     takes_keywords: ClassVar[bool] = False
     renamed: ClassVar[Mapping[str, str]] = {}
+    moved: ClassVar[Mapping[str, str]] = {}
     refused: ClassVar[Mapping[str, tuple[str, str]]] = {}
     unknown_hint: ClassVar[str] = ""
 
@@ -275,10 +278,10 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
     if name in cls.refused:
         expected, fix = cls.refused[name]
         return ConfigError(prefix + name, value, expected, fix, absolute=True)
-    if name in cls.renamed:
-        new = cls.renamed[name]
-        return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {prefix}{new}",
-                           f"pass {prefix}{new}={cli_text(value)} instead", absolute=True)
+    if name in cls.renamed or name in cls.moved:
+        new = cls.moved[name] if name in cls.moved else prefix + cls.renamed[name]
+        return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {new}",
+                           f"pass {new}={cli_text(value)} instead", absolute=True)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     close = suggest(name, names)
     hint = f"did you mean {prefix}{close}? " if close else ""
@@ -312,6 +315,12 @@ def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: st
     annotation = _hints(cls)[f.name]
     bounds: Bounds = f.metadata.get("bounds", Bounds())
     converted = conform(value, annotation)
+    if converted is NO_MATCH and typing.get_origin(annotation) is list and isinstance(value, list | tuple):
+        item = typing.get_args(annotation)[0]
+        i = next(i for i, v in enumerate(value) if conform(v, item) is NO_MATCH)  # name the entry that is wrong
+        example = ", e.g. {_target_: mypkg.MyClass}" if item is Node else ""
+        raise ConfigError(f"{prefix}{f.name}[{i}]", value[i], describe_type(item),
+                          f"pass a value of that type{example}", absolute=True)
     if converted is NO_MATCH or not _in_bounds(converted, bounds):
         raise ConfigError(prefix + f.name, value, _expected(annotation, bounds, value), _fix(f, prefix),
                           absolute=True)
