@@ -23,7 +23,7 @@ torch.set_num_threads(1)
 
 # Small, fast settings for runs that only need to exercise the machinery.
 TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.batch_size=64", "trainer=debug",
-        "trainer.total_env_steps=256", "trainer.eval_every_env_steps=128",
+        "trainer.total_env_steps=256", "eval.every_env_steps=128",
         "trainer.checkpoint_every_env_steps=128", "logger.console=none", "device=cpu"]
 
 

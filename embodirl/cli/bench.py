@@ -127,7 +127,7 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     from embodirl.accel.profiling import count_kernels, count_ops, inductor_kernel_events
     from embodirl.app.build import build_components
 
-    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1",
+    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "eval.num_envs=1",
                                        "compile=false", "cuda_graphs=false", *QUIET]))
     collector, env = parts.collector, parts.env
     collector.reset(seed=0)
@@ -182,7 +182,7 @@ def scaling(overrides: list[str], sizes: list[int], iterations: int = 3) -> list
     for n in sizes:
         try:
             speed = throughput([*overrides, *SCALING, f"env.num_envs={n}", f"algo.batch_size={4 * n}",
-                                "trainer.num_eval_envs=1", *QUIET], iterations=iterations, warmup=1)
+                                "eval.num_envs=1", *QUIET], iterations=iterations, warmup=1)
         except (MemoryError, ConfigError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
             if "memory" not in str(exc).lower():
                 raise

@@ -1,6 +1,6 @@
 """The schemas of embodirl's own components, imported together so a ``_target_`` finds its schema without
 importing the component (:func:`embodirl.config.schema.schema_for`)."""
 
-from embodirl.config import envs, optim, policies
+from embodirl.config import envs, optim, policies, training
 
-__all__ = ["envs", "optim", "policies"]
+__all__ = ["envs", "optim", "policies", "training"]

@@ -86,7 +86,7 @@ COLLECTION_CASES = {
 
 def _parts(case: str, compile: bool):
     return build_components(compose_config(["device=cpu", "env.num_envs=16", f"compile={str(compile).lower()}",
-                                 "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
+                                 "eval.num_envs=4", *COLLECTION_CASES[case]]))
 
 
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
@@ -125,7 +125,7 @@ def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(cas
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
 def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
     parts = build_components(compose_config(["device=cuda", "env.num_envs=64", f"compile={str(compile).lower()}",
-                                  "cuda_graphs=false", "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
+                                  "cuda_graphs=false", "eval.num_envs=4", *COLLECTION_CASES[case]]))
     parts.collector.reset(seed=0)
     parts.collector.loop()  # first call: lazy initialisation may sync
     torch.cuda.synchronize()

@@ -54,7 +54,7 @@ def test_no_keys_logs_nothing():
 
 def test_push_cube_logs_episode_and_eval_info_metrics(tmp_path, tiny):
     cfg = compose_config([*tiny, "env=push_cube", "env.num_envs=8", "trainer.total_env_steps=512",
-                          "trainer.eval_every_env_steps=512", "trainer.num_eval_envs=4", "trainer.num_eval_episodes=4",
+                          "eval.every_env_steps=512", "eval.num_envs=4", "eval.num_episodes=4",
                           "trainer.stop_on=[{metric: eval/metrics/dist_to_goal, op: '<', value: 0.0}]"])
     summary = run_training(cfg, tmp_path)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
+from embodirl.app.run import run_training
 from embodirl.config.envs import CartPoleConfig, GymConfig, PushCubeConfig
 from embodirl.config.policies import ActorCriticConfig
 from embodirl.envs.adapters.gym import GymEnv
 from embodirl.envs.push_cube.env import PushCube
 from embodirl.errors import ConfigError
-from embodirl.app.run import run_training
 from embodirl.policies import ActorCritic
 from embodirl.training.video import record_episode, save_video, tile
 from tests.conftest import compose_config
@@ -54,11 +54,11 @@ def test_eval_video_for_an_env_without_frames_is_refused_before_training(tmp_pat
     from embodirl.envs.cartpole import CartPole
 
     monkeypatch.setattr(CartPole, "render", BatchedEnv.render)  # as an env that draws nothing
-    with pytest.raises(ConfigError, match="eval.video=True.*renders"):
+    with pytest.raises(ConfigError, match=r"eval.video=True.*renders"):
         run_training(compose_config([*tiny, "eval.video=true"]), tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
     env = GymEnv(GymConfig(id="CartPole-v1", num_envs=1))  # a gymnasium id draws only when built for videos
-    with pytest.raises(ConfigError, match="eval.video=True.*render_mode"):
+    with pytest.raises(ConfigError, match=r"eval.video=True.*render_mode"):
         record_episode(env, ActorCritic(ActorCriticConfig(hidden_sizes=[4]), observation_space=env.observation_space,
                                         action_space=env.action_space), 1, 16, 0)
 
@@ -96,8 +96,8 @@ def test_cartpole_episode_video_has_the_overlay_and_moves(tmp_path):
 
 @pytest.mark.parametrize("env", [["env=cartpole"], ["env=gym", "env.num_envs=2"]])
 def test_training_with_eval_video_for_cartpole_and_gym_ids(tmp_path, tiny, env):
-    cfg = compose_config([*tiny, *env, "trainer.total_env_steps=128", "trainer.num_eval_envs=2",
-                          "trainer.num_eval_episodes=2", "eval.video=true", "eval.video_num_envs=2",
+    cfg = compose_config([*tiny, *env, "trainer.total_env_steps=128", "eval.num_envs=2",
+                          "eval.num_episodes=2", "eval.video=true", "eval.video_num_envs=2",
                           "eval.video_size=32"])
     run_training(cfg, tmp_path)
     (video,) = (tmp_path / "videos").glob("eval_*.mp4")

@@ -310,7 +310,7 @@ def test_dict_env_trains_through_the_platform(tmp_path, tiny):
     from tests.conftest import compose_config
 
     cfg = compose_config([*tiny, "env=gym", "env.id=EmbodirlTest/DictReach-v0", "env.num_envs=4",
-                          "trainer.total_env_steps=192", "trainer.eval_every_env_steps=64"])
+                          "trainer.total_env_steps=192", "eval.every_env_steps=64"])
     summary = run_training(cfg, tmp_path)
     assert summary["status"] == "completed" and summary["iterations"] == 3
     assert summary["solved_metric"] == "eval/return_mean" and 0.0 <= summary["eval/success_rate"] <= 1.0

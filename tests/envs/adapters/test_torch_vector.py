@@ -338,7 +338,7 @@ def _train_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_one_config_file_plugs_a_simulator_into_embodirl_train(tmp_path):
     import json
 
-    done = _train_cli(tmp_path, "algo.num_steps=8", "trainer.total_env_steps=384", "trainer.eval_every_env_steps=128")
+    done = _train_cli(tmp_path, "algo.num_steps=8", "trainer.total_env_steps=384", "eval.every_env_steps=128")
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 3
@@ -363,7 +363,7 @@ def test_ppo_and_grpo_learn_the_fake_task_through_the_adapter(tmp_path, algo, ov
 
     make = f"{{_target_:{FAKE},obs_mode:state_dict,ignore_terminations:true,max_episode_steps:20,rng:batched}}"
     cfg = compose_config([f"algo={algo}", "env=torch_vector", f"env.make={make}", "env.num_envs=64", "device=cpu",
-                          "trainer.total_env_steps=300000", "trainer.eval_every_env_steps=12800", "logger.console=none",
+                          "trainer.total_env_steps=300000", "eval.every_env_steps=12800", "logger.console=none",
                           *overrides])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved" and summary["eval/success_rate"] >= 0.9
