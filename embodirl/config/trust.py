@@ -39,8 +39,11 @@ MOVED_TARGETS = {
     "embodirl.envs.push_cube.PushCube": "embodirl.envs.push_cube.env.PushCube",
     "embodirl.envs.push_cube_arm.PushCubeArm": "embodirl.envs.push_cube.arm.PushCubeArm",
     "embodirl.trainer.Trainer": "embodirl.training.trainer.Trainer",
-    "embodirl.loggers.LoggerSettings": "embodirl.training.loggers.LoggerSettings",
-    "embodirl.video.VideoSettings": "embodirl.training.video.VideoSettings",
+    # The logger and eval nodes named settings classes; their keys are schemas' now, and the nodes build these.
+    "embodirl.loggers.LoggerSettings": "embodirl.training.loggers.Loggers",
+    "embodirl.training.loggers.LoggerSettings": "embodirl.training.loggers.Loggers",
+    "embodirl.video.VideoSettings": "embodirl.training.evaluation.PeriodicEvaluation",
+    "embodirl.training.video.VideoSettings": "embodirl.training.evaluation.PeriodicEvaluation",
 }
 
 
