@@ -16,11 +16,14 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig
+
 torch.set_num_threads(1)
 
 # Small, fast settings for runs that only need to exercise the machinery.
 TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=64", "trainer=debug",
-        "trainer.total_env_steps=256", "trainer.eval_every_env_steps=128",
+        "trainer.total_env_steps=256", "eval.every_env_steps=128",
         "trainer.checkpoint_every_env_steps=128", "logger.console=none", "device=cpu"]
 
 
@@ -56,7 +59,7 @@ def algo_on_cartpole(algo: str = "ppo", *overrides: str, **keys):
     from embodirl.app.build import build_components
 
     small = ["device=cpu", f"algo={algo}", "env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=32",
-             "policy.hidden_sizes=[16]", "trainer.total_env_steps=1024", "trainer.num_eval_envs=2"]
+             "policy.hidden_sizes=[16]", "trainer.total_env_steps=1024", "eval.num_envs=2"]
     algo_keys = [f"algo.{k}={json.dumps(v, separators=(',', ':'))}" for k, v in keys.items()]
     parts = build_components(compose_config([*small, *overrides, *algo_keys]))
     parts.collector.reset(seed=0)

@@ -12,7 +12,7 @@ These functions give that number, and CPU-checkable proxies for it:
 
 Example::
 
-    env = PushCube(num_envs=4096)
+    env = PushCube(PushCubeConfig(num_envs=4096))
     action = torch.zeros(4096, 2)
     count_ops(env.step, action).compute         # eager ops per step
     compile_stats(env.step, action).kernels      # kernels per compiled step (compiles env.step once)

@@ -1,22 +1,23 @@
 """The composition root: config -> a ready :class:`~embodirl.training.trainer.Trainer` (:func:`build`).
 
-Objects are built in order, each option checked against its class's signature, then dry-run: env, eval
-env, policy, algorithm, collector, evaluator (:func:`build_components`), then the loggers and the trainer.
-Every config group option names its class with ``_target_`` and ``_partial_: true``; objects that only
-exist at run time (device, seed, spaces, the policy) are passed here in code. Values are checked
-against the classes' annotations (:mod:`embodirl.config.checked`) before anything is built.
+:func:`build` reads as the pipeline: check the top-level keys and parse the nodes of the run (trainer, eval,
+logger) by their schemas, build the env, the evaluation env, the policy, the algorithm, the collector and the
+evaluator (:func:`build_components`, which also dry-runs the envs and compiles the hot steps), then the periodic
+evaluation, the loggers and the trainer. Every configured component is built by
+:func:`embodirl.config.instantiate.instantiate` from its node; what exists only at run time (the device, seeds,
+spaces, the policy, the other components) is passed here in code. The checks that need run-time facts live here:
+the device, allocations that cannot fit, the dry run, videos on an env that renders.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from hydra.utils import get_class
@@ -27,23 +28,42 @@ from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, res
 from embodirl.algos.base import OnPolicyAlgorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
-from embodirl.config.checked import NO_MATCH, conform, conform_int
-from embodirl.config.instantiate import check_finite_values, instantiate
+from embodirl.config.instantiate import check_finite_values, instantiate, to_node
+from embodirl.config.schema import NO_MATCH, Node, Schema, conform
+from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
 from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.runtime.distributed import DistInfo, broadcast_module
-from embodirl.training.loggers import LoggerSettings, MetricLoggers, build_loggers
+from embodirl.training.console import StopGoal
 from embodirl.training.trainer import Trainer
-from embodirl.training.video import VideoSettings
 
-__all__ = ["ENV_BUILD_KEYS", "Components", "RunSettings", "allocation_guard", "build", "build_components", "build_env",
-           "build_eval_env", "build_policy", "build_video_settings", "check_top_level", "configure_torch", "eval_seed",
-           "rank_seed", "resolve_device", "wants_cuda"]
+__all__ = [
+    "ENV_BUILD_KEYS",
+    "Components",
+    "RunSettings",
+    "allocation_guard",
+    "build",
+    "build_components",
+    "build_env",
+    "build_eval_env",
+    "build_policy",
+    "check_top_level",
+    "check_video",
+    "configure_torch",
+    "eval_seed",
+    "parse_node",
+    "rank_seed",
+    "resolve_device",
+    "resolved_config",
+    "wants_cuda",
+]
 
 log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=Schema)
 
 
 @dataclass
@@ -57,10 +77,12 @@ class Components:
     collector: Collector
     evaluator: Evaluator
     device: torch.device
-    video: VideoSettings
     settings: RunSettings
     accel: Acceleration
     compile_s: float
+    trainer: Node  # the nodes build() builds, each checked by its schema (TrainerConfig, EvalConfig, LoggerConfig)
+    eval: Node
+    logger: Node
 
 
 def wants_cuda(device: str) -> bool:
@@ -95,7 +117,7 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
 def configure_torch(seed: int, num_threads: int) -> None:
     """Seed torch, cap intra-op threads (small nets on small machines run fastest on one) and keep freed memory
     in the process (:mod:`embodirl.accel.allocator`)."""
-    num_threads = conform_int("num_threads", num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
+    num_threads = _int_at_least("num_threads", num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
     converted = conform(seed, int)
     check(converted is not NO_MATCH and abs(converted) <= MAX_SEED, "seed", seed, SEED_RANGE, "pass seed=0")
     torch.set_num_threads(num_threads)
@@ -130,28 +152,25 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     return env
 
 
-def build_eval_env(cfg: DictConfig, device: torch.device, seed: int, num_envs: int, render: bool = False) -> BatchedEnv:
-    """The periodic-evaluation env: ``env`` with ``trainer.eval_env_overrides`` applied, each checked like an env key
-    (errors name ``trainer.eval_env_overrides.<key>``)."""
-    overrides = cfg.trainer.get("eval_env_overrides") or {}
-    fix = "pass e.g. trainer.eval_env_overrides={max_episode_steps: 1000}"
-    check(isinstance(overrides, DictConfig | dict), "trainer.eval_env_overrides", overrides, "a mapping of env keys",
-          fix, absolute=True)
-    node = cfg.env.copy()
+def build_eval_env(env_cfg: DictConfig, evaluation: EvalConfig, device: torch.device, seed: int) -> BatchedEnv:
+    """The periodic-evaluation env: ``eval.num_envs`` copies of ``env`` with ``eval.env_overrides`` applied, each
+    checked like an env key (errors name ``eval.env_overrides.<key>``); it renders when videos are on."""
+    overrides = evaluation.env_overrides or {}
+    node = env_cfg.copy()
     with open_dict(node):
         for key, value in overrides.items():
-            check(key not in ("num_envs", "_target_", "_partial_"), f"trainer.eval_env_overrides.{key}", value,
-                  "an env key other than num_envs and _target_", "set the number with trainer.num_eval_envs; "
+            check(key not in ("num_envs", "_target_", "_partial_"), f"eval.env_overrides.{key}", value,
+                  "an env key other than num_envs and _target_", "set the number with eval.num_envs; "
                   "evaluate another env with embodirl-eval", absolute=True)
             node[key] = value
     try:
-        return build_env(node, device, seed, num_envs=num_envs, render=render)
+        return build_env(node, device, seed, num_envs=evaluation.num_envs, render=evaluation.video)
     except ConfigError as exc:
         key = exc.key.removeprefix("env.")
         if key not in overrides:
             raise
-        raise ConfigError(f"trainer.eval_env_overrides.{key}", exc.value, exc.expected,
-                          (exc.fix or "").replace(f"env.{key}", f"trainer.eval_env_overrides.{key}"),
+        raise ConfigError(f"eval.env_overrides.{key}", exc.value, exc.expected,
+                          (exc.fix or "").replace(f"env.{key}", f"eval.env_overrides.{key}"),
                           absolute=True) from None
 
 
@@ -230,16 +249,16 @@ class RunSettings:
 
 def check_top_level(cfg: DictConfig) -> RunSettings:
     """Refuse unknown top-level keys (``+foo=1``) and check the top-level scalars; integral floats accepted."""
-    for key in cfg:
+    for key in map(str, cfg):
         if key not in TOP_LEVEL_KEYS:
-            raise ConfigError(str(key), cfg[key], "a known top-level key (one of: " + ", ".join(TOP_LEVEL_KEYS) + ")",
+            raise ConfigError(key, cfg[key], f"a known top-level key (one of: {', '.join(TOP_LEVEL_KEYS)})",
                               f"remove +{key}=... or correct its spelling")
     seed = conform(cfg.seed, int)
     check(seed is not NO_MATCH and abs(seed) <= MAX_SEED, "seed", cfg.seed,
           "an int" if seed is NO_MATCH else SEED_RANGE, "pass seed=0")
     check(isinstance(cfg.device, str), "device", cfg.device, "auto, cpu, cuda or cuda:N", "pass device=auto")
-    threads = conform_int("num_threads", cfg.num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
-    update_threads = None if cfg.num_update_threads is None else conform_int(
+    threads = _int_at_least("num_threads", cfg.num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
+    update_threads = None if cfg.num_update_threads is None else _int_at_least(
         "num_update_threads", cfg.num_update_threads, 1, "pass num_update_threads=null (same as num_threads)")
     return RunSettings(seed, cfg.device, threads, update_threads)
 
@@ -250,46 +269,61 @@ def allocation_guard(key: str, value: Any, fix: str):
     try:
         yield
     except (MemoryError, RuntimeError) as exc:
-        if isinstance(exc, MemoryError) or isinstance(exc, torch.OutOfMemoryError) or "allocate" in str(exc):
+        if isinstance(exc, MemoryError | torch.OutOfMemoryError) or "allocate" in str(exc):
             first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             raise ConfigError(key, value, f"a size whose tensors fit in memory (allocation failed: {first[:160]})",
                               fix, absolute=True) from None
         raise
 
 
+def _int_at_least(key: str, value: Any, minimum: int, fix: str) -> int:
+    """An int value (integral floats accepted) of at least ``minimum``, or a :class:`ConfigError`."""
+    converted = conform(value, int)
+    check(converted is not NO_MATCH and converted >= minimum, key, value, f"an int >= {minimum}", fix)
+    return converted
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """The composed config as plain dicts and lists, interpolations resolved (stored in checkpoints)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(resolved, dict):
+        raise TypeError(f"a composed config is a mapping, not {type(resolved).__name__}")
+    return {str(k): v for k, v in resolved.items()}
+
+
+def parse_node(node: Any, prefix: str, schema: type[S]) -> tuple[Node, S]:
+    """A node checked by its class's schema, which must be ``schema`` or extend it (the run reads its keys)."""
+    parsed = to_node(node, prefix)
+    if not isinstance(parsed.cfg, schema):
+        raise ConfigError(f"{prefix}_target_", parsed.target, f"a class whose constructor takes a {schema.__name__}",
+                          f"pass {prefix}_target_={schema.target}, or a subclass of it", absolute=True)
+    return parsed, parsed.cfg
+
+
 def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_name: tuple[str, str] = ("", ""),
-          dist: DistInfo = DistInfo()) -> Trainer:
-    """A ready trainer for ``cfg`` writing into ``run_dir``: components, loggers (rank 0 only) and the trainer.
+          dist: DistInfo | None = None) -> Trainer:
+    """A ready trainer for ``cfg`` writing into ``run_dir``: components, periodic evaluation, loggers, trainer.
 
     Args:
         cfg: The composed config.
         run_dir: The run directory (checkpoints, metrics, videos).
         config: The resolved config saved with checkpoints and sent to wandb (default: ``cfg`` resolved).
         run_name: Default wandb ``(name, group)``.
-        dist: This process's rank layout.
+        dist: This process's rank layout (None: a single process).
     """
-    run_dir = Path(run_dir)
+    run_dir, dist = Path(run_dir), dist or DistInfo()
     parts = build_components(cfg, dist.rank, dist.local_rank, dist.world_size)
-    if config is None:
-        config = OmegaConf.to_container(cfg, resolve=True)
-    settings: LoggerSettings = instantiate(cfg.logger, "logger.")
-    total = _total_env_steps(cfg)
-    seed = parts.settings.seed
-    trainer: Trainer
-
-    def make_loggers(start_env_steps: int) -> MetricLoggers:
-        if not dist.is_main:  # only rank 0 writes metrics, TensorBoard and wandb
-            return MetricLoggers([])
-        return build_loggers(run_dir, settings, config, total, start_env_steps, *run_name,
-                             solved_metric=parts.env.solved_metric, solved_threshold=parts.env.solved_threshold,
-                             stop_on_solved=trainer.stop_on_solved, max_wall_time_s=trainer.max_wall_time_s)
-
-    trainer = instantiate(
-        cfg.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluator=parts.evaluator,
-        run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank), eval_seed=eval_seed(seed),
-        make_loggers=make_loggers, video=parts.video, num_update_threads=parts.settings.num_update_threads,
-        compile_s=parts.compile_s,
-    )
+    config = resolved_config(cfg) if config is None else config
+    seed, (_, trainer_cfg) = parts.settings.seed, parse_node(parts.trainer, "trainer.", TrainerConfig)
+    evaluation = instantiate(parts.eval, "eval.", evaluator=parts.evaluator, run_dir=run_dir, seed=eval_seed(seed),
+                             is_solved=parts.env.is_solved)
+    goal = StopGoal(trainer_cfg.total_env_steps, parts.env.solved_metric, parts.env.solved_threshold,
+                    trainer_cfg.stop_on_solved, trainer_cfg.max_wall_time_s)
+    loggers = instantiate(parts.logger, "logger.", run_dir=run_dir, config=config, goal=goal, run_name=run_name,
+                          enabled=dist.is_main)  # only rank 0 writes metrics, TensorBoard and wandb
+    trainer = instantiate(parts.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluation=evaluation,
+                          loggers=loggers, run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank),
+                          num_update_threads=parts.settings.num_update_threads, compile_s=parts.compile_s)
     log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
              type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,
              parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs, run_dir)
@@ -304,23 +338,25 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     (:func:`warm_up`), whose time is ``compile_s``.
     """
     top = check_top_level(cfg)
+    # The nodes built last are checked first: a bad key fails before anything is built (or compiled).
+    trainer_node, trainer_cfg = parse_node(cfg.trainer, "trainer.", TrainerConfig)
+    eval_node, evaluation = parse_node(cfg.eval, "eval.", EvalConfig)
+    logger_node, _ = parse_node(cfg.logger, "logger.", LoggerConfig)
     configure_torch(top.seed, top.num_threads)
     device = resolve_device(top.device, local_rank)
     accel = resolve_acceleration(cfg.compile, cfg.cuda_graphs, device, world_size)
     num_envs = cfg.env.get("num_envs")
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs"):
         env = build_env(cfg.env, device, rank_seed(top.seed, rank))
-    num_eval_envs = conform_int("trainer.num_eval_envs", cfg.trainer.get("num_eval_envs"), 1,
-                                "pass trainer.num_eval_envs=20")
-    with allocation_guard("trainer.num_eval_envs", num_eval_envs, "lower trainer.num_eval_envs"):
-        eval_env = build_eval_env(cfg, device, eval_seed(top.seed), num_eval_envs,
-                                  render=cfg.eval.get("video") is True)
+    with allocation_guard("eval.num_envs", evaluation.num_envs, "lower eval.num_envs"):
+        eval_env = build_eval_env(cfg.env, evaluation, device, eval_seed(top.seed))
     policy = build_policy(cfg.policy, env, device)
+    assert isinstance(policy, torch.nn.Module)  # build_policy moved it to the device: it is a module
     broadcast_module(policy)
     if rank:
         torch.manual_seed(rank_seed(top.seed, rank))
-    algo = instantiate(cfg.algo, "algo.", policy=policy, device=device,
-                               total_env_steps=_total_env_steps(cfg), accel=accel)
+    algo = instantiate(cfg.algo, "algo.", policy=policy, device=device, total_env_steps=trainer_cfg.total_env_steps,
+                       accel=accel)
     check_objective_metric(cfg.get("objective"), algo)
     algo.env_name = env_label(env)
     plan = algo.collect_plan(env)
@@ -328,13 +364,13 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
                           "num_envs x (num_steps + 1) transitions)"):
         collector = Collector(env, policy, plan, accel)
     evaluator = Evaluator(eval_env, policy, accel)
-    video = build_video_settings(cfg.eval, eval_env)
-    for built, node in ((env, "env"), (eval_env, "trainer.eval_env_overrides" if cfg.trainer.get("eval_env_overrides")
-                                         else "env")):
-        with dry_run_guard(built, node):
+    check_video(evaluation, eval_env, "eval.num_envs")
+    for built, key in ((env, "env"), (eval_env, "eval.env_overrides" if evaluation.env_overrides else "env")):
+        with dry_run_guard(built, key):
             dry_run(built, policy)
     compile_s = warm_up(collector, algo, evaluator) if accel.compile else 0.0
-    return Components(env, eval_env, policy, algo, collector, evaluator, device, video, top, accel, compile_s)
+    return Components(env, eval_env, policy, algo, collector, evaluator, device, top, accel, compile_s,
+                      trainer_node, eval_node, logger_node)
 
 
 def warm_up(collector: Collector, algo: OnPolicyAlgorithm, evaluator: Evaluator) -> float:
@@ -342,7 +378,8 @@ def warm_up(collector: Collector, algo: OnPolicyAlgorithm, evaluator: Evaluator)
 
     One rollout, one update and one evaluation episode per eval env run on throw-away state: the policy,
     the algorithm (optimizer, counters, normaliser) and the random generators are restored afterwards,
-    and the env statistics are discarded (training resets or restores the envs before it starts).
+    and the collector forgets the warm-up's episodes (:meth:`Collector.restart`: training resets or restores the
+    envs before it starts).
     """
     policy = algo.policy
     saved = copy.deepcopy((policy.state_dict(), algo.state_dict()))
@@ -352,40 +389,26 @@ def warm_up(collector: Collector, algo: OnPolicyAlgorithm, evaluator: Evaluator)
         evaluator.evaluate(evaluator.env.num_envs, seed=0)
     policy.load_state_dict(saved[0])
     algo.load_state_dict(saved[1])
-    collector.episode_stats.pop()
-    collector.info_metrics.zero()
-    collector.started = False
+    collector.restart()
     log.info("compiled the collection, update and evaluation steps in %.1f s (cache: %s)", watch.seconds,
              configure_cache())
     return watch.seconds
 
 
-def build_video_settings(eval_cfg: DictConfig, env: BatchedEnv,
-                         count_key: str = "trainer.num_eval_envs") -> VideoSettings:
-    """Video settings from the ``eval`` node, ``video_num_envs`` resolved (null: up to 4 of ``env``'s envs).
-
-    Refuses ``eval.video=true`` for an env without frames, and more filmed envs than ``env`` has (``count_key``
-    names the key that sets its number).
-    """
-    settings = instantiate(eval_cfg, "eval.")
-    count = settings.video_num_envs
-    check(not settings.video or count is None or count <= env.num_envs, "eval.video_num_envs", count,
+def check_video(video: VideoConfig, env: BatchedEnv, count_key: str) -> None:
+    """Refuse ``eval.video=true`` for an env without frames, and more filmed envs than ``env`` has (``count_key``
+    names the key that sets its number)."""
+    count = video.video_num_envs
+    check(not video.video or count is None or count <= env.num_envs, "eval.video_num_envs", count,
           f"an int in [1, {env.num_envs}] (the evaluation envs: {count_key}={env.num_envs})",
           f"pass eval.video_num_envs={env.num_envs} (or null), or raise {count_key}", absolute=True)
-    if count is None:
-        settings = dataclasses.replace(settings, video_num_envs=min(4, env.num_envs))
-    if settings.video:
+    if video.video:
         try:
             env.render([0], 16)
         except NotImplementedError as exc:
             raise ConfigError("eval.video", True, f"an env that renders frames ({exc})",
-                              "pass eval.video=false, or use an env that renders (cartpole, push_cube, gym ids with rgb_array frames)") from None
-    return settings
-
-
-def _total_env_steps(cfg: DictConfig) -> int:
-    return conform_int("trainer.total_env_steps", cfg.trainer.total_env_steps, 1,
-                       "pass e.g. trainer.total_env_steps=1000000")
+                              "pass eval.video=false, or use an env that renders (cartpole, push_cube, gym ids with "
+                              "rgb_array frames)") from None
 
 
 def check_objective_metric(objective: Any, algo: OnPolicyAlgorithm) -> None:

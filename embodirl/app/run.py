@@ -9,18 +9,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from embodirl.app.build import build, wants_cuda
+from embodirl.accel.garbage import free_finished_run, setup_objects_frozen
+from embodirl.app.build import build, parse_node, resolved_config, wants_cuda
+from embodirl.config.training import TrainerConfig
+from embodirl.errors import ConfigError
 from embodirl.runtime.checkpoint import load_checkpoint
 from embodirl.runtime.distributed import init_distributed, shutdown
-from embodirl.runtime.rank import env_rank
-from embodirl.accel.garbage import free_finished_run, setup_objects_frozen
-from embodirl.errors import ConfigError, check
-from embodirl.runtime.status import fate_of, write_status
 from embodirl.runtime.preemption import StopSignals
+from embodirl.runtime.rank import env_rank
 from embodirl.runtime.rundir import RunDirLock, check_resume_config, remove_temp_files, write_hydra_files
-from embodirl.training.trainer import SUMMARY_KEYS
+from embodirl.runtime.status import fate_of, write_status
+from embodirl.training.summary import SUMMARY_KEYS
 
 __all__ = ["OBJECTIVES", "check_objective", "run_training", "wandb_identity"]
 
@@ -33,7 +34,8 @@ OBJECTIVES = (*SUMMARY_KEYS, "solved_env_steps", "solved_wall_time_s", "env_step
 def check_objective(key: str) -> None:
     """The value a sweep optimises must be a summary key (``loss/*`` and ``diag/*`` are also accepted)."""
     if key not in OBJECTIVES and not str(key).startswith(("loss/", "diag/")):
-        raise ConfigError("objective", key, "a summary key: " + ", ".join(OBJECTIVES), "pass objective=eval/return_mean")
+        raise ConfigError("objective", key, "a summary key: " + ", ".join(OBJECTIVES),
+                          "pass objective=eval/return_mean")
 
 
 def wandb_identity(choices: Mapping[str, Any], seed: int, sweep: tuple[str, list[str]] | None,
@@ -93,19 +95,9 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
     run_dir = Path(run_dir)
     main_rank = env_rank() == 0
     with (RunDirLock(run_dir) if main_rank else contextlib.nullcontext()), StopSignals(defer=False):
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = resolved_config(cfg)
         if main_rank:
-            remove_temp_files(run_dir)
-            previous = _last_checkpoint_config(run_dir)
-            if previous is not None:
-                allow = cfg.trainer.get("allow_config_change", False)
-                check(isinstance(allow, bool), "trainer.allow_config_change", allow, "true or false")
-                changes = check_resume_config(run_dir, previous, config, allow)
-                if changes:
-                    log.info("continuing %s with config changes: %s", run_dir, "; ".join(changes))
-            if hydra_files:
-                write_hydra_files(run_dir, hydra_files)
-            write_status(run_dir, "running")
+            _prepare(cfg, run_dir, config, hydra_files)
         try:
             check_objective(cfg.objective)
             with setup_objects_frozen():  # full collections walk only what the run itself allocates
@@ -121,6 +113,21 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
                     objective=None if objective is None else float(objective), stop_reason=summary["stop_reason"],
                     stop_condition=summary.get("stop_condition"))
         return summary
+
+
+def _prepare(cfg: DictConfig, run_dir: Path, config: dict[str, Any], hydra_files: Mapping[str, str] | None) -> None:
+    """Rank 0, before anything is built: clear debris, refuse a changed config for an existing run (before
+    writing anything), write ``.hydra/`` and the ``running`` status."""
+    remove_temp_files(run_dir)
+    previous = _last_checkpoint_config(run_dir)
+    if previous is not None:
+        _, trainer = parse_node(cfg.trainer, "trainer.", TrainerConfig)  # the run lifecycle's key lives there
+        changes = check_resume_config(run_dir, previous, config, trainer.allow_config_change)
+        if changes:
+            log.info("continuing %s with config changes: %s", run_dir, "; ".join(changes))
+    if hydra_files:
+        write_hydra_files(run_dir, hydra_files)
+    write_status(run_dir, "running")
 
 
 def _record(run_dir: Path, status: str, **fields: Any) -> None:
@@ -139,6 +146,6 @@ def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, st
             return trainer.train()
         finally:
             trainer.collector.env.close()
-            trainer.evaluator.env.close()
+            trainer.evaluation.env.close()
     finally:
         shutdown()

@@ -32,9 +32,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from embodirl.runtime.files import atomic_write_json
 from embodirl.analysis.stats import format_count, format_number
-from embodirl.runtime.files import parse_json, parse_yaml, printable, read_regular_file
+from embodirl.runtime.files import atomic_write_json, parse_json, parse_yaml, printable, read_regular_file
 from embodirl.runtime.status import SWEEP_ID_ENV, as_failed_if_gone, read_status
 
 __all__ = ["SweepFate", "failed_jobs", "record_job_failure", "report_command", "sweep_fates", "sweep_table"]
@@ -130,20 +129,18 @@ def sweep_table(sweep_dir: Path, objective: str, failures: dict[Path, dict[str, 
     common, varying = _varying(job_overrides)
     title = f"sweep {sweep_dir}" + (f"  (every job: {printable(' '.join(common), 2000)})" if common else "")
     table = Table(title=Text(title), title_justify="left")
-    for name, justify in (("job", "right"), ("overrides", "left"), ("status", "left"), (objective, "right"),
-                          ("env steps", "right"), ("wall time", "right")):
-        table.add_column(name, justify=justify, overflow="fold")
+    for name in ("job", "overrides", "status", objective, "env steps", "wall time"):
+        table.add_column(name, justify="left" if name in ("overrides", "status") else "right", overflow="fold")
     for run, shown in zip(runs, varying, strict=True):
         failure = failures.get(run.path)
         status = f"{run.status}: {run.error.split(':')[0]}" if run.error else run.status  # the message: below
-        values = [format_number(run.final(objective)), format_count(run.env_steps), run.final("wall_time_s")]
+        value, steps, wall = format_number(run.final(objective)), format_count(run.env_steps), run.final("wall_time_s")
         if failure is not None:
             status = f"failed: {failure.get('exception')}"
             if not _written_by(run.path, sweep_id):
-                values = ["-", "-", None]  # the directory's values are an earlier run's
-        wall = values[2]
+                value, steps, wall = "-", "-", None  # the directory's values are an earlier run's
         table.add_row(Text(printable(run.name)), Text(printable(" ".join(shown) or "-")), Text(printable(status)),
-                      values[0], values[1], "-" if wall is None else f"{format_number(wall, 3)} s")
+                      value, steps, "-" if wall is None else f"{format_number(wall, 3)} s")
     return table
 
 

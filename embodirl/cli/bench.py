@@ -127,19 +127,19 @@ def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
     from embodirl.accel.profiling import count_kernels, count_ops, inductor_kernel_events
     from embodirl.app.build import build_components
 
-    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "trainer.num_eval_envs=1",
+    parts = build_components(_compose([*overrides, f"env.num_envs={num_envs}", "eval.num_envs=1",
                                        "compile=false", "cuda_graphs=false", *QUIET]))
     collector, env = parts.collector, parts.env
     collector.reset(seed=0)
-    action = collector.policy.act(collector.obs, collector.state)[0]
+    obs, state = collector.loop.carry["obs"], collector.loop.carry["state"]
+    action = collector.policy.act(obs, state)[0]
 
     def collection_step() -> None:
-        collector._slot.reset()  # stay inside the rollout however often it is called
-        collector.step()
+        collector.loop.rewind()  # stay inside the rollout however often it is called
+        collector.loop.run()
 
     calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
-        "env": (env.step, (action,)), "act": (collector.policy.act, (collector.obs, collector.state)),
-        "collect": (collection_step, ())}
+        "env": (env.step, (action,)), "act": (collector.policy.act, (obs, state)), "collect": (collection_step, ())}
     cuda = parts.device.type == "cuda"
     row: dict[str, Any] = {"device": parts.device.type}
     with torch.no_grad():
@@ -182,7 +182,7 @@ def scaling(overrides: list[str], sizes: list[int], iterations: int = 3) -> list
     for n in sizes:
         try:
             speed = throughput([*overrides, *SCALING, f"env.num_envs={n}", f"algo.minibatch_size={4 * n}",
-                                "trainer.num_eval_envs=1", *QUIET], iterations=iterations, warmup=1)
+                                "eval.num_envs=1", *QUIET], iterations=iterations, warmup=1)
         except (MemoryError, ConfigError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
             if "memory" not in str(exc).lower():
                 raise

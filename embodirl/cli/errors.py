@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from embodirl.config.training import MOVED_KEYS as TRAINING_MOVED_KEYS
 from embodirl.errors import CheckpointError, ConfigError, DivergedError
 
 __all__ = ["check_output_dirs", "exit_code", "fail", "hydra_entry", "message", "one_line"]
@@ -47,13 +48,13 @@ def _moved_keys() -> dict[str, str]:
     return {f"algo.{old}": f"algo.{new}" for old, new in {**OnPolicyConfig.renamed, **GRPOConfig.renamed}.items()}
 
 
-MOVED_KEYS = _moved_keys()
+MOVED_KEYS = {**_moved_keys(), **TRAINING_MOVED_KEYS}
 
 
 def _moved_key_message(text: str) -> str | None:
     for old, new in MOVED_KEYS.items():
         if f"Could not override '{old}'" in text:
-            value = re.search(rf"\+{re.escape(old)}=(\S+)", text)
+            value = re.search(rf"\+{re.escape(old)}=(.+)", text)  # to the line's end: {a: 1} has a space
             return (f"{old} is no longer a key: it was renamed to {new}. "
                     f"Fix: pass {new}={value.group(1) if value else '<value>'}")
     return None

@@ -112,7 +112,7 @@ def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfi
         CheckpointError: The file is missing, unreadable, or names classes that are not trusted.
     """
     from embodirl.cli.containers import plain_dict
-    from embodirl.config.trust import check_config_from_file
+    from embodirl.config.trust import check_config_from_file, with_moved_targets
     from embodirl.runtime.checkpoint import load_checkpoint
 
     trusted = cfg.trusted_targets
@@ -121,6 +121,7 @@ def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfi
                           "pass 'trusted_targets=[mypkg.envs.MyEnv]' or leave it empty")
     path = resolve_checkpoint(cfg.run, cfg.checkpoint)
     state = load_checkpoint(path, key="checkpoint")
+    state["config"] = with_moved_targets(state["config"])  # classes a checkpoint of an earlier version names
     check_config_from_file(state["config"], f"checkpoint={str(path)!r}", list(trusted))
     train_cfg = OmegaConf.create(state["config"])
     train_cfg.policy.init_from = None  # the checkpoint's own weights are evaluated, not the ones it started from
@@ -153,8 +154,11 @@ def _restored_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.devi
 
 def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Load ``cfg.checkpoint``, rebuild env and policy, evaluate (and film); return the result record."""
-    from embodirl.app.build import build_env, build_video_settings, configure_torch, resolve_device
+    from embodirl.app.build import build_env, check_video, configure_torch, resolve_device
+    from embodirl.cli.containers import plain_dict
     from embodirl.collect.evaluator import evaluate_policy
+    from embodirl.config.schema import parse
+    from embodirl.config.training import VideoConfig
     from embodirl.training.video import record_episode, save_video
 
     path, state, train_cfg, overrides = _checkpoint_config(cfg)
@@ -162,17 +166,17 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         raise ConfigError("num_episodes", cfg.num_episodes, "an int >= 1", "pass num_episodes=100")
     configure_torch(cfg.seed, cfg.num_threads)
     device = resolve_device(cfg.device)
-    num_envs = overrides.get("num_envs", train_cfg.trainer.num_eval_envs)
-    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=cfg.eval.get("video") is True)
+    video = parse(VideoConfig, plain_dict(cfg.eval), "eval.")
+    num_envs = overrides.get("num_envs", _eval_num_envs(state["config"]))
+    env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=video.video)
     policy = _restored_policy(train_cfg.policy, env, device, state["policy"], path)
-    video = build_video_settings(cfg.eval, env, count_key="env.num_envs")
+    check_video(video, env, count_key="env.num_envs")
     log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
     extra = {}
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
         if video.video:
-            assert video.video_num_envs is not None  # build_video_settings resolved null to a count
-            frames = record_episode(env, policy, video.video_num_envs, video.video_size, cfg.seed)
+            frames = record_episode(env, policy, video.num_filmed(env.num_envs), video.video_size, cfg.seed)
             extra["video"] = str(save_video(frames, out_dir / f"video.{video.video_format}", video.video_fps))
     finally:
         env.close()
@@ -185,6 +189,15 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "env": train_cfg.env._target_,
             "num_envs": env.num_envs, "env_steps_trained": trained if isinstance(trained, int) else None, **metrics,
             "solved_metric": env.solved_metric, "solved_threshold": env.solved_threshold, "solved": solved, **extra}
+
+
+def _eval_num_envs(config: dict[str, Any]) -> Any:
+    """The training run's number of evaluation envs: ``eval.num_envs``, or ``trainer.num_eval_envs`` in a
+    checkpoint written before the evaluation keys moved to the ``eval`` node."""
+    evaluation, trainer = config.get("eval"), config.get("trainer")
+    if isinstance(evaluation, dict) and evaluation.get("num_envs") is not None:
+        return evaluation["num_envs"]
+    return trainer.get("num_eval_envs") if isinstance(trainer, dict) else None
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")

@@ -1,20 +1,26 @@
-"""Episode statistics: return, length and success of the episodes that end in a block of steps.
+"""Episode statistics, counted one way for training and evaluation: :class:`EpisodeStats`.
 
-:func:`fold_steps` closes the episodes of a block of steps at once, from its rewards and flags (the collector
-folds each rollout, the evaluator every 16 steps): a few dozen tensor ops per block instead of a handful per
-step, which on a CPU, where every op costs microseconds, is most of the bookkeeping's time. The sums stay on
-the device (no host sync) and are fetched once per training iteration with :meth:`EpisodeStats.pop`. Envs keep
-none: they return rewards and flags, the collector counts.
+The collector and the evaluator record each step's reward and ``done`` (and ``success`` and the env's info
+metrics, :meth:`EpisodeStats.extend_record`) in buffers along a time dimension; after a block of steps (the
+collector's rollout, the evaluator's 16-step block) :meth:`EpisodeStats.add_steps` closes the block's episodes at
+once (:func:`fold_steps`): a few dozen tensor ops per block instead of a handful per step. The sums stay on the
+device (no host sync) and are fetched once per training iteration (:meth:`EpisodeStats.pop`) or evaluation
+(:meth:`EpisodeStats.take`). Envs keep none: they return rewards and flags, the collector counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from embodirl.collect.info_metrics import InfoMetrics
+
 __all__ = ["EpisodeStats", "fold_steps"]
+
+ROWS = ("count", "return", "return_sq", "length", "success_at_end", "success_once")  # EpisodeStats' sums
 
 
 def fold_steps(reward: Tensor, done: Tensor, success: Tensor, episode_return: Tensor, episode_length: Tensor,
@@ -58,84 +64,128 @@ def fold_steps(reward: Tensor, done: Tensor, success: Tensor, episode_return: Te
 
 
 class EpisodeStats:
-    """Per-env running episode return/length and on-device sums over finished episodes.
+    """Per-env running episodes and on-device sums over the finished episodes each env records.
+
+    Every episode is recorded unless :meth:`restart` sets a target (the evaluator: env ``i`` records its first
+    ``target[i]`` episodes). The env's ``info_metrics`` are counted at the same episode ends (:attr:`info`).
 
     Args:
         num_envs: Number of envs.
         device: Device of the env's tensors.
+        info_keys: The env's ``info_metrics`` (:mod:`embodirl.collect.info_metrics`).
     """
 
-    def __init__(self, num_envs: int, device: torch.device | str) -> None:
+    def __init__(self, num_envs: int, device: torch.device | str, info_keys: Sequence[str] = ()) -> None:
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.running_return = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
-        self.running_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-        # Per-env sums over finished episodes: count, return, length, successes. Reduced only in pop().
-        self._sums = torch.zeros(4, num_envs, dtype=torch.float64, device=self.device)
-        self._reports_success = False
-        # fold_steps' inputs that are constant here: no success so far, no episode counted yet, every one counted.
-        self._no_success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
-        self._none = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-        self._every = torch.full_like(self._none, torch.iinfo(torch.int64).max)
+        self.info = InfoMetrics(info_keys, num_envs, self.device)
+        zeros = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
+        # The running episode of each env (return, length, a success so far) and the episodes it has ended.
+        self.running_return, self.running_length = zeros, zeros.clone()
+        self.success_once = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        self.finished = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.target = torch.full_like(self.finished, torch.iinfo(torch.int64).max)
+        self._sums = torch.zeros(len(ROWS), num_envs, dtype=torch.float64, device=self.device)  # per env, by ROWS
+        self.reports_success = False  # the env's step info has "success"
 
-    def add_steps(self, reward: Tensor, done: Tensor, success: Tensor | None = None) -> None:
-        """Account a block of ``S`` consecutive steps (:func:`fold_steps`): ``reward`` ``[S, N]``, ``done``
-        ``[S, N]`` bool, ``success`` ``[S, N]`` bool when the env reports it; episodes running at the block's
-        end continue into the next one."""
-        flags = torch.zeros_like(done) if success is None else success
-        sums, record, (ret, length, _, _) = fold_steps(
-            reward.to(torch.float64), done, flags, self.running_return, self.running_length.to(torch.float64),
-            self._no_success, self._none, self._every)
-        self._sums[0] += record.sum(dim=0)
-        self._sums[1:3] += sums[[0, 2]]
+    def extend_record(self, info: dict[str, Tensor], record: dict[str, Any]) -> None:
+        """Add to a step's ``record`` what the statistics need beyond its ``reward`` and ``done``: ``success`` when
+        the env reports it, and ``info`` (``[N, K]``) when it declares info metrics. Runs inside compiled steps."""
+        success = info.get("success")
         if success is not None:
-            self._sums[3] += sums[3]
-            self._reports_success = True
-        self.running_return.copy_(ret)
-        self.running_length.copy_(length)
+            record["success"] = success
+            self.reports_success = True  # a constant store: compiled steps need no guard on it
+        if self.info.keys:
+            record["info"] = self.info.values(info)
 
-    def discard(self, mask: Tensor | None = None) -> None:
-        """Drop the partial episodes of ``mask`` envs (all when None), e.g. on a forced reset."""
-        if mask is None:
-            self.running_return.zero_()
-            self.running_length.zero_()
-        else:
-            self.running_return *= ~mask
-            self.running_length *= ~mask
-
-    def pop(self, reduce: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
-        """Means over the episodes finished since the last call (one host sync), then clear.
+    def add_steps(self, reward: Tensor, done: Tensor, success: Tensor | None = None,
+                  info: Tensor | None = None) -> None:
+        """Account a block of ``S`` consecutive steps; episodes running at its end continue into the next block.
 
         Args:
-            reduce: Applied to the ``[4]`` sums (count, return, length, successes) before the means,
-                e.g. a sum over ranks.
+            reward: ``[S, N]`` rewards.
+            done: ``[S, N]`` bool.
+            success: ``[S, N]`` bool when the env reports success (None: not reported).
+            info: ``[S, N, K]`` values of the env's info metrics (None when it declares none).
+        """
+        if success is not None:
+            self.reports_success = True
+        flags = torch.zeros_like(done) if success is None else success
+        sums, record, carry = fold_steps(reward.to(torch.float64), done, flags, self.running_return,
+                                         self.running_length, self.success_once, self.finished, self.target)
+        self._sums[0] += record.sum(dim=0)
+        self._sums[1:] += sums
+        for buffer, value in zip((self.running_return, self.running_length, self.success_once, self.finished), carry,
+                                 strict=True):
+            buffer.copy_(value)
+        if info is not None:
+            self.info.add_steps(info, record)
+
+    def discard(self) -> None:
+        """Drop the partial episodes (a forced reset of every env); the finished ones stay counted."""
+        for buffer in (self.running_return, self.running_length, self.success_once):
+            buffer.zero_()
+
+    def restart(self, target: Tensor | None = None) -> None:
+        """Forget every episode and sum; then env ``i`` records its first ``target[i]`` episodes (None: all)."""
+        self.discard()
+        for buffer in (self.finished, self._sums):
+            buffer.zero_()
+        self.info.zero()
+        if target is None:
+            self.target.fill_(torch.iinfo(torch.int64).max)
+        else:
+            self.target.copy_(target)
+
+    def all_recorded(self) -> bool:
+        """Whether every env has ended the episodes it records (one host sync)."""
+        return bool((self.finished >= self.target).all())
+
+    def take(self, reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """The sums over envs, ``[6]`` in :data:`ROWS` order, with ``reduce`` (e.g. a sum over ranks) applied; then
+        clear them."""
+        sums = self._sums.sum(dim=1)
+        self._sums.zero_()
+        return sums if reduce is None else reduce(sums)
+
+    def pop(self, reduce: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+        """The training metrics of the episodes finished since the last call (one host sync each), then clear.
+
+        Args:
+            reduce: Applied to the sums before the means, e.g. a sum over ranks.
 
         Returns:
             ``episode/count``, and when at least one episode finished ``episode/return_mean``,
-            ``episode/length_mean``, plus ``episode/success_rate`` if the env reports success.
+            ``episode/length_mean``, plus ``episode/success_rate`` (success on the last step) if the env reports
+            success; then ``episode/metrics/<key>`` of the env's info metrics.
         """
-        sums = self._sums.sum(dim=1)
-        count, ret, length, success = (sums if reduce is None else reduce(sums)).tolist()
-        reports_success = self._reports_success
-        self._sums.zero_()
+        count, ret, _, length, success, _ = self.take(reduce).tolist()
         out = {"episode/count": count}
         if count > 0:
             out["episode/return_mean"] = ret / count
             out["episode/length_mean"] = length / count
-            if reports_success:
+            if self.reports_success:
                 out["episode/success_rate"] = success / count
+        out.update(self.info.pop("episode/metrics/", reduce))
         return out
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {
-            "running_return": self.running_return.clone(),
-            "running_length": self.running_length.clone(),
-            "sums": self._sums.clone(),
-            "reports_success": torch.tensor(self._reports_success),
-        }
+        """The running episodes and the sums (to continue a training run exactly)."""
+        return {"running_return": self.running_return.clone(), "running_length": self.running_length.clone(),
+                "success_once": self.success_once.clone(), "sums": self._sums.clone(),
+                "info_sums": self.info.sums.clone(), "reports_success": torch.tensor(self.reports_success)}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load :meth:`state_dict`, or the layout written before evaluation shared these statistics (integer
+        lengths; sums of count, return, length and success only; no success-once and no info metric sums)."""
         self.running_return.copy_(state["running_return"])
         self.running_length.copy_(state["running_length"])
-        self._sums.copy_(state["sums"])
-        self._reports_success = bool(state["reports_success"])
+        self.success_once.copy_(state.get("success_once", torch.zeros_like(self.success_once)))
+        self.info.sums.copy_(state.get("info_sums", torch.zeros_like(self.info.sums)))
+        sums = state["sums"]
+        self._sums.zero_()
+        if sums.shape[0] == len(ROWS):
+            self._sums.copy_(sums)
+        else:
+            self._sums[[0, 1, 3, 4]] = sums.to(self._sums)
+        self.reports_success = bool(state["reports_success"])

@@ -1,10 +1,11 @@
 """Env ``info`` values logged as episode metrics: ``episode/metrics/<key>`` and ``eval/metrics/<key>``.
 
 An env declares which of its ``StepResult.info`` entries are metrics in :attr:`BatchedEnv.info_metrics`
-(push_cube: ``dist_to_goal``, ``is_reached``). For each finished episode the value on its last step (the
-step that ended it: the cube's final distance to the goal) is accumulated on the device; the metric is
-the mean over the episodes finished since the last :meth:`InfoMetrics.pop` (booleans become fractions).
-:meth:`InfoMetrics.step` only updates tensors allocated once, so it runs inside compiled and captured steps.
+(push_cube: ``dist_to_goal``, ``is_reached``). Each step records their values (:meth:`InfoMetrics.values`); for each
+finished episode the value on its last step (the step that ended it: the cube's final distance to the goal) is
+accumulated on the device when a block of steps is folded (:meth:`InfoMetrics.add_steps`, called by
+:class:`~embodirl.collect.episode_stats.EpisodeStats`); the metric is the mean over the episodes finished since the
+last :meth:`InfoMetrics.pop` (booleans become fractions).
 """
 
 from __future__ import annotations
@@ -29,39 +30,30 @@ class InfoMetrics:
     def __init__(self, keys: Sequence[str], num_envs: int, device: torch.device) -> None:
         self.keys = tuple(keys)
         # Row k < K: per-env sum of info[keys[k]] over the counted episodes; row K: their count.
-        self._sums = torch.zeros(len(self.keys) + 1, num_envs, dtype=torch.float64, device=device)
-        self._ones = torch.ones(num_envs, dtype=torch.float64, device=device)
+        self.sums = torch.zeros(len(self.keys) + 1, num_envs, dtype=torch.float64, device=device)
 
-    def _check(self, info: dict[str, Tensor]) -> None:
+    def values(self, info: dict[str, Tensor]) -> Tensor:
+        """This step's values of the keys, ``[N, K]`` (what a step records for :meth:`add_steps`)."""
         missing = [key for key in self.keys if key not in info]
         if missing:
             raise KeyError(f"the env declares info_metrics {list(self.keys)} but its step() info lacks {missing} "
                            f"(it has {sorted(info)}): return every declared key on every step")
-
-    def step(self, info: dict[str, Tensor], ended: Tensor) -> None:
-        """Count the episodes of ``ended`` (``[N]`` bool) with their ``info`` values of this step."""
-        if not self.keys:
-            return
-        self._check(info)
-        # One stack (promoting bool/float32 values to the float64 row of ones) and one fused multiply-add.
-        values = torch.stack([info[key].reshape(-1) for key in self.keys] + [self._ones])
-        self._sums.addcmul_(values, ended.to(torch.float64))
-
-    def values(self, info: dict[str, Tensor]) -> Tensor:
-        """This step's values of the keys, ``[K, N]`` (for :meth:`add_steps`)."""
-        self._check(info)
-        return torch.stack([info[key].reshape(-1) for key in self.keys])
+        return torch.stack([info[key].reshape(-1) for key in self.keys], dim=1)
 
     def add_steps(self, values: Tensor, ended: Tensor) -> None:
-        """:meth:`step` for a block of steps at once: ``values`` ``[K, S, N]`` (:meth:`values` of each step),
-        ``ended`` ``[S, N]`` bool."""
+        """Count the episodes that end in a block of ``S`` steps with their values on that step.
+
+        Args:
+            values: ``[S, N, K]``, :meth:`values` of each step.
+            ended: ``[S, N]`` bool, the step ended a counted episode.
+        """
         if self.keys:
             weight = ended.to(torch.float64)
-            self._sums[:-1] += (values * weight).sum(dim=1)
-            self._sums[-1] += weight.sum(dim=0)
+            self.sums[:-1] += (values * weight.unsqueeze(-1)).sum(dim=0).t()
+            self.sums[-1] += weight.sum(dim=0)
 
     def zero(self) -> None:
-        self._sums.zero_()
+        self.sums.zero_()
 
     def pop(self, prefix: str, reduce: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
         """``{prefix + key: mean}`` over the counted episodes (none when no episode ended), then clear.
@@ -72,9 +64,9 @@ class InfoMetrics:
         """
         if not self.keys:
             return {}
-        sums = self._sums.sum(dim=1)
+        sums = self.sums.sum(dim=1)
         *totals, count = (sums if reduce is None else reduce(sums)).tolist()
-        self._sums.zero_()
+        self.sums.zero_()
         if count == 0:
             return {}
         return {prefix + key: total / count for key, total in zip(self.keys, totals, strict=True)}

@@ -3,25 +3,28 @@
 ``N`` envs, ``T`` steps. Index ``t < T`` holds transition ``t``: the observation acted on, the action,
 its log-prob, the critic's value, and what the env returned (reward and flags). Slot ``T`` holds the
 bootstrap observation ``obs[:, T]`` and its value ``value[:, T]``; its transition keys are padding.
+Every key is written by the collector, from what the env (``reset``/``step``) and the policy (``act``,
+``value``) return:
 
-| key | shape | dtype | written by | meaning |
-|---|---|---|---|---|
-| ``obs`` | TensorDict [N, T+1] | per key | collector (``env.reset``/``env.step``) | observation acted on, one entry per observation key (a Box env's is ``"state"``; images stay uint8); slot T = bootstrap obs |
-| ``action`` | [N, T+1, *action_shape] | float32 / int64 | collector (``policy.act``) | action taken; slot T padding |
-| ``sample_log_prob`` | [N, T+1] | float32 | collector (``policy.act``) | log-prob of ``action`` under the collecting policy |
-| ``value`` | [N, T+1] | float32 | collector (``policy.act``, ``policy.value``) | V(obs); ``value[:, T]`` is the bootstrap value |
-| ``reward`` | [N, T+1] | float32 | collector (``env.step``) | reward of transition t |
-| ``done`` | [N, T+1] | bool | collector (``env.step``) | ``terminated | truncated`` |
-| ``terminated`` | [N, T+1] | bool | collector (``env.step``) | the episode reached a terminal state (no future value) |
-| ``truncated`` | [N, T+1] | bool | collector (``env.step``) | cut by a time limit (the future is bootstrapped) |
-| ``final_value`` | [N, T+1] | float32 | collector (``policy.value`` on the true final obs) | V(true final obs) where truncated and not terminated, else 0 |
-| ``policy_state`` | TensorDict [N, T+1] | per key | collector (``policy.initial_state``/``policy.act``) | recurrent policies only: the state the policy acted with (zeros where an episode starts) |
+| key | shape | dtype | meaning |
+|---|---|---|---|
+| ``obs`` | TensorDict [N, T+1] | per key | observation acted on; slot T: the bootstrap observation |
+| ``action`` | [N, T+1, *action_shape] | float32 / int64 | action taken (``policy.act``); slot T padding |
+| ``sample_log_prob`` | [N, T+1] | float32 | log-prob of ``action`` under the collecting policy |
+| ``value`` | [N, T+1] | float32 | V(obs) (``policy.act``); ``value[:, T]`` is the bootstrap value (``policy.value``) |
+| ``reward`` | [N, T+1] | float32 | reward of transition t |
+| ``done`` | [N, T+1] | bool | ``terminated`` or ``truncated`` |
+| ``terminated`` | [N, T+1] | bool | the episode reached a terminal state (no future value) |
+| ``truncated`` | [N, T+1] | bool | cut by a time limit (the future is bootstrapped) |
+| ``final_value`` | [N, T+1] | float32 | V(true final obs) where truncated and not terminated, else 0 |
+| ``policy_state`` | TensorDict [N, T+1] | per key | recurrent policies only: the state the policy acted with |
 
-Actor-only policies write ``value = 0`` and ``final_value = 0``. The non-tensor entry
+``obs`` holds one entry per observation key (a Box env's is ``"state"``; images stay uint8); ``policy_state`` is
+zero where an episode starts. Actor-only policies write ``value = 0`` and ``final_value = 0``. The non-tensor entry
 ``num_steps_collected`` (int, set by the collector) is the number of steps actually simulated: less
 than T when the collector stopped early because every env had finished an episode
 (``CollectPlan.first_episode_only``); slots from there to T are padding with ``done = terminated = True``
-and zero reward. Algorithms may add keys (``advantage``, ``return``) but never change these.
+and zero reward. Algorithms may add keys (``advantage``, ``returns``) but never change these.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def validate_rollout(
         )
     n, t1 = rollout.batch_size
     for key, (dtype, producer) in ROLLOUT_KEYS.items():
-        if key not in rollout.keys():
+        if key not in rollout:
             raise ValueError(f"rollout is missing key '{key}' (written by {producer})")
         value = rollout.get(key)
         if key == "obs":
@@ -123,8 +126,8 @@ def _validate_obs(obs: object, spec: ObsSpec | None, producer: str) -> None:
             raise ValueError(f"rollout['obs'] is missing key '{key_name(key)}' (written by {producer})")
         value = obs.get(key)
         if tuple(value.shape) != (n, t1, *shape) or value.dtype != dtype:
-            raise ValueError(f"rollout['obs', '{key_name(key)}'] has shape {list(value.shape)} and dtype {value.dtype}, "
-                             f"expected {[n, t1, *shape]} and {dtype} (written by {producer})")
+            raise ValueError(f"rollout['obs', '{key_name(key)}'] has shape {list(value.shape)} and dtype "
+                             f"{value.dtype}, expected {[n, t1, *shape]} and {dtype} (written by {producer})")
 
 
 def transitions(rollout: TensorDict, **extra: torch.Tensor) -> TensorDict:

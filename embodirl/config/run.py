@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from embodirl.config.schema import Node, Schema, key, parse
+from embodirl.config.training import VideoConfig
 from embodirl.errors import ConfigError
 
 __all__ = ["MAX_SEED", "EvaluateConfig", "RunConfig", "check_evaluate_config", "check_run_config"]
@@ -75,7 +76,7 @@ class EvaluateConfig(Schema):
     num_threads: int = key(1, ge=1, doc="torch intra-op threads")
     env: dict[str, Any] = key(factory=dict, doc="env keys changed for evaluation: num_envs (null = the run's "
                               "evaluation envs), others with +env.KEY=VALUE (checked by the env's schema)")
-    eval: Node = key(doc="evaluation videos")
+    eval: VideoConfig = key(factory=VideoConfig, doc="evaluation videos")
 
     def check(self) -> None:
         check_device(self.device)

@@ -73,7 +73,7 @@ def _num(value: float) -> str:
 
 def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float | None = None,
         le: float | None = None, lt: float | None = None, finite: bool = True,
-        factory: Callable[[], Any] | None = None, range_text: str | None = None) -> Any:
+        factory: Callable[[], Any] | None = None, range_text: str | None = None, example: Any = MISSING) -> Any:
     """A schema key: its default (or ``factory`` for lists and mappings), bounds and one-line doc.
 
     Args:
@@ -83,8 +83,9 @@ def key(default: Any = MISSING, *, doc: str, ge: float | None = None, gt: float 
         finite: Refuse nan and inf for a float (default); False where inf means "no limit".
         factory: Builds a mutable default (``list``, ``dict``).
         range_text: The range in words where the bounds' own are unreadable (``"in [-2^62, 2^62]"``).
+        example: A value the fix of an error proposes where the default is no example (null, a list or none).
     """
-    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite, range_text)}
+    metadata = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, finite, range_text), "example": example}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -98,6 +99,8 @@ class Schema:
         takes_keywords: The class takes the keys as keyword arguments (a ``torch.optim`` class) rather than
             the schema instance.
         renamed: Old key -> new key (relative to the node), for one-line "renamed to" errors.
+        moved: Old key -> its new full path, for keys that moved to another node (``eval_every_env_steps`` ->
+            ``eval.every_env_steps``).
         refused: Key -> ``(what is valid, fix)`` for keys that must not be set here.
         unknown_hint: Added to the fix for an unknown key (e.g. where to find the options that have it).
     """
@@ -105,6 +108,7 @@ class Schema:
     target: ClassVar[str | None] = None
     takes_keywords: ClassVar[bool] = False
     renamed: ClassVar[Mapping[str, str]] = {}
+    moved: ClassVar[Mapping[str, str]] = {}
     refused: ClassVar[Mapping[str, tuple[str, str]]] = {}
     unknown_hint: ClassVar[str] = ""
 
@@ -274,10 +278,10 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
     if name in cls.refused:
         expected, fix = cls.refused[name]
         return ConfigError(prefix + name, value, expected, fix, absolute=True)
-    if name in cls.renamed:
-        new = cls.renamed[name]
-        return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {prefix}{new}",
-                           f"pass {prefix}{new}={cli_text(value)} instead", absolute=True)
+    if name in cls.renamed or name in cls.moved:
+        new = cls.moved[name] if name in cls.moved else prefix + cls.renamed[name]
+        return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {new}",
+                           f"pass {new}={cli_text(value)} instead", absolute=True)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     close = suggest(name, names)
     hint = f"did you mean {prefix}{close}? " if close else ""
@@ -288,17 +292,22 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
 
 
 def cli_text(value: Any) -> str:
-    """A value as it is typed on the command line (``null``, ``true``, ``3e-4``)."""
+    """A value as it is typed on the command line (``null``, ``true``, ``3e-4``, ``[0.45, 0.3]``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, list | tuple):  # a tuple too: YAML and the command line write both as lists
+        return f"[{', '.join(cli_text(v) for v in value)}]"
     return str(value)
 
 
-def _expected(annotation: Any, bounds: Bounds) -> str:
+def _expected(annotation: Any, bounds: Bounds, value: Any = None) -> str:
     text, limits = describe_type(annotation), bounds.describe()
-    return f"{text} {limits}".strip() if limits else text
+    text = f"{text} {limits}".strip() if limits else text
+    if bounds.finite and isinstance(value, float) and not math.isfinite(value):
+        text += " (finite: nan and inf are not values of this key)"
+    return text
 
 
 def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: str) -> Any:
@@ -306,9 +315,14 @@ def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: st
     annotation = _hints(cls)[f.name]
     bounds: Bounds = f.metadata.get("bounds", Bounds())
     converted = conform(value, annotation)
+    if converted is NO_MATCH and typing.get_origin(annotation) is list and isinstance(value, list | tuple):
+        item = typing.get_args(annotation)[0]
+        i = next(i for i, v in enumerate(value) if conform(v, item) is NO_MATCH)  # name the entry that is wrong
+        example = ", e.g. {_target_: mypkg.MyClass}" if item is Node else ""
+        raise ConfigError(f"{prefix}{f.name}[{i}]", value[i], describe_type(item),
+                          f"pass a value of that type{example}", absolute=True)
     if converted is NO_MATCH or not _in_bounds(converted, bounds):
-        finite = " (finite: nan and inf are not values of this key)" if bounds.finite and _non_finite(value) else ""
-        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds) + finite, _fix(f, prefix),
+        raise ConfigError(prefix + f.name, value, _expected(annotation, bounds, value), _fix(f, prefix),
                           absolute=True)
     return _nested(annotation, converted, prefix + f.name)
 
@@ -326,11 +340,23 @@ def _in_bounds(value: Any, bounds: Bounds) -> bool:
 
 
 def _fix(f: dataclasses.Field, prefix: str) -> str:
-    """``pass algo.num_steps=32`` (the default) where the default is a plain value, else general advice."""
-    default = f.default if f.default is not MISSING else MISSING
-    if default is MISSING or default is None or isinstance(default, Mapping | list | tuple):
-        return "pass a value of that type"
-    return f"pass {prefix}{f.name}={cli_text(default)} (the default) or another value of that type"
+    """``pass algo.num_steps=32`` (the default) where the default is a plain value or a list of them (typed as the
+    command line takes it: ``[64,64]``), else general advice."""
+    default = f.default
+    if default is MISSING and f.default_factory is not MISSING:  # a list's default; not a nested schema's
+        made = f.default_factory()
+        default = made if isinstance(made, list | tuple) else MISSING
+    example = f.metadata.get("example", MISSING)
+    if default is MISSING or default is None or isinstance(default, Mapping) or default in ([], ()):
+        if example is MISSING:
+            return "pass a value of that type"
+        return f"pass e.g. {prefix}{f.name}={_typed(example)}" + (" (or null, the default)" if default is None else "")
+    return f"pass {prefix}{f.name}={_typed(default)} (the default) or another value of that type"
+
+
+def _typed(value: Any) -> str:
+    """A value as typed in a shell, lists without spaces (``[64,64]``)."""
+    return f"[{','.join(cli_text(v) for v in value)}]" if isinstance(value, list | tuple) else cli_text(value)
 
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:

@@ -22,7 +22,7 @@ import yaml
 
 from embodirl.errors import CheckpointError
 
-__all__ = ["check_config_from_file", "is_optimizer_class", "packaged_targets"]
+__all__ = ["MOVED_TARGETS", "check_config_from_file", "is_optimizer_class", "packaged_targets", "with_moved_targets"]
 
 _EXCLUDED = ("hydra",)  # launcher profiles are Hydra's own business, never part of a run config
 # Keys whose value can make a shipped class import a module: gymnasium imports ``module`` for an id
@@ -30,6 +30,21 @@ _EXCLUDED = ("hydra",)  # launcher profiles are Hydra's own business, never part
 # ``_target_`` is checked like any other). From a file, such a value must be trusted like a target.
 _IMPORTING_KEYS = {"embodirl.envs.adapters.gym.GymEnv": "id"}
 _CALLED_PATH_KEYS = {"embodirl.envs.adapters.torch_vector.TorchVectorEnv": "make"}
+# Classes embodirl ships under another path than the one checkpoints written by earlier versions name
+# (the package was laid out as the pipeline): old path -> new path. A checkpoint's config is read through this
+# table (:func:`with_moved_targets`) before it is checked, so those checkpoints still evaluate.
+MOVED_TARGETS = {
+    "embodirl.envs.gym.GymEnv": "embodirl.envs.adapters.gym.GymEnv",
+    "embodirl.envs.torch_vector.TorchVectorEnv": "embodirl.envs.adapters.torch_vector.TorchVectorEnv",
+    "embodirl.envs.push_cube.PushCube": "embodirl.envs.push_cube.env.PushCube",
+    "embodirl.envs.push_cube_arm.PushCubeArm": "embodirl.envs.push_cube.arm.PushCubeArm",
+    "embodirl.trainer.Trainer": "embodirl.training.trainer.Trainer",
+    # The logger and eval nodes named settings classes; their keys are schemas' now, and the nodes build these.
+    "embodirl.loggers.LoggerSettings": "embodirl.training.loggers.Loggers",
+    "embodirl.training.loggers.LoggerSettings": "embodirl.training.loggers.Loggers",
+    "embodirl.video.VideoSettings": "embodirl.training.evaluation.PeriodicEvaluation",
+    "embodirl.training.video.VideoSettings": "embodirl.training.evaluation.PeriodicEvaluation",
+}
 
 
 def _yaml_files(folder: Any) -> Iterator[Any]:
@@ -87,6 +102,20 @@ def is_optimizer_class(target: str) -> bool:
 
     found = getattr(torch.optim, name, None)
     return isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
+
+
+def with_moved_targets(config: Any) -> Any:
+    """A copy of a config read from a file with every ``_target_`` that :data:`MOVED_TARGETS` lists replaced by the
+    class's present path (nested dicts and lists; anything else is returned as it is)."""
+    if isinstance(config, dict):
+        moved = {key: with_moved_targets(value) for key, value in config.items()}
+        target = moved.get("_target_")
+        if isinstance(target, str) and target in MOVED_TARGETS:
+            moved["_target_"] = MOVED_TARGETS[target]
+        return moved
+    if isinstance(config, list | tuple):
+        return [with_moved_targets(item) for item in config]
+    return config
 
 
 def check_config_from_file(config: Any, where: str, trusted: Iterable[str] = ()) -> None:

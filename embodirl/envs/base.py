@@ -53,7 +53,7 @@ class StepResult(NamedTuple):
 def env_mode() -> torch.inference_mode:
     """The autograd mode every reset, step and restore of an env runs in: ``torch.inference_mode()`` (a decorator
     or a context manager). Eager ops skip the autograd and version-counter bookkeeping that ``no_grad`` still
-    does: about 10 % of a CartPole collection and 15 % of an evaluation step. See :meth:`BatchedEnv.step`."""
+    does. See :meth:`BatchedEnv.step`."""
     return torch.inference_mode()
 
 
@@ -73,7 +73,8 @@ class BatchedEnv(ABC):
     Attributes:
         num_envs: Number of parallel envs ``N``.
         device: Device of every tensor going in and out.
-        observation_space: Single-env observation space (a float32 ``gym.spaces.Box``).
+        observation_space: Single-env observation space: a ``gym.spaces.Box`` (one float32 tensor) or a (nested)
+            ``gym.spaces.Dict`` of them (a TensorDict; :mod:`embodirl.envs.observations`).
         action_space: Single-env action space (``gym.spaces.Box`` or ``gym.spaces.Discrete``).
             Discrete actions are int64 tensors ``[N]``; Box actions float32 ``[N, act_dim]``.
             Box actions outside the bounds are clipped by the env.
@@ -88,7 +89,7 @@ class BatchedEnv(ABC):
 
     num_envs: int
     device: torch.device
-    observation_space: gym.spaces.Box
+    observation_space: gym.Space
     action_space: gym.spaces.Space
     max_episode_steps: int
     solved_metric: str = "eval/return_mean"
@@ -119,6 +120,14 @@ class BatchedEnv(ABC):
         cannot be saved for backward.
         """
 
+    def override_solved(self, solved_metric: str | None, solved_threshold: float | None) -> None:
+        """Replace the env's own solved criterion by the config's (``env.solved_metric``, ``env.solved_threshold``)
+        where it sets one; null keeps the env's."""
+        if solved_metric is not None:
+            self.solved_metric = solved_metric
+        if solved_threshold is not None:
+            self.solved_threshold = float(solved_threshold)
+
     def is_solved(self, eval_metrics: dict[str, float]) -> bool:
         """Whether deterministic-eval metrics meet the task's solved criterion."""
         value = eval_metrics.get(self.solved_metric)
@@ -137,7 +146,7 @@ class BatchedEnv(ABC):
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore its state")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default that does nothing, not an abstract method
         """Release resources (subprocesses, files)."""
 
     @property

@@ -6,8 +6,7 @@ one included), the uniform(-0.05, 0.05) reset distribution and the 500-step limi
 ``cos``/``sin`` come from the C library, as gymnasium's ``math.cos``/``math.sin`` do, so float64 trajectories
 equal gymnasium's bit for bit (compiled or on a GPU, torch's ``cos``/``sin`` may differ in the last bit).
 Eager CPU steps of up to :data:`HOST_MAX_ENVS` envs run in numpy on views of the env's tensors: numpy's
-per-call overhead on a few hundred numbers is a third of torch's (a step 96 -> 54 us at 20 envs, 130 -> 85 us
-at 256, the same numbers).
+per-call overhead on a few hundred numbers is a fraction of torch's, and the numbers are the same.
 One deliberate difference: gymnasium's ``TimeLimit`` also sets ``truncated`` when the last allowed step
 terminates; here ``truncated`` excludes ``terminated``, as the :class:`StepResult` contract says.
 
@@ -33,16 +32,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
+from embodirl.config.envs import CartPoleConfig
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
-from embodirl.errors import CheckpointError, check, check_choice, is_int
+from embodirl.errors import CheckpointError, check, is_int
 
 __all__ = ["CartPole", "episode_ends", "euler_step"]
 
@@ -61,7 +61,7 @@ RESET_LOW, RESET_HIGH = -0.05, 0.05
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed"}
 # Eager CPU steps of up to this many envs run in numpy (below). numpy's ops are cheaper per call but use one
-# thread: above it, torch's kernels win once torch has two threads (a step at 16,384 envs: 2.3 ms numpy, 1.8 torch).
+# thread: above it, torch's kernels win once torch has two threads.
 HOST_MAX_ENVS = 8192
 
 
@@ -88,38 +88,25 @@ def episode_ends(state: Any, steps: Any, limits: Any, max_episode_steps: int) ->
 class CartPole(BatchedEnv):
     """``num_envs`` CartPole-v1 copies stepped as tensors on one device.
 
+    ``cfg.max_episode_steps`` sets the step on which ``truncated`` is set; ``cfg.physics_dtype`` float64 reproduces
+    gymnasium's numpy state (observations are float32 either way); ``cfg.hide_velocities`` observes only the cart
+    position and pole angle ``[N, 2]`` (a partially observed task: a memoryless policy cannot tell which way the
+    pole is falling; a recurrent one can).
+
     Args:
-        num_envs: Number of parallel envs ``N``.
-        max_episode_steps: Time limit; ``truncated`` is set on the step that reaches it.
-        physics_dtype: dtype of the physics state; float64 reproduces gymnasium's numpy state.
-            Observations are float32 either way.
-        hide_velocities: Observe only the cart position and pole angle ``[N, 2]`` (a partially observed task:
-            a memoryless policy cannot tell which way the pole is falling; a recurrent one can).
+        cfg: The env's keys (:class:`~embodirl.config.envs.CartPoleConfig`).
         device: Device of every tensor.
         seed: Seed of the reset-state stream (see the module docstring).
     """
 
     solved_threshold = 475.0
 
-    def __init__(
-        self,
-        num_envs: int = 256,
-        max_episode_steps: int = 500,
-        physics_dtype: Literal["float64", "float32"] = "float64",
-        hide_velocities: bool = False,
-        *,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-    ) -> None:
-        check(is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1")
-        check(is_int(max_episode_steps) and max_episode_steps >= 1, "max_episode_steps", max_episode_steps,
-              "an int >= 1 (gymnasium's CartPole-v1 uses 500)")
-        check_choice("physics_dtype", physics_dtype, _DTYPES)
-        check(isinstance(hide_velocities, bool), "hide_velocities", hide_velocities, "true or false")
+    def __init__(self, cfg: CartPoleConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
+        num_envs, hide_velocities = cfg.num_envs, cfg.hide_velocities
         self.num_envs = num_envs
-        self.max_episode_steps = max_episode_steps
+        self.max_episode_steps = cfg.max_episode_steps
         self.device = torch.device(device)
-        self.physics_dtype = _DTYPES[physics_dtype]
+        self.physics_dtype = _DTYPES[cfg.physics_dtype]
         self.hide_velocities = hide_velocities
         observed = [0, 2] if hide_velocities else [0, 1, 2, 3]
         self._observed = slice(0, None, 2) if hide_velocities else slice(None)  # observed state columns
@@ -135,9 +122,8 @@ class CartPole(BatchedEnv):
         self._zeros = torch.zeros(n, dtype=dtype, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
-        # Eager memo of the next starts. A refill is ~25 small ops whatever N, so small N memoises 64 episodes
-        # (a step 96 -> 91 us at 20 envs, 131 -> 118 us at 256); the depth keeps a refill's int64 working set
-        # cache-resident for large N.
+        # Eager memo of the next starts. A refill is ~25 small ops whatever N, so small N memoises 64 episodes;
+        # the depth keeps a refill's int64 working set cache-resident for large N.
         self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(64, (1 << 14) // n)),
                                   min_length=1)
         mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
@@ -145,6 +131,7 @@ class CartPole(BatchedEnv):
         # Eager CPU steps run in numpy on views of these buffers (they share memory: in-place updates stay seen).
         self._host = (self._state.numpy(), self._steps.numpy(), self._limits.numpy(), self._force_right.numpy(),
                       self._force_left.numpy()) if dev.type == "cpu" and n <= HOST_MAX_ENVS else None
+        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
     @property
@@ -209,12 +196,14 @@ class CartPole(BatchedEnv):
         if self.device.type == "cpu" and not in_graph(self.device):
             # exp(i*theta) = cos + i*sin by the C library's cexp, whose cos/sin are those of gymnasium's math.cos and
             # math.sin; torch's own cos/sin (SLEEF) can differ from them by one ulp.
-            return torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
+            cos, sin = torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
+            return cos, sin
         return torch.cos(theta), torch.sin(theta)
 
     def _step_on_host(self, action: Tensor) -> StepResult:
         """:meth:`step` in numpy on views of the state buffers (eager on the CPU): the same operations, with cos/sin
         from the C library's complex exponential (numpy's ``exp`` of a complex array is ``cexp``)."""
+        assert self._host is not None  # step() comes here only for an env with host views
         state0, steps, limits, force_right, force_left = self._host
         force = np.where((action == 1).numpy(force=True).reshape(self.num_envs), force_right, force_left)
         trig = np.exp(1j * state0[:, 2])

@@ -85,6 +85,7 @@ def as_tensordict(obs: Tensor | TensorDict, batch_size: int) -> TensorDict:
 
 def check_observation(what: str, obs: Any, spec: ObsSpec, num_envs: int, device: torch.device) -> None:
     """Raise ``TypeError``/``ValueError`` naming ``what`` and the key if ``obs`` does not match ``spec``."""
+    leaves: dict[ObsKey, Any]
     if isinstance(obs, Tensor):
         if list(spec) != [(STATE_KEY,)]:
             raise TypeError(f"{what} is a tensor but the observation space is a Dict with keys "

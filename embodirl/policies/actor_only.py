@@ -10,15 +10,18 @@ parameters and a value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import typing
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from embodirl.envs.observations import key_name, observation_spec
+from embodirl.config.instantiate import instantiate
+from embodirl.config.policies import PolicyConfig
+from embodirl.config.schema import Node
+from embodirl.envs.observations import ObsKey, key_name, observation_spec
 from embodirl.errors import ConfigError
 from embodirl.policies.distributions import ActionDistribution, make_distribution
 from embodirl.policies.encoders import Encoder, default_encoder, is_image
@@ -35,77 +38,63 @@ def _module_key(name: str) -> str:
 class ActorOnly(nn.Module):
     """Encoders, an actor MLP and an action distribution fitted to the action space; no critic (value 0).
 
+    The keys (:class:`~embodirl.config.policies.PolicyConfig`): ``hidden_sizes`` and ``activation`` shape the
+    actor; ``normalize_obs`` normalises float vector observations with running statistics (updated by the
+    algorithm after each update, checkpointed with the policy; images are scaled by their encoder); ``encoders``
+    maps observation keys to encoder nodes (keys not listed get
+    :func:`~embodirl.policies.encoders.default_encoder`); ``actor_keys`` (None: every key) and, for a policy with a
+    critic, ``critic_keys`` (may include privileged keys; None: ``actor_keys``) say what each part reads;
+    ``distribution`` is an action-distribution node (e.g. :class:`~embodirl.policies.distributions.Beta`), None
+    choosing by the action space (``Categorical`` for ``Discrete``, ``DiagGaussian`` with
+    ``init_log_std``/``log_std_min``/``log_std_max`` for ``Box``). ``init_from`` and ``freeze`` are applied by the
+    build once the policy exists (:mod:`embodirl.policies.pretrained`).
+
     Args:
+        cfg: The policy's keys.
         observation_space: Single-env observation space (Box or Dict of Boxes).
         action_space: Single-env action space (Discrete or 1-D Box).
-        hidden_sizes: Actor hidden layer sizes.
-        activation: Activation name (see :data:`embodirl.policies.networks.ACTIVATIONS`).
-        init_log_std: Initial Gaussian ``log_std`` (Box actions only).
-        log_std_min: Lower clamp of ``log_std``.
-        log_std_max: Upper clamp of ``log_std``.
-        normalize_obs: Normalise float vector observations with running statistics (updated by the
-            algorithm after each update, checkpointed with the policy); images are scaled by their encoder.
-        encoders: Observation key -> encoder factory ``f(shape=..., dtype=...)`` (a ``_partial_`` config
-            node); keys not listed get :func:`~embodirl.policies.encoders.default_encoder`.
-        actor_keys: Observation keys the actor sees; None = every key.
-        critic_keys: Observation keys the critic sees (may include privileged keys); None = ``actor_keys``.
-        distribution: Action-distribution factory called with ``action_space=`` (a ``_partial_`` node, e.g.
-            :class:`~embodirl.policies.distributions.Beta`); None = by the action space (``Categorical`` for
-            ``Discrete``, ``DiagGaussian`` with ``init_log_std``/``log_std_min``/``log_std_max`` for ``Box``).
     """
 
     has_critic = False
     is_recurrent = False
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.spaces.Space,
-        hidden_sizes: Sequence[int] = (64, 64),
-        activation: str = "relu",
-        init_log_std: float = 0.0,
-        log_std_min: float = -5.0,
-        log_std_max: float = 2.0,
-        normalize_obs: bool = False,
-        encoders: Mapping[str, Any] | None = None,
-        actor_keys: Sequence[str] | None = None,
-        critic_keys: Sequence[str] | None = None,
-        distribution: Callable[..., ActionDistribution] | None = None,
-    ) -> None:
+    def __init__(self, cfg: PolicyConfig, *, observation_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
         spec = self.obs_spec = observation_spec(observation_space)
         self._keys = {key_name(k): k for k in spec}
-        self.actor_keys = self._select("actor_keys", actor_keys, list(self._keys))
+        self.actor_keys = self._select("actor_keys", cfg.actor_keys, list(self._keys))
+        critic_keys = getattr(cfg, "critic_keys", None)  # a key of policies with a critic (ActorCriticConfig)
         self.critic_keys = self._select("critic_keys", critic_keys, self.actor_keys) if self.has_critic else []
         used = list(dict.fromkeys([*self.actor_keys, *self.critic_keys]))
-        encoders = dict(encoders or {})
-        unknown = sorted(set(encoders) - set(used))
+        unknown = sorted(set(cfg.encoders) - set(used))
         if unknown:
             raise ConfigError("encoders", unknown, f"observation keys the policy reads (one of: {', '.join(used)})",
                               "remove them or add them to actor_keys/critic_keys")
-        self.encoders = nn.ModuleDict({_module_key(name): self._encoder(name, spec[self._keys[name]], encoders.get(name))
-                                       for name in used})
+        self.encoders = nn.ModuleDict({_module_key(name): self._encoder(name, spec[self._keys[name]],
+                                                                        cfg.encoders.get(name)) for name in used})
         self.normalizers = nn.ModuleDict({
             _module_key(name): RunningNormalizer(spec[self._keys[name]][0]) for name in used
-            if normalize_obs and spec[self._keys[name]][1].is_floating_point and not is_image(*spec[self._keys[name]])})
+            if cfg.normalize_obs and spec[self._keys[name]][1].is_floating_point
+            and not is_image(*spec[self._keys[name]])})
         # Observation key name -> (TensorDict key, normaliser or None, encoder): looked up once, not per step.
-        self._routes = {name: (self._keys[name], self.normalizers[_module_key(name)]
-                               if _module_key(name) in self.normalizers else None, self.encoders[_module_key(name)])
-                        for name in used}
-        self.dist = self._distribution(action_space, distribution, init_log_std, log_std_min, log_std_max)
-        self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(hidden_sizes), activation,
-                               0.01)
+        normalizers = {key: typing.cast(RunningNormalizer, module) for key, module in self.normalizers.items()}
+        self._routes: dict[str, tuple[ObsKey, RunningNormalizer | None, Encoder]] = {
+            name: (self._keys[name], normalizers.get(_module_key(name)),
+                   typing.cast(Encoder, self.encoders[_module_key(name)])) for name in used}
+        self.dist = self._distribution(action_space, cfg)
+        self.actor = build_mlp(self.feature_dim(self.actor_keys), self.dist.num_params, list(cfg.hidden_sizes),
+                               cfg.activation, 0.01)
         self._read = used if self.has_critic else self.actor_keys  # keys act() encodes
 
     @staticmethod
-    def _distribution(action_space: gym.spaces.Space, factory: Callable[..., ActionDistribution] | None,
-                      init_log_std: float, log_std_min: float, log_std_max: float) -> ActionDistribution:
-        if factory is None:
-            return make_distribution(action_space, init_log_std, log_std_min, log_std_max)
-        dist = factory(action_space=action_space)
+    def _distribution(action_space: gym.Space, cfg: PolicyConfig) -> ActionDistribution:
+        if cfg.distribution is None:
+            return make_distribution(action_space, cfg.init_log_std, cfg.log_std_min, cfg.log_std_max)
+        dist = instantiate(cfg.distribution, "", action_space=action_space)
         if not isinstance(dist, ActionDistribution):
-            raise ConfigError("distribution", type(dist).__name__, "an embodirl.policies.distributions.ActionDistribution",
-                              "name one with _target_ and _partial_: true, e.g. +policy/distribution@policy.distribution=beta")
+            raise ConfigError("distribution", type(dist).__name__, "an embodirl.policies.distributions."
+                              "ActionDistribution", "name one with _target_, e.g. "
+                              "+policy/distribution@policy.distribution=beta")
         return dist
 
     def _select(self, what: str, keys: Sequence[str] | None, default: list[str]) -> list[str]:
@@ -119,20 +108,22 @@ class ActorOnly(nn.Module):
         return names
 
     @staticmethod
-    def _encoder(name: str, leaf: tuple[tuple[int, ...], torch.dtype], factory: Any) -> Encoder:
+    def _encoder(name: str, leaf: tuple[tuple[int, ...], torch.dtype], node: Node | None) -> Encoder:
         shape, dtype = leaf
+        if node is None:
+            return default_encoder(shape, dtype)
         try:
-            encoder = default_encoder(shape, dtype) if factory is None else factory(shape=shape, dtype=dtype)
-        except ConfigError as exc:  # the encoder's own key (shape, kernels) lives under encoders.<name>
+            encoder = instantiate(node, "", shape=shape, dtype=dtype)
+        except ConfigError as exc:  # the encoder's own key (kernels) lives under encoders.<name>
             if exc.key != "shape":
                 raise exc.with_prefix(f"encoders.{name}.") from None
-            kind = getattr(factory, "func", factory).__name__
+            kind = node.target.rpartition(".")[2]
             raise ConfigError(f"encoders.{name}", kind, f"an encoder for the {name!r} observation, shape {list(shape)} "
                               f"({kind} needs {exc.expected})", f"drop that encoder (a vector is used as it is), "
                               f"or pick one for vectors: +policy/encoder@policy.encoders.{name}=mlp") from None
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoders.{name}", type(encoder).__name__, "an embodirl.policies.encoders.Encoder",
-                              "name an Encoder class with _target_ and _partial_: true")
+                              "name an Encoder class with _target_")
         return encoder
 
     def actor_prefixes(self) -> tuple[str, ...]:
@@ -144,7 +135,7 @@ class ActorOnly(nn.Module):
 
     def feature_dim(self, names: Sequence[str]) -> int:
         """Size of the concatenated features of ``names``."""
-        return sum(self.encoders[_module_key(n)].out_dim for n in names)
+        return sum(typing.cast(Encoder, self.encoders[_module_key(n)]).out_dim for n in names)
 
     # --- encoding ------------------------------------------------------------------------------------
     def encode(self, obs: TensorDict, names: Sequence[str]) -> dict[str, Tensor]:
@@ -165,15 +156,24 @@ class ActorOnly(nn.Module):
 
     def _value(self, features: Mapping[str, Tensor], batch: torch.Size) -> Tensor:
         """Value from encoded features; zeros without a critic."""
-        return torch.zeros(batch, device=self.actor[0].weight.device)
+        return torch.zeros(batch, device=self.device)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy's parameters."""
+        return typing.cast(nn.Linear, self.actor[0]).weight.device
 
     # --- the interface ---------------------------------------------------------------------------------
     def initial_state(self, batch_size: int) -> TensorDict:
-        return TensorDict({}, batch_size=[batch_size], device=self.actor[0].weight.device)
+        return TensorDict({}, batch_size=[batch_size], device=self.device)
+
+    def _state(self, state: TensorDict | None, obs: TensorDict) -> TensorDict:
+        """``state``, or the episode's initial state where the caller passed none."""
+        return state if state is not None else self.initial_state(obs.batch_size[0])
 
     @torch.no_grad()
     def act(self, obs: TensorDict, state: TensorDict | None = None,
-            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict | None]:
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
         features = self.encode(obs, self._read)
         params = self.actor(self.join(features, self.actor_keys))
         if deterministic:
@@ -181,11 +181,12 @@ class ActorOnly(nn.Module):
             log_prob = self.dist.log_prob(params, action)
         else:
             action, log_prob = self.dist.sample(params)
-        return action, log_prob, self._value(features, obs.batch_size), state
+        return action, log_prob, self._value(features, obs.batch_size), self._state(state, obs)
 
     @torch.no_grad()
-    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict | None]:
-        return self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys))), state
+    def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict]:
+        action = self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys)))
+        return action, self._state(state, obs)
 
     @torch.no_grad()
     def value(self, obs: TensorDict, state: TensorDict | None = None) -> Tensor:

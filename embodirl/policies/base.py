@@ -35,7 +35,8 @@ class Policy(Protocol):
     def initial_state(self, batch_size: int) -> TensorDict:
         """The state at an episode's start, batch ``[batch_size]`` (an empty TensorDict when feedforward)."""
 
-    def act(self, obs: TensorDict, state: TensorDict, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
+    def act(self, obs: TensorDict, state: TensorDict,
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, TensorDict]:
         """Without gradients: ``(action, log_prob [B], value [B], next_state)`` for ``obs`` ``[B]``."""
 
     def mode(self, obs: TensorDict, state: TensorDict) -> tuple[Tensor, TensorDict]:

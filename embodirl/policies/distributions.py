@@ -4,20 +4,22 @@ Chosen from the env's action space by default: :class:`Categorical` for ``Discre
 (state-independent learnable ``log_std``, clamped) for ``Box``. Both avoid ``torch.distributions``
 (its per-call validation costs more than the maths for small batches) and sample without host syncs.
 
-``policy.distribution`` overrides the choice for ``Box`` actions with a ``_partial_`` node called with
-``action_space=`` (presets in ``conf/policy/distribution/``): :class:`StateDependentGaussian` (the actor
+``policy.distribution`` overrides the choice for ``Box`` actions with a node whose class is built with
+``(cfg, action_space=...)`` (presets in ``conf/policy/distribution/``): :class:`StateDependentGaussian` (the actor
 outputs the ``log_std`` too) or :class:`Beta` (bounded actions, Chou et al. 2017).
 """
 
 from __future__ import annotations
 
 import math
+import typing
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from embodirl.config.policies import BetaConfig, StateDependentGaussianConfig
 from embodirl.errors import ConfigError, check
 
 __all__ = ["ActionDistribution", "Beta", "Categorical", "DiagGaussian", "StateDependentGaussian", "make_distribution"]
@@ -140,21 +142,18 @@ class StateDependentGaussian(ActionDistribution):
     ``[B, 2 D]``): ``log_std = clamp(raw + init_log_std, log_std_min, log_std_max)``.
 
     Args:
+        cfg: ``init_log_std`` (the offset of ``log_std``: the actor's output starts near 0, so this is the initial
+            value), ``log_std_min`` and ``log_std_max`` (its clamp).
         action_space: A 1-D ``Box``.
-        init_log_std: Offset of ``log_std`` (the actor's output starts near 0, so this is the initial value).
-        log_std_min: Lower clamp of ``log_std``.
-        log_std_max: Upper clamp of ``log_std``.
     """
 
-    def __init__(self, action_space: gym.spaces.Space, init_log_std: float = 0.0, log_std_min: float = -5.0,
-                 log_std_max: float = 2.0) -> None:
+    def __init__(self, cfg: StateDependentGaussianConfig, *, action_space: gym.Space) -> None:
         super().__init__()
-        check(log_std_min < log_std_max, "log_std_min", log_std_min, f"a float below log_std_max={log_std_max}")
         dim = _box_dim(action_space, type(self).__name__)
         self.num_params = 2 * dim
         self.action_shape = (dim,)
         self.action_dtype = torch.float32
-        self.init_log_std, self.log_std_min, self.log_std_max = init_log_std, log_std_min, log_std_max
+        self.init_log_std, self.log_std_min, self.log_std_max = cfg.init_log_std, cfg.log_std_min, cfg.log_std_max
 
     def _split(self, params: Tensor) -> tuple[Tensor, Tensor]:
         mean, raw = params.chunk(2, dim=-1)
@@ -184,15 +183,19 @@ class Beta(ActionDistribution):
     the deterministic action is the mean. Sampling uses ``torch.distributions.Beta`` (no host sync).
 
     Args:
+        cfg: The distribution's keys (none).
         action_space: A 1-D ``Box`` with finite bounds.
     """
 
     _EPS = 1e-6  # keeps x inside (0, 1) where log-probs are finite
+    low: Tensor
+    scale: Tensor
 
-    def __init__(self, action_space: gym.spaces.Space) -> None:
+    def __init__(self, cfg: BetaConfig, *, action_space: gym.Space) -> None:
         super().__init__()
         dim = _box_dim(action_space, type(self).__name__)
-        low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
+        box = typing.cast(gym.spaces.Box, action_space)
+        low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (box.low, box.high))
         if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
             raise ConfigError("distribution", "Beta", f"a Box with finite bounds (the env's is {action_space})",
                               "drop the distribution override (the default is a Gaussian)")
@@ -234,7 +237,6 @@ def make_distribution(
     action_space: gym.spaces.Space, init_log_std: float, log_std_min: float, log_std_max: float
 ) -> ActionDistribution:
     """The distribution that fits ``action_space`` (``Discrete`` or 1-D ``Box``)."""
-    check(log_std_min < log_std_max, "log_std_min", log_std_min, f"a float below log_std_max={log_std_max}")
     if isinstance(action_space, gym.spaces.Discrete):
         return Categorical(int(action_space.n))
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:

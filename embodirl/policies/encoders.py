@@ -1,21 +1,24 @@
 """Encoders: one small module per observation key, turning ``[B, *shape]`` into features ``[B, out_dim]``.
 
 A policy builds one encoder per observation key it reads, from the ``policy.encoders`` config (key ->
-``_target_`` node with ``_partial_: true``) or, for keys not listed there, by :func:`default_encoder`:
-images (``uint8`` ``[H, W, C]``) get a :class:`CNNEncoder`, everything else a :class:`FlattenEncoder`.
-To add an encoder: one class with ``__init__(shape, dtype, **options)`` and ``out_dim``, one test.
+``_target_`` node) or, for keys not listed there, by :func:`default_encoder`: images (``uint8`` ``[H, W, C]``)
+get a :class:`CNNEncoder`, everything else a :class:`FlattenEncoder`. To add an encoder: one class with
+``__init__(self, cfg: MyEncoderConfig, *, shape, dtype)`` and ``out_dim``, its schema (a
+:class:`~embodirl.config.schema.Schema` naming the class in ``target``), one test.
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from embodirl.errors import ConfigError, check
+from embodirl.config.policies import CNNEncoderConfig, FlattenEncoderConfig, MLPEncoderConfig
+from embodirl.errors import ConfigError
 from embodirl.policies.networks import ACTIVATIONS, build_mlp
 
 __all__ = ["CNNEncoder", "Encoder", "FlattenEncoder", "MLPEncoder", "default_encoder", "is_image"]
@@ -41,11 +44,12 @@ class FlattenEncoder(Encoder):
     """The observation itself, flattened and as float32 (no parameters): the features of vector observations.
 
     Args:
+        cfg: The encoder's keys (none).
         shape: Per-sample shape.
         dtype: Per-sample dtype.
     """
 
-    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, cfg: FlattenEncoderConfig, *, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.out_dim = math.prod(shape)
         self.passthrough = len(shape) == 1 and dtype == torch.float32
@@ -55,22 +59,21 @@ class FlattenEncoder(Encoder):
 
 
 class MLPEncoder(Encoder):
-    """An MLP over the flattened observation (e.g. a separate trunk for a privileged key).
+    """An MLP over the flattened observation (e.g. a separate trunk for a privileged key): ``hidden_sizes`` (the
+    last one is ``out_dim``) with ``activation`` after each layer.
 
     Args:
+        cfg: The encoder's keys (:class:`~embodirl.config.policies.MLPEncoderConfig`).
         shape: Per-sample shape.
         dtype: Per-sample dtype.
-        hidden_sizes: Hidden layer sizes; the last one is ``out_dim``.
-        activation: Activation name.
     """
 
-    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.float32, hidden_sizes: Sequence[int] = (64,),
-                 activation: str = "relu") -> None:
+    def __init__(self, cfg: MLPEncoderConfig, *, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        check(len(hidden_sizes) >= 1, "hidden_sizes", list(hidden_sizes), "at least one layer size, e.g. [64]")
+        hidden_sizes = list(cfg.hidden_sizes)
         self.in_dim = math.prod(shape)
-        self.mlp = nn.Sequential(build_mlp(self.in_dim, hidden_sizes[-1], list(hidden_sizes[:-1]), activation,
-                                           math.sqrt(2.0)), ACTIVATIONS[activation]())
+        self.mlp = nn.Sequential(build_mlp(self.in_dim, hidden_sizes[-1], hidden_sizes[:-1], cfg.activation,
+                                           math.sqrt(2.0)), ACTIVATIONS[cfg.activation]())
         self.out_dim = int(hidden_sizes[-1])
 
     def forward(self, x: Tensor) -> Tensor:
@@ -84,49 +87,48 @@ class CNNEncoder(Encoder):
     ``out_dim`` with ReLU. The default is NatureCNN's stack (Mnih et al. 2015), which maps 64x64 to 4x4.
 
     Args:
+        cfg: The encoder's keys (:class:`~embodirl.config.policies.CNNEncoderConfig`).
         shape: ``(H, W, C)``.
         dtype: ``torch.uint8`` (images); float images are taken as they are.
-        channels: Output channels of each convolution.
-        kernels: Kernel size of each convolution.
-        strides: Stride of each convolution.
-        out_dim: Feature size.
+
+    Raises:
+        ConfigError: ``shape`` is not an image's (key ``shape``), or the stack does not fit it (key ``kernels``).
     """
 
-    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.uint8, channels: Sequence[int] = (32, 64, 64),
-                 kernels: Sequence[int] = (8, 4, 3), strides: Sequence[int] = (4, 2, 1), out_dim: int = 256) -> None:
+    def __init__(self, cfg: CNNEncoderConfig, *, shape: Sequence[int], dtype: torch.dtype = torch.uint8) -> None:
         super().__init__()
         if len(shape) != 3:
             raise ConfigError("shape", list(shape), "an image shape [H, W, C]", "use this encoder for image keys")
-        check(len(channels) == len(kernels) == len(strides) >= 1, "channels", list(channels),
-              "as many channels as kernels and strides (at least one layer)")
         height, width, in_channels = shape
         layers: list[nn.Module] = []
-        for out, kernel, stride in zip(channels, kernels, strides, strict=True):
+        for out, kernel, stride in zip(cfg.channels, cfg.kernels, cfg.strides, strict=True):
             conv = nn.Conv2d(in_channels, out, kernel, stride)
             nn.init.orthogonal_(conv.weight, gain=math.sqrt(2.0))
-            nn.init.zeros_(conv.bias)
+            nn.init.zeros_(typing.cast(Tensor, conv.bias))
             layers += [conv, nn.ReLU()]
             height, width, in_channels = (height - kernel) // stride + 1, (width - kernel) // stride + 1, out
             if height < 1 or width < 1:
-                raise ConfigError("kernels", list(kernels), f"a stack that fits a {shape[0]}x{shape[1]} image",
+                raise ConfigError("kernels", list(cfg.kernels), f"a stack that fits a {shape[0]}x{shape[1]} image",
                                   "use smaller kernels or strides, or a larger image")
         self.convs = nn.Sequential(*layers)
         self.scale = 1.0 / 255.0 if dtype == torch.uint8 else 1.0
-        head = nn.Linear(in_channels * height * width, out_dim)
+        head = nn.Linear(in_channels * height * width, cfg.out_dim)
         nn.init.orthogonal_(head.weight, gain=math.sqrt(2.0))
         nn.init.zeros_(head.bias)
         self.head = nn.Sequential(head, nn.ReLU())
-        self.out_dim = out_dim
+        self.out_dim = cfg.out_dim
 
     def forward(self, x: Tensor) -> Tensor:
         # [B, H, W, C] -> [B, C, H, W] with channels-last strides (no copy; oneDNN convolves those directly);
         # the 1/255 scaling is folded into the first kernel: one pass over the images fewer.
         x = x.permute(0, 3, 1, 2).to(torch.float32)
-        first = self.convs[0]
+        first = typing.cast(nn.Conv2d, self.convs[0])
         x = F.conv2d(x, first.weight * self.scale, first.bias, first.stride)
         return self.head(self.convs[1:](x).flatten(1))
 
 
 def default_encoder(shape: tuple[int, ...], dtype: torch.dtype) -> Encoder:
     """A :class:`CNNEncoder` for images, a :class:`FlattenEncoder` for everything else."""
-    return CNNEncoder(shape, dtype) if is_image(shape, dtype) else FlattenEncoder(shape, dtype)
+    if is_image(shape, dtype):
+        return CNNEncoder(CNNEncoderConfig(), shape=shape, dtype=dtype)
+    return FlattenEncoder(FlattenEncoderConfig(), shape=shape, dtype=dtype)

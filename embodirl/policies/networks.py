@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -80,7 +81,7 @@ def build_mlp(
         check(isinstance(size, int) and not isinstance(size, bool) and size > 0, key,
               list(hidden_sizes), "a list of positive ints, e.g. [64, 64]")
     widths = [in_dim, *hidden_sizes, out_dim]
-    check_fits_in_memory(key, hidden_sizes, sum((a + 1) * b for a, b in zip(widths, widths[1:])))
+    check_fits_in_memory(key, hidden_sizes, sum((a + 1) * b for a, b in itertools.pairwise(widths)))
     layers: list[nn.Module] = []
     last = in_dim
     for size in hidden_sizes:

@@ -22,6 +22,10 @@ class RunningNormalizer(nn.Module):
         clip: Clamp of the normalised value.
     """
 
+    mean: Tensor
+    var: Tensor
+    count: Tensor
+
     def __init__(self, shape: tuple[int, ...], eps: float = 1e-8, clip: float = 10.0) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape))

@@ -111,7 +111,8 @@ def load_pretrained(policy: nn.Module, path: str | Path) -> str:
     key = f"policy.init_from={str(path)!r}"
     state, policy_cfg = _read(Path(path), key)
     own = policy.state_dict()
-    prefixes = tuple(policy.actor_prefixes()) if callable(getattr(policy, "actor_prefixes", None)) else ("",)
+    actor_prefixes: Any = getattr(policy, "actor_prefixes", None)
+    prefixes = tuple(actor_prefixes()) if callable(actor_prefixes) else ("",)
 
     def is_actor(name: str) -> bool:
         return name.startswith(prefixes)

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from embodirl.config.training import MOVED_KEYS
 from embodirl.errors import CheckpointError
 from embodirl.runtime.files import atomic_write_bytes
 
@@ -36,10 +37,11 @@ _TEMP_DIRS = (".", "checkpoints", ".hydra", "videos")
 CHANGEABLE_ON_RESUME = (
     "trainer.total_env_steps", "trainer.max_wall_time_s", "trainer.stop_on_solved", "trainer.stop_on",
     "env.solved_metric", "env.solved_threshold", "trainer.resume", "trainer.callbacks", "trainer.best_metric",
-    "trainer.best_mode", "trainer.eval_env_overrides", "trainer.eval_env_overrides.", "trainer.allow_config_change",
-    "trainer.eval_every_env_steps", "trainer.num_eval_episodes",
+    "trainer.best_mode", "trainer.allow_config_change",
     "trainer.checkpoint_every_env_steps", "trainer.keep_checkpoints", "trainer.divergence", "trainer.divergence.",
-    "logger.", "eval.", "objective",
+    "eval._target_", "eval._partial_", "eval.every_env_steps", "eval.num_episodes", "eval.env_overrides",
+    "eval.env_overrides.", "eval.video", "eval.video_num_envs", "eval.video_size", "eval.video_fps",
+    "eval.video_format", "logger.", "objective",
     "num_threads", "num_update_threads",
 )
 
@@ -122,9 +124,18 @@ def _flatten(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 _ABSENT = "<absent>"
 
 
+def _renamed(key: str) -> str:
+    """A stored config's key under its name today (:data:`~embodirl.config.training.MOVED_KEYS`)."""
+    for old, new in MOVED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            return new + key[len(old):]
+    return key
+
+
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(key, old, new)`` for every leaf that differs (missing leaves are ``<absent>``), sorted by key."""
-    a, b = dict(_flatten(old)), dict(_flatten(new))
+    """``(key, old, new)`` for every leaf that differs (missing leaves are ``<absent>``), sorted by key; the old
+    config's keys are read under their names today (``trainer.num_eval_envs`` is ``eval.num_envs``)."""
+    a, b = {_renamed(k): v for k, v in _flatten(old)}, dict(_flatten(new))
     return sorted((k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in a.keys() | b.keys()
                   if a.get(k, _ABSENT) != b.get(k, _ABSENT))
 

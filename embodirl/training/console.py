@@ -47,7 +47,7 @@ def format_duration(seconds: float | None) -> str:
     """``42s``, ``4m 02s``, ``3h 05m``; None or infinite -> ``?``."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
-    seconds = max(int(round(seconds)), 0)
+    seconds = max(round(seconds), 0)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
@@ -153,7 +153,8 @@ class ConsoleLogger:
     """
 
     def __init__(self, goal: StopGoal, mode: str = "auto", every_s: float = 5.0, start_steps: int = 0,
-                 label: str = "train", stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 label: str = "train", stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         stream = stream or sys.stdout
         self.goal, self.every_s, self.start_steps, self.label, self.clock = goal, every_s, start_steps, label, clock
         self.mode = ("bar" if stream.isatty() else "lines") if mode == "auto" else mode
@@ -256,7 +257,8 @@ class TaskProgress:
 
 
 @contextmanager
-def task_progress(total: int, label: str, stream: TextIO | None = None, bar: bool | None = None) -> Iterator[TaskProgress]:
+def task_progress(total: int, label: str, stream: TextIO | None = None,
+                  bar: bool | None = None) -> Iterator[TaskProgress]:
     """A :class:`TaskProgress` for ``total`` tasks on ``stream`` (default stderr, keeping stdout for results).
 
     Args:

@@ -1,4 +1,5 @@
-"""Divergence: an update whose metrics are far beyond any healthy run's fails the run (``trainer.divergence``).
+"""Divergence: an update whose metrics are far beyond any healthy run's fails the run (``trainer.divergence``,
+:class:`~embodirl.config.training.DivergenceConfig`).
 
 A NaN or infinite loss is caught where it is computed (:class:`~embodirl.errors.NonFiniteLossError`). A run
 can also diverge with finite numbers: with ``algo.learning_rate=1e3`` CartPole's first PPO update moved
@@ -26,13 +27,11 @@ loss. A policy that collapses slowly (entropy to 0 at a modest approx-KL) is not
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from embodirl.config.schema import Schema, key, parse
+from embodirl.config.training import DivergenceConfig
 from embodirl.errors import DivergedError
 
-__all__ = ["DivergenceLimits", "check_divergence", "parse_divergence"]
+__all__ = ["check_divergence"]
 
 # What usually fixes each metric's blow-up.
 _FIXES = {
@@ -40,32 +39,9 @@ _FIXES = {
                       "when an update's approx-KL is high)",
     "loss/value": "lower algo.learning_rate{lr}, or pass algo.normalize_rewards=true, or lower algo.vf_coef",
 }
-_METRICS = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class DivergenceLimits(Schema):
-    """``trainer.divergence``: upper limits on an update's metrics (null: that metric is not checked)."""
-
-    max_approx_kl: float | None = key(10.0, gt=0, doc="fail the run once an update's diag/approx_kl exceeds this")
-    max_value_loss: float | None = key(1e10, gt=0, doc="fail the run once an update's loss/value exceeds this")
-
-    def limits(self) -> dict[str, tuple[str, float]]:
-        """``metric -> (key, limit)`` of the checks that are on."""
-        return {metric: (name, getattr(self, name)) for metric, name in _METRICS.items()
-                if getattr(self, name) is not None}
-
-
-def parse_divergence(node: dict[str, Any] | None) -> DivergenceLimits | None:
-    """``trainer.divergence`` as limits (None: off); missing keys take the defaults.
-
-    Raises:
-        ConfigError: An unknown key, or a limit that is not null or a finite float > 0.
-    """
-    return None if node is None else parse(DivergenceLimits, node, "trainer.divergence.")
-
-
-def check_divergence(limits: DivergenceLimits | None, metrics: dict[str, float], iteration: int,
+def check_divergence(limits: DivergenceConfig | None, metrics: dict[str, float], iteration: int,
                      learning_rate: Callable[[], float] | None = None) -> None:
     """Raise :class:`DivergedError` naming the first metric of ``metrics`` beyond its limit (NaN counts as beyond).
 

@@ -19,19 +19,27 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
-from embodirl.errors import ConfigError, check, check_choice
+from embodirl.config.training import StopOnConfig, TrainerConfig
+from embodirl.errors import ConfigError
+from embodirl.training.state import TrainState
 
-__all__ = ["MetricNames", "Plateau", "StopConditions", "Threshold", "parse_stop_on"]
+__all__ = ["ALWAYS_LOGGED", "SUCCESS_KEYS", "MetricNames", "Plateau", "StopConditions", "Threshold", "metric_names",
+           "stop_conditions", "stop_reason"]
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
-_EXAMPLE = "trainer.stop_on=[{metric: eval/return_mean, op: '>=', value: 400}]"
+# Metrics every run logs (every iteration, or at every evaluation); others depend on the algorithm or the env.
+ALWAYS_LOGGED = ("iteration", "env_steps", "wall_time_s", "sps", "perf/collect_sps", "perf/update_sps",
+                 "episode/count", "episode/return_mean", "episode/length_mean", "eval/return_mean",
+                 "eval/return_std", "eval/length_mean", "eval/num_episodes")
+# Logged only for envs that report success: known once the first evaluation has run.
+SUCCESS_KEYS = ("episode/success_rate", "eval/success_rate", "eval/success_once", "eval/success_at_end")
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -61,61 +69,45 @@ class Plateau:
                 f"in {self.patience_evals} values")
 
 
-def parse_stop_on(items: Iterable[Any] | None) -> list[Threshold | Plateau]:
-    """``trainer.stop_on`` entries (plain dicts) as conditions; every key and value checked.
-
-    Raises:
-        ConfigError: Keyed ``stop_on[i].<key>`` (the trainer prefixes ``trainer.``).
-    """
+def stop_conditions(entries: Sequence[StopOnConfig]) -> list[Threshold | Plateau]:
+    """The checked ``trainer.stop_on`` entries as conditions."""
     conditions: list[Threshold | Plateau] = []
-    for i, item in enumerate(items or []):
-        key = f"stop_on[{i}]"
-        check(isinstance(item, dict), key, item, "a mapping {metric, op, value} or {metric, plateau: {...}}",
-              f"pass e.g. {_EXAMPLE}")
-        metric = item.get("metric")
-        check(isinstance(metric, str) and bool(metric), f"{key}.metric", metric,
-              "a logged metric name such as eval/return_mean", f"pass e.g. {_EXAMPLE}")
-        if "plateau" in item:
-            conditions.append(_plateau(key, metric, item))
-            continue
-        unknown = sorted(set(item) - {"metric", "op", "value"})
-        check(not unknown, f"{key}.{unknown[0] if unknown else ''}", item.get(unknown[0]) if unknown else None,
-              "one of the keys metric, op, value (or metric, plateau)", f"remove it, e.g. {_EXAMPLE}")
-        check_choice(f"{key}.op", item.get("op"), list(OPS))
-        check(_number(item.get("value")), f"{key}.value", item.get("value"), "a finite number",
-              f"pass e.g. {_EXAMPLE}")
-        conditions.append(Threshold(metric, item["op"], float(item["value"])))
+    for entry in entries:
+        if entry.plateau is not None:
+            p = entry.plateau
+            conditions.append(Plateau(entry.metric, p.patience_evals, float(p.min_delta), p.mode))
+        elif entry.op is not None and entry.value is not None:  # StopOnConfig.check: one of the two shapes
+            conditions.append(Threshold(entry.metric, entry.op, float(entry.value)))
     return conditions
 
 
-def _plateau(key: str, metric: str, item: dict) -> Plateau:
-    unknown = sorted(set(item) - {"metric", "plateau"})
-    check(not unknown, f"{key}.{unknown[0] if unknown else ''}", item.get(unknown[0]) if unknown else None,
-          "no other key next to metric and plateau", "remove it")
-    spec = item["plateau"]
-    fields = ("patience_evals", "min_delta", "mode")
-    check(isinstance(spec, dict) and set(spec) <= set(fields), f"{key}.plateau", spec,
-          "a mapping with patience_evals, and optionally min_delta and mode",
-          f"pass e.g. {key}.plateau={{patience_evals: 5, min_delta: 1.0, mode: max}}")
-    patience = spec.get("patience_evals")
-    check(isinstance(patience, int) and not isinstance(patience, bool) and patience >= 1,
-          f"{key}.plateau.patience_evals", patience, "an int >= 1")
-    min_delta = spec.get("min_delta", 0.0)
-    check(_number(min_delta) and min_delta >= 0, f"{key}.plateau.min_delta", min_delta, "a float >= 0")
-    mode = spec.get("mode", "max")
-    check_choice(f"{key}.plateau.mode", mode, ["max", "min"])
-    return Plateau(metric, patience, float(min_delta), mode)
+def stop_reason(state: TrainState, cfg: TrainerConfig) -> str | None:
+    """Why training should stop now (``solved``, ``stop_on``, ``total_env_steps``, ``max_wall_time_s``), or None."""
+    if cfg.stop_on_solved and state.solved_env_steps is not None:
+        return "solved"
+    if state.stop_condition is not None:
+        return "stop_on"
+    if state.env_steps >= cfg.total_env_steps:
+        return "total_env_steps"
+    if cfg.max_wall_time_s is not None and state.wall_time_s >= cfg.max_wall_time_s:
+        return "max_wall_time_s"
+    return None
 
 
 class StopConditions:
     """Evaluates conditions on every record; the plateau bookkeeping is a plain dict (checkpointed).
 
     Args:
-        conditions: From :func:`parse_stop_on`.
+        conditions: From :func:`stop_conditions`.
     """
 
     def __init__(self, conditions: list[Threshold | Plateau]) -> None:
         self.conditions = conditions
+
+    def resumed(self, state: TrainState) -> None:
+        """Forget a resumed run's met condition when ``trainer.stop_on`` no longer holds it."""
+        if state.stop_condition and not any(state.stop_condition.startswith(c.describe()) for c in self.conditions):
+            state.stop_condition = None
 
     def update(self, record: dict[str, Any], state: dict[str, list]) -> str | None:
         """Account ``record``; return the description of the first condition that holds, else None.
@@ -190,3 +182,19 @@ class MetricNames:
         listed = ", ".join(sorted(names))
         raise ConfigError(key, name, f"a metric this run logs (one of: {listed}{more})",
                           "pick one of them (metrics.jsonl of any run lists them all)", absolute=True)
+
+
+def metric_names(conditions: Sequence[Threshold | Plateau], best: tuple[str, str],
+                 info_metrics: Iterable[str] = ()) -> MetricNames:
+    """The checks of the metric names a run's config uses: its stop conditions and its best metric.
+
+    Args:
+        conditions: The ``trainer.stop_on`` conditions.
+        best: ``(config key, metric)`` of the best checkpoint's metric (``trainer.best_metric`` or
+            ``env.solved_metric``).
+        info_metrics: The env's ``info_metrics`` (logged as ``episode/metrics/*`` and ``eval/metrics/*``).
+    """
+    info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in info_metrics]
+    uses = [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(conditions)] + [best]
+    return MetricNames(uses, known=(*ALWAYS_LOGGED, *info), after_record=("loss/", "diag/", "perf/"),
+                       after_evaluation=SUCCESS_KEYS)

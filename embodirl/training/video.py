@@ -1,4 +1,5 @@
-"""Evaluation videos: a grid of a few envs running the deterministic policy, saved with imageio.
+"""Evaluation videos: a grid of a few envs running the deterministic policy, saved with imageio (the settings are
+the ``eval.video*`` keys, :class:`~embodirl.config.training.VideoConfig`).
 
 Each env's frame carries an overlay (:func:`annotate`): the step, the return so far and, for envs that report
 ``success``, whether the episode has succeeded (drawn with Pillow, which imageio and matplotlib already need).
@@ -10,44 +11,16 @@ import functools
 import math
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from embodirl.envs.base import BatchedEnv, env_mode
-from embodirl.errors import ConfigError, check, check_choice
 from embodirl.envs.observations import as_tensordict
+from embodirl.errors import ConfigError
 from embodirl.policies.base import Policy
 
-__all__ = ["VideoSettings", "annotate", "record_episode", "save_video", "tile"]
-
-
-@dataclass(frozen=True)
-class VideoSettings:
-    """How evaluation videos are made (config node ``eval``).
-
-    Args:
-        video: Record a video at every evaluation (train) or once (embodirl-eval).
-        video_num_envs: Envs shown side by side in a grid; None: up to 4 (as many as there are evaluation envs).
-        video_size: Pixel size of each env's square frame.
-        video_fps: Frames per second of the file.
-        video_format: ``mp4`` (H.264 via imageio-ffmpeg) or ``gif``.
-    """
-
-    video: bool = False
-    video_num_envs: int | None = None
-    video_size: int = 192
-    video_fps: int = 20
-    video_format: Literal["mp4", "gif"] = "mp4"
-
-    def __post_init__(self) -> None:
-        check(self.video_num_envs is None or self.video_num_envs >= 1, "video_num_envs", self.video_num_envs,
-              "an int >= 1, or null (up to 4)")
-        check(16 <= self.video_size <= 2048, "video_size", self.video_size, "an int in [16, 2048]")
-        check(self.video_fps >= 1, "video_fps", self.video_fps, "an int >= 1")
-        check_choice("video_format", self.video_format, ["mp4", "gif"])
+__all__ = ["annotate", "record_episode", "save_video", "tile"]
 
 
 def tile(frames: np.ndarray) -> np.ndarray:
@@ -96,9 +69,9 @@ def annotate(frames: np.ndarray, steps: np.ndarray, returns: np.ndarray, success
         lines = [(f"t {int(steps[i])}  R {returns[i]:.4g}", (255, 255, 255, 255))]
         if success is not None:
             lines.append(("success", (80, 230, 80, 255)) if success[i] else ("no success", (255, 110, 110, 255)))
-        y = 1
+        y: float = 1
         for text, colour in lines:
-            left, top, right, bottom = draw.textbbox((2, y), text, font=font)
+            _, top, right, bottom = draw.textbbox((2, y), text, font=font)
             draw.rectangle((0, top - 1, right + 2, bottom + 1), fill=(0, 0, 0, 150))
             draw.text((2, y), text, fill=colour, font=font)
             y = bottom + 2

@@ -24,7 +24,7 @@ _SCRIPT = textwrap.dedent("""
         embodirl.app.build.keep_freed_memory = allocator.keep_freed_memory
     from embodirl.app.build import build_components
     with initialize_config_module("embodirl.conf", version_base="1.3"):
-        parts = build_components(compose("train", overrides=["trainer.num_eval_envs=1"]))
+        parts = build_components(compose("train", overrides=["eval.num_envs=1"]))
     parts.collector.reset(seed=0)
     faults = 0
     for i in range(8):

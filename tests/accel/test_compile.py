@@ -95,16 +95,16 @@ COLLECTION_CASES = {
 
 def _parts(case: str, compile: bool):
     return build_components(compose_config(["device=cpu", "env.num_envs=16", f"compile={str(compile).lower()}",
-                                 "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
+                                 "eval.num_envs=4", *COLLECTION_CASES[case]]))
 
 
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
 def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
     parts = _parts(case, compile=False)
     parts.collector.reset(seed=0)
-    for step in (parts.collector.step, parts.evaluator.step):
-        explain = torch._dynamo.explain(step)()
-        assert (explain.graph_count, explain.graph_break_count) == (1, 0), (step.__qualname__, explain.break_reasons)
+    for part in (parts.collector, parts.evaluator):
+        explain = torch._dynamo.explain(part.loop.run)()  # one step: act, env step, records written, carry copied
+        assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
 
 
 @pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo"])
@@ -122,7 +122,7 @@ def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(cas
         got = compiled.collector.collect()
         for key in ROLLOUT_KEYS:
             torch.testing.assert_close(got.get(key), want.get(key), rtol=1e-5, atol=1e-5, msg=key)
-    assert compiled.collector.episode_stats.pop() == pytest.approx(eager.collector.episode_stats.pop(), rel=1e-5)
+    assert compiled.collector.pop_metrics() == pytest.approx(eager.collector.pop_metrics(), rel=1e-5)
     torch.manual_seed(9)
     want = eager.evaluator.evaluate(4, seed=5)
     torch.manual_seed(9)
@@ -134,15 +134,15 @@ def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(cas
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
 def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
     parts = build_components(compose_config(["device=cuda", "env.num_envs=64", f"compile={str(compile).lower()}",
-                                  "cuda_graphs=false", "trainer.num_eval_envs=4", *COLLECTION_CASES[case]]))
+                                  "cuda_graphs=false", "eval.num_envs=4", *COLLECTION_CASES[case]]))
     parts.collector.reset(seed=0)
-    parts.collector._step()  # first call: lazy initialisation may sync
+    parts.collector.loop()  # first call: lazy initialisation may sync
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")  # any synchronising CUDA call raises
     try:
         for _ in range(10):  # auto-resets among them
-            parts.collector._step()
-        parts.evaluator._step()
+            parts.collector.loop()
+        parts.evaluator.loop()
     finally:
         torch.cuda.set_sync_debug_mode(0)
 

@@ -19,7 +19,7 @@ from tests.conftest import run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SWEEP = ["-m", "algo.learning_rate=1e-3,2e-3,-1", "seed=0,1", "trainer=debug", "env.num_envs=8", "algo.num_steps=16",
-         "trainer.total_env_steps=512", "trainer.eval_every_env_steps=128", "logger.console=none",
+         "trainer.total_env_steps=512", "eval.every_env_steps=128", "logger.console=none",
          "logger.tensorboard=false", "device=cpu"]
 
 

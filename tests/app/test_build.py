@@ -11,7 +11,7 @@ from embodirl.app.build import (
     eval_seed,
     rank_seed,
 )
-from embodirl.config.checked import NO_MATCH, conform
+from embodirl.config.schema import NO_MATCH, conform
 from embodirl.errors import ConfigError
 from tests.conftest import compose_config
 
@@ -41,32 +41,35 @@ def test_integral_floats_are_accepted_as_ints():
 def test_an_impossible_allocation_is_a_config_error():
     import torch
 
-    with pytest.raises(ConfigError, match=r"env.num_envs=1000000000000 is invalid.*fit in memory.*lower env.num_envs"):
-        with allocation_guard("env.num_envs", 10**12, "lower env.num_envs"):
-            torch.zeros(10**12, 4)
+    expected = r"env.num_envs=1000000000000 is invalid.*fit in memory.*lower env.num_envs"
+    with pytest.raises(ConfigError, match=expected), allocation_guard("env.num_envs", 10**12, "lower env.num_envs"):
+        torch.zeros(10**12, 4)
+
+
+def _eval_env(overrides):
+    import torch
+
+    from embodirl.app.build import build_eval_env, parse_node
+    from embodirl.config.training import EvalConfig
+
+    cfg = compose_config(overrides)
+    _, evaluation = parse_node(cfg.eval, "eval.", EvalConfig)
+    return cfg, build_eval_env(cfg.env, evaluation, torch.device("cpu"), seed=0)
 
 
 def test_eval_env_overrides_apply_to_the_evaluation_env_only():
-    import torch
-
-    from embodirl.app.build import build_eval_env
-
-    cfg = compose_config(["trainer.eval_env_overrides={max_episode_steps: 7}", "env.solved_threshold=3"])
-    eval_env = build_eval_env(cfg, torch.device("cpu"), seed=0, num_envs=2)
+    cfg, eval_env = _eval_env(["eval.env_overrides={max_episode_steps: 7}", "env.solved_threshold=3",
+                               "eval.num_envs=2"])
     assert eval_env.max_episode_steps == 7 and eval_env.num_envs == 2 and eval_env.solved_threshold == 3.0
     assert cfg.env.max_episode_steps == 500  # the caller's config is not changed
 
 
 @pytest.mark.parametrize(("override", "key"), [
-    ("{max_episode_steps: -1}", "trainer.eval_env_overrides.max_episode_steps=-1"),
-    ("{max_episode_stepz: 9}", "trainer.eval_env_overrides.max_episode_stepz=9"),
-    ("{num_envs: 4}", "trainer.eval_env_overrides.num_envs=4"),
+    ("{max_episode_steps: -1}", "eval.env_overrides.max_episode_steps=-1"),
+    ("{max_episode_stepz: 9}", "eval.env_overrides.max_episode_stepz=9"),
+    ("{num_envs: 4}", "eval.env_overrides.num_envs=4"),
 ])
 def test_bad_eval_env_overrides_name_their_key(override, key):
-    import torch
-
-    from embodirl.app.build import build_eval_env
-
     with pytest.raises(ConfigError) as info:
-        build_eval_env(compose_config([f"trainer.eval_env_overrides={override}"]), torch.device("cpu"), 0, 2)
+        _eval_env([f"eval.env_overrides={override}", "eval.num_envs=2"])
     assert str(info.value).startswith(key) and "Fix:" in str(info.value)

@@ -3,9 +3,8 @@
 import pytest
 
 from embodirl.app.run import run_training
-from tests.conftest import compose_config
-
 from embodirl.errors import ConfigError
+from tests.conftest import compose_config
 
 ALGOS = {"ppo": [], "grpo": ["algo.group_size=2", "algo.num_steps=16"]}
 POLICIES = ["actor_critic", "actor_only"]

@@ -45,7 +45,7 @@ def test_a_logger_error_names_the_logger_and_how_to_turn_it_off(tmp_path, tiny, 
         raise ValueError("cannot encode")
 
     monkeypatch.setattr(TensorBoardLogger, "log", broken)
-    with pytest.raises(LoggerError, match="TensorBoardLogger.log failed.*logger.tensorboard=false"):
+    with pytest.raises(LoggerError, match=r"TensorBoardLogger.log failed.*logger.tensorboard=false"):
         run_training(compose_config([*tiny, "logger.tensorboard=true"]), tmp_path)
     assert _statuses(tmp_path) == ("failed", "failed")
 

@@ -24,7 +24,7 @@ def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, 
 
     out_file = tmp_path / "bench.json"
     main(["--presets", "ppo_cartpole", "--seeds", "--envs", "--costs", "cartpole", "--costs-envs", "16", "--scaling",
-          "ppo_cartpole", "--scaling-sizes", "8", "16", "--out", str(out_file), "--", "trainer.num_eval_envs=2"])
+          "ppo_cartpole", "--scaling-sizes", "8", "16", "--out", str(out_file), "--", "eval.num_envs=2"])
     out, _ = capsys.readouterr()
     result = json.loads(out_file.read_text())
     (costs,) = result["step_costs"]

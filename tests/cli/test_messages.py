@@ -27,7 +27,7 @@ def _cfg_job(cli, args: list[str]) -> dict:
 
 def test_a_debug_trainer_wins_over_an_experiments_budget(cli):
     debug = _cfg_job(cli, ["+experiment=ppo_push_cube", "trainer=debug"])
-    assert debug["trainer"]["total_env_steps"] == 16384 and debug["trainer"]["num_eval_envs"] == 2
+    assert debug["trainer"]["total_env_steps"] == 16384 and debug["eval"]["num_envs"] == 2
     assert debug["env"]["num_envs"] == 1024 and debug["objective"] == "eval/success_rate"  # the rest of the recipe
     assert _cfg_job(cli, ["+experiment=ppo_push_cube"])["trainer"]["total_env_steps"] == 10_000_000
     chosen = _cfg_job(cli, ["+experiment=ppo_push_cube", "trainer=debug", "trainer.total_env_steps=1000"])

@@ -76,6 +76,31 @@ def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path):
     assert json.loads(out.read_text())["video"] == str(video) and video.is_file()
 
 
+def test_eval_of_a_checkpoint_written_before_the_evaluation_keys_moved(tmp_path, cli):
+    # Until issue 21 the number of evaluation envs was trainer.num_eval_envs, and the logger and eval nodes named
+    # classes that are gone since (LoggerSettings, VideoSettings): such a checkpoint still evaluates.
+    from embodirl.app.run import run_training
+    from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
+    from embodirl.runtime.files import atomic_write_bytes
+    from tests.conftest import compose_config
+
+    run_training(compose_config(TINY), tmp_path / "run")
+    state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    del state["format"], state["version"]
+    config = state["config"]
+    evaluation = config.pop("eval")
+    config["trainer"].update(eval_every_env_steps=evaluation["every_env_steps"], num_eval_envs=3,
+                             num_eval_episodes=evaluation["num_episodes"], eval_env_overrides=None)
+    config["eval"] = {"_target_": "embodirl.training.video.VideoSettings", "_partial_": True, "video": False,
+                      "video_num_envs": None, "video_size": 192, "video_fps": 20, "video_format": "mp4"}
+    config["logger"]["_target_"] = "embodirl.training.loggers.LoggerSettings"
+    atomic_write_bytes(tmp_path / "old.pt", serialize_checkpoint(state))
+    result = cli("embodirl-eval", [f"checkpoint={tmp_path / 'old.pt'}", "num_episodes=3", "device=cpu",
+                                   f"hydra.run.dir={tmp_path / 'eval'}"])
+    assert result.code == 0, result.err
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["num_envs"] == 3
+
+
 @pytest.mark.parametrize(("args", "fragments"), [
     (["run=runs/nope"], ["run='runs/nope'", "a run directory", "Fix:"]),
     (["checkpoint=best"], ["checkpoint='best'", "run=RUN_DIR", "Fix:"]),

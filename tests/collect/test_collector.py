@@ -1,9 +1,17 @@
-"""The collector steps the env in inference mode and leaves every buffer it writes a normal tensor."""
+"""The collector: inference mode with normal tensors, episode statistics and info metrics by hand, the first-episode
+stop, the warm-up's restart, checkpoints of the layout written before the step loop."""
 
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
 import torch
 
-from embodirl.collect.collector import CollectPlan
-from embodirl.collect.collector import Collector, StepSlot
+from embodirl.collect.collector import Collector, CollectPlan
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig
+from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.policies.actor_critic import ActorCritic
 
@@ -11,9 +19,9 @@ from embodirl.policies.actor_critic import ActorCritic
 class ModeSpy(CartPole):
     """CartPole that records whether each reset and step ran in inference mode."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, cfg: CartPoleConfig, **kwargs) -> None:
         self.modes: list[tuple[str, bool]] = []
-        super().__init__(**kwargs)
+        super().__init__(cfg, **kwargs)
 
     def reset(self, seed=None, group_size=1):
         self.modes.append(("reset", torch.is_inference_mode_enabled()))
@@ -25,8 +33,9 @@ class ModeSpy(CartPole):
 
 
 def test_the_env_is_reset_and_stepped_in_inference_mode_and_the_rollout_stays_normal():
-    env = ModeSpy(num_envs=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = ModeSpy(CartPoleConfig(num_envs=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     collector = Collector(env, policy, CollectPlan(num_steps=5, reset_every_rollout=True))
     env.modes.clear()
     collector.reset(seed=0)
@@ -36,7 +45,8 @@ def test_the_env_is_reset_and_stepped_in_inference_mode_and_the_rollout_stays_no
     # The update differentiates through what it reads from the rollout: no inference tensors there.
     assert not any(leaf.is_inference() for leaf in rollout.values(include_nested=True, leaves_only=True))
     stats = collector.episode_stats
-    assert not any(t.is_inference() for t in (*collector.obs.values(), stats.running_return, stats.running_length))
+    carried = collector.loop.carry["obs"].values()
+    assert not any(t.is_inference() for t in (*carried, stats.running_return, stats.running_length))
 
 
 class AutogradStep(CartPole):
@@ -51,20 +61,113 @@ class AutogradStep(CartPole):
 
 
 def test_an_env_step_that_needs_autograd_opens_it_as_the_contract_says():
-    env = AutogradStep(num_envs=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = AutogradStep(CartPoleConfig(num_envs=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     rollout = Collector(env, policy, CollectPlan(num_steps=3)).collect()
     assert rollout["reward"][:, :3].eq(1.0).all()
 
 
-def test_a_step_slot_writes_the_same_rows_eager_and_as_a_tensor():
-    buffers = {eager: torch.zeros(2, 3, 4) for eager in (True, False)}
-    for eager, buffer in buffers.items():
-        slot = StepSlot(eager, torch.device("cpu"))
-        for k in range(3):  # along dim 1 of [2, 3, 4]: rows [2, 4]
-            slot.write(buffer, torch.full((2, 4), float(k + 1)), 1)
-            slot.advance()
-        slot.reset()
-        slot.write(buffer, torch.full((2, 4), 9.0), 1)  # back at slot 0
-    expected = torch.tensor([9.0, 2.0, 3.0]).view(1, 3, 1).expand(2, 3, 4)
-    assert torch.equal(buffers[True], expected) and torch.equal(buffers[False], expected)
+class ScriptedEpisodes(BatchedEnv):
+    """Two envs whose episodes ignore the actions: env 0 lasts 3, 2, 4, 4, ... steps with reward 0.5, env 1
+    20, 3, ... steps with reward 1.0; ``success`` at env 0's steps 1 of episode 0 and 1 of episode 1 (its
+    last), env 1's step 5 of episode 0 (long before its end); info ``dist`` = the step's index in its episode."""
+
+    info_metrics = ("dist",)
+
+    def __init__(self) -> None:
+        self.num_envs, self.device, self.max_episode_steps = 2, torch.device("cpu"), 25
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.reset()
+
+    def reset(self, seed=None, group_size=1):
+        self.index, self.episode = [0, 0], [0, 0]
+        return torch.zeros(2, 1)
+
+    def step(self, action):
+        lengths = ([3, 2], [20, 3])
+        success_at = ({(0, 1), (1, 1)}, {(0, 5)})
+        dist, success, done = [], [], []
+        for i in range(2):
+            k, e = self.index[i], self.episode[i]
+            dist.append(float(k))
+            success.append((e, k) in success_at[i])
+            done.append(k + 1 == (lengths[i][e] if e < len(lengths[i]) else 4))
+            self.index[i], self.episode[i] = (0, e + 1) if done[-1] else (k + 1, e)
+        obs = torch.zeros(2, 1)
+        return StepResult(obs, torch.tensor([0.5, 1.0]), torch.tensor(done), torch.zeros(2, dtype=torch.bool), obs,
+                          {"success": torch.tensor(success), "dist": torch.tensor(dist)})
+
+
+def scripted_collector(**plan) -> Collector:
+    env = ScriptedEpisodes()
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[4]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    return Collector(env, policy, CollectPlan(**plan))
+
+
+# 24 steps: env 0 ends episodes after steps 3, 5, 9, 13, 17, 21 (lengths 3, 2, 4, 4, 4, 4; returns 1.5, 1, 2, 2, 2, 2;
+# a success on the last step of the second only; dist on the last step = length - 1), env 1 after steps 20 and 23
+# (lengths 20 and 3, returns 20 and 3, no success on a last step).
+EPISODES_IN_24_STEPS = {
+    "episode/count": 8.0, "episode/return_mean": (1.5 + 1 + 4 * 2 + 20 + 3) / 8, "episode/length_mean": 44 / 8,
+    "episode/success_rate": 1 / 8, "episode/metrics/dist": (2 + 1 + 4 * 3 + 19 + 2) / 8}
+
+
+def test_episode_statistics_and_info_metrics_by_hand_across_rollouts():
+    collector = scripted_collector(num_steps=12)
+    collector.collect()
+    collector.collect()  # env 1's first episode runs across both rollouts
+    assert collector.pop_metrics() == pytest.approx(EPISODES_IN_24_STEPS, rel=1e-12)
+    assert collector.pop_metrics() == {"episode/count": 0.0}
+
+
+def test_first_episode_only_stops_at_the_first_check_after_every_env_ended_one():
+    collector = scripted_collector(num_steps=32, first_episode_only=True)
+    rollout = collector.collect()
+    # Checked every 8 steps: at 8 and 16 env 1 is still in its 20-step episode; at 24 it has ended it.
+    assert rollout.get_non_tensor("num_steps_collected") == 24
+    assert rollout["done"][:, 24:32].all() and rollout["terminated"][:, 24:32].all()
+    assert rollout["reward"][:, 24:32].eq(0).all() and not rollout["truncated"][:, 24:32].any()
+    assert torch.equal(rollout["reward"][:, :24], torch.tensor([[0.5], [1.0]]).expand(2, 24))
+    assert collector.pop_metrics() == pytest.approx(EPISODES_IN_24_STEPS, rel=1e-12)
+
+
+def test_restart_forgets_the_warm_up_and_the_next_rollout_starts_fresh_episodes():
+    collector = scripted_collector(num_steps=12)
+    collector.collect()  # as the compile warm-up does: episodes ended, env 1 mid-episode
+    collector.restart()
+    collector.collect()  # the env is reset: env 0 ends 3 episodes (after steps 3, 5, 9), env 1 none
+    assert collector.pop_metrics() == pytest.approx({
+        "episode/count": 3.0, "episode/return_mean": 4.5 / 3, "episode/length_mean": 3.0,
+        "episode/success_rate": 1 / 3, "episode/metrics/dist": (2 + 1 + 3) / 3}, rel=1e-12)
+
+
+def test_a_restored_collector_continues_its_episodes_exactly():
+    collector = scripted_collector(num_steps=12)
+    collector.collect()  # env 1 is 12 steps into its 20-step episode; 3 episodes are counted but not popped
+    restored = Collector(copy.deepcopy(collector.env), collector.policy, collector.plan)
+    restored.load_state_dict(collector.state_dict())
+    for c in (collector, restored):
+        c.collect()
+    assert restored.pop_metrics() == collector.pop_metrics() == pytest.approx(EPISODES_IN_24_STEPS, rel=1e-12)
+
+
+def test_a_collector_state_written_before_the_step_loop_resumes():
+    collector = scripted_collector(num_steps=12)
+    collector.collect()
+    collector.pop_metrics()  # as every training iteration does before a checkpoint
+    state = collector.state_dict()
+    # The layout checkpoints had before: integer running lengths, sums of count, return, length and success on the
+    # last step only, neither a running success-once nor info metric sums.
+    old = {k: v for k, v in state.items() if k not in ("episode_stats.success_once", "episode_stats.info_sums")}
+    old["episode_stats.running_length"] = state["episode_stats.running_length"].long()
+    old["episode_stats.sums"] = state["episode_stats.sums"][[0, 1, 3, 4]]
+    restored = Collector(copy.deepcopy(collector.env), collector.policy, collector.plan)
+    restored.load_state_dict(old)
+    restored.collect()
+    # Steps 13-24: env 0 ends 3 episodes of 4 steps (return 2, dist 3), env 1 its 20-step one and a 3-step one.
+    assert restored.pop_metrics() == pytest.approx({
+        "episode/count": 5.0, "episode/return_mean": (3 * 2 + 20 + 3) / 5, "episode/length_mean": (3 * 4 + 23) / 5,
+        "episode/success_rate": 0.0, "episode/metrics/dist": (3 * 3 + 19 + 2) / 5}, rel=1e-12)

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from embodirl.envs.cartpole import CartPole
 from embodirl.collect.episode_stats import EpisodeStats, fold_steps
+from embodirl.config.envs import CartPoleConfig
+from embodirl.envs.cartpole import CartPole
 
 
 def random_actions(num_envs: int, num_steps: int, seed: int = 0) -> torch.Tensor:
@@ -15,7 +16,7 @@ def add_one_by_one(stats: EpisodeStats, reward: torch.Tensor, done: torch.Tensor
 
 
 def test_episode_stats_match_a_manual_count():
-    env, stats = CartPole(num_envs=8, seed=9), EpisodeStats(8, "cpu")
+    env, stats = CartPole(CartPoleConfig(num_envs=8), seed=9), EpisodeStats(8, "cpu")
     for act in random_actions(8, 7, seed=3):  # partial episodes before the reset are discarded
         step = env.step(act)
         add_one_by_one(stats, step.reward, step.terminated | step.truncated)
@@ -41,12 +42,12 @@ def test_episode_stats_match_a_manual_count():
     assert stats.pop() == {"episode/count": 0.0}
 
 
-
 def test_hand_counted_returns_lengths_and_success():
     stats = EpisodeStats(3, "cpu")
     f, t = False, True
     stats.add_steps(torch.tensor([[1.0, 2.0, 0.5], [1.0, 2.0, 0.5], [3.0, 2.0, 1.0]]),
-                    torch.tensor([[f, f, f], [t, f, t], [t, t, f]]), success=torch.tensor([[f, f, f], [t, f, f], [f, t, f]]))
+                    torch.tensor([[f, f, f], [t, f, t], [t, t, f]]),
+                    success=torch.tensor([[f, f, f], [t, f, f], [f, t, f]]))
     # episodes: env0 [1,1] ok, env2 [0.5,0.5] no, env0 [3] no, env1 [2,2,2] ok
     assert stats.pop() == pytest.approx({"episode/count": 4.0, "episode/return_mean": (2 + 1 + 3 + 6) / 4,
                                          "episode/length_mean": (2 + 2 + 1 + 3) / 4, "episode/success_rate": 0.5})
@@ -81,3 +82,22 @@ def test_fold_steps_closes_the_recorded_episodes_of_a_block_by_hand():
     assert torch.equal(returns, torch.tensor([2.0, 0.0, 0.5], dtype=torch.float64))
     assert torch.equal(lengths, torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64))
     assert torch.equal(once, torch.tensor([t, f, f])) and torch.equal(finished, torch.tensor([1, 3, 2]))
+
+
+def test_with_a_target_each_env_records_only_its_first_episodes_across_blocks():
+    # The evaluator's way: env 0 records 1 episode, env 1 records 2; episodes run across the two blocks.
+    stats = EpisodeStats(2, "cpu")
+    stats.add_steps(torch.ones(2, 2), torch.ones(2, 2, dtype=torch.bool))  # counted before the restart: forgotten
+    stats.restart(target=torch.tensor([1, 2]))
+    f, t = False, True
+    stats.add_steps(torch.tensor([[1.0, 2.0]] * 3), torch.tensor([[f, f], [t, f], [f, f]]),
+                    success=torch.tensor([[t, f], [f, f], [f, t]]))
+    assert not stats.all_recorded()
+    stats.add_steps(torch.tensor([[1.0, 2.0]] * 2), torch.tensor([[t, t], [f, t]]),
+                    success=torch.tensor([[f, f], [f, t]]))
+    assert stats.all_recorded()
+    # Env 0: 2 steps, return 2, success once (not at its end); its second episode is not recorded.
+    # Env 1: 4 steps, return 8, success once; then 1 step, return 2, success at its end.
+    count, ret, sq, length, at_end, once = stats.take().tolist()
+    assert (count, ret, sq, length, at_end, once) == (3.0, 12.0, 4 + 64 + 4, 7.0, 1.0, 3.0)
+    assert stats.take().eq(0).all()  # taken: cleared

@@ -1,22 +1,23 @@
 """Evaluation: its metrics by hand, the env stepped in inference mode, an env that replaces its state tensors
 evaluated again and again."""
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.collect.evaluator import Evaluator
+from embodirl.config.envs import CartPoleConfig, PushCubeArmConfig
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.envs.push_cube.arm import PushCubeArm
 from embodirl.policies.actor_critic import ActorCritic
 from embodirl.training.video import record_episode
-from tests.collect.test_collector import ModeSpy
+from tests.collect.test_collector import ModeSpy, ScriptedEpisodes
 
 
 def test_evaluation_steps_the_env_in_inference_mode():
-    env = ModeSpy(num_envs=2, seed=0, max_episode_steps=20)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = ModeSpy(CartPoleConfig(num_envs=2, max_episode_steps=20), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     env.modes.clear()
     metrics = Evaluator(env, policy).evaluate(2, seed=0)
     assert env.modes and all(inference for _, inference in env.modes)
@@ -26,8 +27,9 @@ def test_evaluation_steps_the_env_in_inference_mode():
 def test_an_env_that_replaces_its_state_tensors_evaluates_records_and_evaluates_again():
     # PushCubeArm assigns new step counters every step (inference tensors under evaluation) and zeroes them in
     # place on reset: every call into the eval env must be in the same mode, or that reset raises.
-    env = PushCubeArm(num_envs=2, max_episode_steps=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = PushCubeArm(PushCubeArmConfig(num_envs=2, max_episode_steps=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     evaluator = Evaluator(env, policy)
     first = evaluator.evaluate(2, seed=3)
     frames = record_episode(env, policy, num_envs=1, size=16, seed=3)
@@ -35,43 +37,12 @@ def test_an_env_that_replaces_its_state_tensors_evaluates_records_and_evaluates_
     assert torch.is_grad_enabled()
 
 
-class ScriptedEpisodes(BatchedEnv):
-    """Two envs whose episodes ignore the actions: env 0 lasts 3, 2, 4, 4, ... steps with reward 0.5, env 1
-    20, 3, ... steps with reward 1.0; ``success`` at env 0's steps 1 of episode 0 and 1 of episode 1 (its
-    last), env 1's step 5 of episode 0 (long before its end); info ``dist`` = the step's index in its episode."""
-
-    info_metrics = ("dist",)
-
-    def __init__(self) -> None:
-        self.num_envs, self.device, self.max_episode_steps = 2, torch.device("cpu"), 25
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
-        self.reset()
-
-    def reset(self, seed=None, group_size=1):
-        self.index, self.episode = [0, 0], [0, 0]
-        return torch.zeros(2, 1)
-
-    def step(self, action):
-        lengths = ([3, 2], [20, 3])
-        success_at = ({(0, 1), (1, 1)}, {(0, 5)})
-        dist, success, done = [], [], []
-        for i in range(2):
-            k, e = self.index[i], self.episode[i]
-            dist.append(float(k))
-            success.append((e, k) in success_at[i])
-            done.append(k + 1 == (lengths[i][e] if e < len(lengths[i]) else 4))
-            self.index[i], self.episode[i] = (0, e + 1) if done[-1] else (k + 1, e)
-        obs = torch.zeros(2, 1)
-        return StepResult(obs, torch.tensor([0.5, 1.0]), torch.tensor(done), torch.zeros(2, dtype=torch.bool), obs,
-                          {"success": torch.tensor(success), "dist": torch.tensor(dist)})
-
-
 def test_metrics_of_the_first_episodes_of_each_env_by_hand():
     # 3 episodes over 2 envs: env 0 records its first 2 (3 steps, return 1.5, success once; 2 steps, return 1.0,
     # success at its end), env 1 its first (20 steps over two 16-step blocks, return 20, success once at step 5).
     env = ScriptedEpisodes()
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[4])
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[4]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     metrics = Evaluator(env, policy).evaluate(3, seed=0)
     returns = [1.5, 1.0, 20.0]
     assert metrics == pytest.approx({

@@ -9,54 +9,52 @@ from embodirl.app.run import run_training
 from embodirl.collect.info_metrics import InfoMetrics
 from tests.conftest import compose_config
 
+INFOS = [{"dist": torch.tensor([0.5, 9.0, 9.0]), "reached": torch.tensor([True, True, False])},
+         {"dist": torch.tensor([9.0, 0.1, 0.3]), "reached": torch.tensor([True, False, True])}]
+
 
 def test_means_of_the_values_on_episode_ends_by_hand():
     metrics = InfoMetrics(["dist", "reached"], num_envs=3, device=torch.device("cpu"))
     # Step 1: env 0 ends (dist 0.5, reached). Step 2: envs 1 and 2 end (dist 0.1, 0.3; reached only env 2).
-    metrics.step({"dist": torch.tensor([0.5, 9.0, 9.0]), "reached": torch.tensor([True, True, False])},
-                 torch.tensor([True, False, False]))
-    metrics.step({"dist": torch.tensor([9.0, 0.1, 0.3]), "reached": torch.tensor([True, False, True])},
-                 torch.tensor([False, True, True]))
+    ended = torch.tensor([[True, False, False], [False, True, True]])
+    metrics.add_steps(torch.stack([metrics.values(info) for info in INFOS]), ended)
     out = metrics.pop("episode/metrics/")
-    assert out["episode/metrics/dist"] == pytest.approx((0.5 + 0.1 + 0.3) / 3)
-    assert out["episode/metrics/reached"] == pytest.approx(2 / 3)
+    assert out == pytest.approx({"episode/metrics/dist": (0.5 + 0.1 + 0.3) / 3, "episode/metrics/reached": 2 / 3})
     assert metrics.pop("episode/metrics/") == {}  # cleared; no episode ended since
 
 
-def test_a_block_of_steps_counts_as_its_steps_one_by_one():
-    metrics = InfoMetrics(["dist", "reached"], num_envs=3, device=torch.device("cpu"))
-    infos = [{"dist": torch.tensor([0.5, 9.0, 9.0]), "reached": torch.tensor([True, True, False])},
-             {"dist": torch.tensor([9.0, 0.1, 0.3]), "reached": torch.tensor([True, False, True])}]
+def test_blocks_of_steps_add_up_as_one_block():
     ended = torch.tensor([[True, False, False], [False, True, True]])
-    metrics.add_steps(torch.stack([metrics.values(info) for info in infos], dim=1), ended)
-    out = metrics.pop("eval/metrics/")
-    assert out == pytest.approx({"eval/metrics/dist": (0.5 + 0.1 + 0.3) / 3, "eval/metrics/reached": 2 / 3})
-    with pytest.raises(KeyError, match="lacks.*reached"):
-        metrics.values({"dist": torch.zeros(3)})
+    one, two = (InfoMetrics(["dist", "reached"], num_envs=3, device=torch.device("cpu")) for _ in range(2))
+    values = torch.stack([one.values(info) for info in INFOS])
+    one.add_steps(values, ended)
+    for k in range(2):
+        two.add_steps(values[k : k + 1], ended[k : k + 1])
+    assert one.pop("eval/metrics/") == two.pop("eval/metrics/")
 
 
 def test_a_reduce_sums_over_ranks_before_the_mean():
     metrics = InfoMetrics(["dist"], num_envs=1, device=torch.device("cpu"))
-    metrics.step({"dist": torch.tensor([1.0])}, torch.tensor([True]))
+    metrics.add_steps(metrics.values({"dist": torch.tensor([1.0])}).unsqueeze(0), torch.tensor([[True]]))
     # As if a second rank had counted one episode with dist 3: (1 + 3) / 2.
     assert metrics.pop("eval/metrics/", reduce=lambda s: s + torch.tensor([3.0, 1.0])) == {"eval/metrics/dist": 2.0}
 
 
 def test_a_declared_key_missing_from_info_names_it():
-    metrics = InfoMetrics(["dist"], num_envs=1, device=torch.device("cpu"))
-    with pytest.raises(KeyError, match="lacks \\['dist'\\]"):
-        metrics.step({"success": torch.tensor([True])}, torch.tensor([True]))
+    metrics = InfoMetrics(["dist", "reached"], num_envs=1, device=torch.device("cpu"))
+    with pytest.raises(KeyError, match="lacks \\['reached'\\]"):
+        metrics.values({"dist": torch.tensor([1.0]), "success": torch.tensor([True])})
 
 
-def test_no_keys_costs_nothing_and_logs_nothing():
+def test_no_keys_logs_nothing():
     metrics = InfoMetrics([], num_envs=2, device=torch.device("cpu"))
-    metrics.step({}, torch.tensor([True, True]))
+    metrics.add_steps(torch.zeros(1, 2, 0), torch.tensor([[True, True]]))
     assert metrics.pop("episode/metrics/") == {}
 
 
 def test_push_cube_logs_episode_and_eval_info_metrics(tmp_path, tiny):
     cfg = compose_config([*tiny, "env=push_cube", "env.num_envs=8", "trainer.total_env_steps=512",
-                          "trainer.eval_every_env_steps=512", "trainer.num_eval_envs=4", "trainer.num_eval_episodes=4",
+                          "eval.every_env_steps=512", "eval.num_envs=4", "eval.num_episodes=4",
                           "trainer.stop_on=[{metric: eval/metrics/dist_to_goal, op: '<', value: 0.0}]"])
     summary = run_training(cfg, tmp_path)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -23,7 +23,8 @@ def test_each_observation_key_keeps_its_dtype_and_nesting():
     assert r["obs", "agent", "qpos"].shape == (2, 5, 6)
     validate_rollout(r, PIXELS_AND_STATE, (2,))
     r["obs", "rgb"] = torch.zeros(2, 5, 8, 8, 3)
-    with pytest.raises(ValueError, match=r"rollout\['obs', 'rgb'\] has shape \[2, 5, 8, 8, 3\] and dtype torch.float32"):
+    wrong = r"rollout\['obs', 'rgb'\] has shape \[2, 5, 8, 8, 3\] and dtype torch.float32"
+    with pytest.raises(ValueError, match=wrong):
         validate_rollout(r, PIXELS_AND_STATE, (2,))
     r["obs", "rgb"] = torch.zeros(2, 5, 8, 8, 3, dtype=torch.uint8)
     del r["obs", "agent", "qpos"]

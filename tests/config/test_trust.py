@@ -1,9 +1,12 @@
 """A config read from a file may only name code embodirl ships (or the user trusts), and holds no interpolation."""
 
+import json
+from pathlib import Path
+
 import pytest
 
+from embodirl.config.trust import MOVED_TARGETS, check_config_from_file, packaged_targets, with_moved_targets
 from embodirl.errors import CheckpointError
-from embodirl.config.trust import check_config_from_file, packaged_targets
 
 SHIPPED = {"env": {"_target_": "embodirl.envs.cartpole.CartPole", "num_envs": 4},
            "policy": {"_target_": "embodirl.policies.actor_critic.ActorCritic", "hidden_sizes": [64, 64]}}
@@ -54,3 +57,48 @@ def test_torch_optimizers_are_allowed_and_nothing_else_under_torch():
         config["algo"]["optimizer"]["_target_"] = target
         with pytest.raises(CheckpointError, match="never runs code"):
             check_config_from_file(config, "checkpoint='x'")
+
+
+# --- checkpoints written before the layout moved classes -----------------------------------------------------
+OLD_CONFIG = Path(__file__).parent / "data" / "config_005a426.json"  # the stored config of a run of 005a426
+OLD_POLICY = {"actor.0.weight": [64, 4], "actor.0.bias": [64], "actor.2.weight": [64, 64], "actor.2.bias": [64],
+              "actor.4.weight": [2, 64], "actor.4.bias": [2], "critic.0.weight": [64, 4], "critic.0.bias": [64],
+              "critic.2.weight": [64, 64], "critic.2.bias": [64], "critic.4.weight": [1, 64], "critic.4.bias": [1]}
+
+
+def test_every_moved_target_names_a_shipped_class_and_old_ones_map_to_it():
+    assert set(MOVED_TARGETS.values()) <= packaged_targets()
+    old = json.loads(OLD_CONFIG.read_text())
+    with pytest.raises(CheckpointError, match="does not ship, trainer._target_='embodirl.trainer.Trainer'"):
+        check_config_from_file(old, "checkpoint='x'")  # what an old checkpoint met before the table
+    moved = with_moved_targets(old)
+    check_config_from_file(moved, "checkpoint='x'")
+    assert moved["trainer"]["_target_"] == "embodirl.training.trainer.Trainer" and old != moved
+    assert with_moved_targets({"a": [{"_target_": "embodirl.envs.gym.GymEnv", "id": "CartPole-v1"}]}) == {
+        "a": [{"_target_": "embodirl.envs.adapters.gym.GymEnv", "id": "CartPole-v1"}]}
+
+
+def test_a_checkpoint_of_the_original_layout_evaluates(tmp_path, monkeypatch, capsys):
+    """A checkpoint whose stored config names the classes where 005a426 had them (embodirl.trainer.Trainer,
+    embodirl.video.VideoSettings, ...), with the policy weights it held: embodirl-eval rebuilds and evaluates it."""
+    import sys
+
+    from embodirl.app.run import run_training
+    from embodirl.cli.evaluate import main
+    from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
+    from tests.conftest import TINY, compose_config, in_process_run
+
+    run_training(compose_config(TINY), tmp_path / "run")
+    state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert {k: list(v.shape) for k, v in state["policy"].items()} == OLD_POLICY  # the weights' layout is unchanged
+    del state["format"], state["version"]
+    state["config"] = json.loads(OLD_CONFIG.read_text())
+    old = tmp_path / "old.pt"
+    old.write_bytes(serialize_checkpoint(state))
+    monkeypatch.setattr(sys, "argv", ["embodirl-eval", f"checkpoint={old}", "num_episodes=2", "device=cpu",
+                                      f"hydra.run.dir={tmp_path / 'eval'}"])
+    with in_process_run(120):
+        main()
+    result = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert result["env"] == "embodirl.envs.cartpole.CartPole" and result["env_steps_trained"] == 256
+    assert result["eval/return_mean"] > 0 and result["solved_threshold"] == 475.0

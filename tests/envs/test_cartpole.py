@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.schema import parse
 from embodirl.envs import cartpole
 from embodirl.envs.cartpole import CartPole, episode_ends, euler_step
 from embodirl.envs.rng import hash_uniform
@@ -39,7 +41,7 @@ def random_actions(num_envs: int, num_steps: int, seed: int = 0) -> torch.Tensor
 def test_float64_trajectories_equal_gymnasium_bit_for_bit():
     """Envs 0-1 balance (episodes run into the 500-step limit), envs 2-3 act randomly (they fall)."""
     num_envs, num_steps = 4, 1100
-    env = CartPole(num_envs=num_envs)
+    env = CartPole(CartPoleConfig(num_envs=num_envs))
     refs = [gym.make("CartPole-v1") for _ in range(num_envs)]
     for i, ref in enumerate(refs):
         ref.reset(seed=100 + i)
@@ -77,7 +79,7 @@ def test_terminating_on_the_last_allowed_step_is_not_a_truncation():
     """gymnasium's TimeLimit reports terminated and truncated; the contract keeps truncated for cuts only."""
     limit = 5
     ref = gym.make("CartPole-v1", max_episode_steps=limit)
-    env = CartPole(num_envs=1, max_episode_steps=limit)
+    env = CartPole(CartPoleConfig(num_envs=1, max_episode_steps=limit))
     for x0 in np.linspace(2.0, 2.4, 401):  # find a start from which pushing right ends exactly at step 5
         ref.reset(seed=0)
         ref.unwrapped.state = start = np.array([x0, 1.0, 0.0, 0.0])
@@ -133,11 +135,11 @@ def test_episode_ends_by_hand(xp):
 def test_the_numpy_and_torch_steps_agree_bit_for_bit(monkeypatch, physics_dtype, hide_velocities):
     """Eager CPU steps of up to HOST_MAX_ENVS envs run in numpy, larger ones in torch ops (as compiled and GPU
     steps do): the same numbers, through terminations, time limits, auto-resets and a snapshot round trip."""
-    kwargs = {"num_envs": 64, "max_episode_steps": 60, "physics_dtype": physics_dtype,
-              "hide_velocities": hide_velocities, "seed": 4}
-    on_host = CartPole(**kwargs)
+    cfg = CartPoleConfig(num_envs=64, max_episode_steps=60, physics_dtype=physics_dtype,
+                         hide_velocities=hide_velocities)
+    on_host = CartPole(cfg, seed=4)
     monkeypatch.setattr(cartpole, "HOST_MAX_ENVS", 0)
-    in_torch = CartPole(**kwargs)
+    in_torch = CartPole(cfg, seed=4)
     assert on_host._host is not None and in_torch._host is None
     torch.testing.assert_close(on_host.reset(seed=4), in_torch.reset(seed=4), rtol=0, atol=0)
     ends = {"terminated": 0, "truncated": 0}
@@ -158,7 +160,8 @@ def test_the_numpy_and_torch_steps_agree_bit_for_bit(monkeypatch, physics_dtype,
 
 
 def test_float32_physics_tracks_float64_for_short_horizons():
-    env64, env32 = CartPole(num_envs=64, seed=3), CartPole(num_envs=64, physics_dtype="float32", seed=3)
+    env64, env32 = CartPole(CartPoleConfig(num_envs=64),
+                            seed=3), CartPole(CartPoleConfig(num_envs=64, physics_dtype="float32"), seed=3)
     assert torch.equal(env64.reset(seed=3), env32.reset(seed=3))
     actions = random_actions(64, 8)
     for a in actions:  # random actions end no episode within 8 steps
@@ -168,7 +171,7 @@ def test_float32_physics_tracks_float64_for_short_horizons():
 
 
 def test_same_seed_same_trajectories_and_seed_none_continues_the_stream():
-    a, b = CartPole(num_envs=16, seed=7), CartPole(num_envs=16, seed=7)
+    a, b = CartPole(CartPoleConfig(num_envs=16), seed=7), CartPole(CartPoleConfig(num_envs=16), seed=7)
     first = a.reset(seed=7)
     assert torch.equal(first, b.reset(seed=7))
     for act in random_actions(16, 200):
@@ -176,12 +179,13 @@ def test_same_seed_same_trajectories_and_seed_none_continues_the_stream():
         assert all(torch.equal(x, y) for x, y in zip(sa[:5], sb[:5], strict=True))
     assert not torch.equal(a.reset(), first), "reset(seed=None) must draw fresh states"
     assert torch.equal(a.reset(seed=7), first), "reset(seed=s) restarts the stream"
-    assert not torch.equal(CartPole(num_envs=16, seed=8).reset(seed=8), first)
+    assert not torch.equal(CartPole(CartPoleConfig(num_envs=16), seed=8).reset(seed=8), first)
     assert first.abs().max() < 0.05
 
 
 def test_env_draws_do_not_depend_on_num_envs():
-    small, large = CartPole(num_envs=4, seed=5), CartPole(num_envs=2048, seed=5)  # different reset caches
+    small, large = CartPole(CartPoleConfig(num_envs=4),
+                            seed=5), CartPole(CartPoleConfig(num_envs=2048), seed=5)  # different reset caches
     assert torch.equal(small.reset(seed=5), large.reset(seed=5)[:4])
     actions = random_actions(2048, 150, seed=1)
     resets = 0
@@ -194,7 +198,7 @@ def test_env_draws_do_not_depend_on_num_envs():
 
 def test_reset_states_follow_the_documented_hash_streams():
     """Explicit reset: key i // g, counter 2**31 + r; auto-reset: key i, counter = episode number."""
-    env = CartPole(num_envs=6, max_episode_steps=1, seed=0)  # every step auto-resets every env
+    env = CartPole(CartPoleConfig(num_envs=6, max_episode_steps=1), seed=0)  # every step auto-resets every env
     ids = torch.arange(6)
     for r, g in enumerate([1, 3, 2]):
         expected = hash_uniform(21, ids // g, torch.full((6,), 2**31 + r), 4, -0.05, 0.05).float()
@@ -207,7 +211,7 @@ def test_reset_states_follow_the_documented_hash_streams():
 
 
 def test_group_shared_reset():
-    env = CartPole(num_envs=16, seed=2)
+    env = CartPole(CartPoleConfig(num_envs=16), seed=2)
     obs = env.reset(seed=2, group_size=4).view(4, 4, 4)
     assert torch.equal(obs, obs[:, :1].expand_as(obs)), "members of a group share the initial state"
     distinct = {tuple(g[0].tolist()) for g in obs}
@@ -216,12 +220,12 @@ def test_group_shared_reset():
     assert torch.equal(again, again[:, :1].expand_as(again)) and not torch.equal(again, obs)
     independent = env.reset(group_size=1)
     assert len({tuple(o.tolist()) for o in independent}) == 16
-    big = CartPole(num_envs=64, seed=2)
+    big = CartPole(CartPoleConfig(num_envs=64), seed=2)
     assert torch.equal(big.reset(seed=2, group_size=4)[:16], obs.view(16, 4))
 
 
 def test_auto_reset_reports_the_true_final_observation():
-    env = CartPole(num_envs=32, seed=4)
+    env = CartPole(CartPoleConfig(num_envs=32), seed=4)
     seen_done = False
     for act in random_actions(32, 60):
         step = env.step(act)
@@ -238,7 +242,7 @@ def test_auto_reset_reports_the_true_final_observation():
 
 
 def test_time_limit_truncates_and_restarts_the_count():
-    env = CartPole(num_envs=8, max_episode_steps=10, seed=0)
+    env = CartPole(CartPoleConfig(num_envs=8, max_episode_steps=10), seed=0)
     for t in range(1, 31):
         step = env.step(torch.from_numpy(controller(env.state_dict()["state"])))
         assert not step.terminated.any()
@@ -247,12 +251,12 @@ def test_time_limit_truncates_and_restarts_the_count():
 
 
 def test_state_dict_round_trip_continues_bit_identically():
-    env = CartPole(num_envs=8, seed=11)
+    env = CartPole(CartPoleConfig(num_envs=8), seed=11)
     actions = random_actions(8, 337, seed=5)
     for act in actions[:37]:  # mid-way through a reset-cache refill period
         env.step(act)
     snapshot = env.state_dict()
-    restored = CartPole(num_envs=8, seed=999)
+    restored = CartPole(CartPoleConfig(num_envs=8), seed=999)
     restored.load_state_dict(snapshot)
     for act in actions[37:]:
         s1, s2 = env.step(act), restored.step(act)
@@ -261,14 +265,14 @@ def test_state_dict_round_trip_continues_bit_identically():
     snapshot["state"].fill_(1.0)  # a snapshot holds copies
     assert not torch.equal(restored.state_dict()["state"], snapshot["state"])
     with pytest.raises(ValueError, match="num_envs"):
-        CartPole(num_envs=4).load_state_dict(env.state_dict())
+        CartPole(CartPoleConfig(num_envs=4)).load_state_dict(env.state_dict())
 
 
 @pytest.mark.parametrize("physics_dtype", ["float64", "float32"])
 def test_returned_tensors_are_never_changed_by_later_steps(physics_dtype):
     """Callers keep what reset and step return (the collector stores an observation after the next step);
     float32 physics once returned its state buffer itself as obs and final_obs."""
-    env = CartPole(num_envs=8, max_episode_steps=5, physics_dtype=physics_dtype, seed=0)
+    env = CartPole(CartPoleConfig(num_envs=8, max_episode_steps=5, physics_dtype=physics_dtype), seed=0)
     first = env.reset(seed=0)
     kept = [(first, first.clone())]
     for act in random_actions(8, 12):
@@ -286,15 +290,15 @@ def test_action_formats_agree():
                lambda a: a.float().requires_grad_()]
     runs = []
     for fmt in formats:
-        env = CartPole(num_envs=8, seed=1)
+        env = CartPole(CartPoleConfig(num_envs=8), seed=1)
         runs.append([env.step(fmt(a)).final_obs for a in actions])
     assert all(torch.equal(x, y) for run in runs[1:] for x, y in zip(runs[0], run, strict=True))
     with pytest.raises(ValueError, match="shape"):
-        CartPole(num_envs=8).step(torch.zeros(4, dtype=torch.int64))
+        CartPole(CartPoleConfig(num_envs=8)).step(torch.zeros(4, dtype=torch.int64))
 
 
 def test_spaces_and_threshold_match_gymnasium():
-    env, ref = CartPole(num_envs=2), gym.make("CartPole-v1")
+    env, ref = CartPole(CartPoleConfig(num_envs=2)), gym.make("CartPole-v1")
     assert env.observation_space == ref.observation_space
     assert env.action_space == ref.action_space
     assert env.solved_threshold == ref.spec.reward_threshold == 475.0
@@ -306,25 +310,27 @@ def test_spaces_and_threshold_match_gymnasium():
 
 @pytest.mark.parametrize(
     ("kwargs", "key"),
-    [({"num_envs": 0}, "num_envs"), ({"num_envs": True}, "num_envs"), ({"num_envs": 2.0}, "num_envs"),
-     ({"max_episode_steps": 0}, "max_episode_steps"), ({"physics_dtype": "float16"}, "physics_dtype")],
+    [({"num_envs": 0}, "num_envs"), ({"num_envs": True}, "num_envs"), ({"num_envs": 2.5}, "num_envs"),
+     ({"max_episode_steps": 0}, "max_episode_steps"), ({"physics_dtype": "float16"}, "physics_dtype"),
+     ({"hide_velocities": "yes"}, "hide_velocities"), ({"solved_metric": "return"}, "solved_metric")],
 )
 def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=f"^{key}=") as info:
-        CartPole(**kwargs)
+        parse(CartPoleConfig, kwargs)
     assert info.value.key == key
 
 
 @pytest.mark.parametrize("group_size", [0, 3, 16, 2.0])
 def test_bad_group_size(group_size):
-    env = CartPole(num_envs=8)
+    env = CartPole(CartPoleConfig(num_envs=8))
     with pytest.raises(ConfigError, match="^group_size="):
         env.reset(group_size=group_size)
 
 
 @pytest.mark.gpu
 def test_cuda_matches_cpu_without_host_syncs():
-    cpu, gpu = CartPole(num_envs=256, seed=3), CartPole(num_envs=256, seed=3, device="cuda")
+    cpu, gpu = CartPole(CartPoleConfig(num_envs=256),
+                        seed=3), CartPole(CartPoleConfig(num_envs=256), seed=3, device="cuda")
     assert torch.equal(cpu.reset(seed=3), gpu.reset(seed=3).cpu())
     actions = random_actions(256, 40, seed=8)
     gpu_actions = actions.cuda()  # host-to-device copies synchronise; do them before checking
@@ -341,7 +347,8 @@ def test_cuda_matches_cpu_without_host_syncs():
 
 
 def test_hidden_velocities_observe_position_and_angle_of_the_same_trajectory():
-    full, hidden = CartPole(num_envs=8, seed=4), CartPole(num_envs=8, seed=4, hide_velocities=True)
+    full, hidden = CartPole(CartPoleConfig(num_envs=8),
+                            seed=4), CartPole(CartPoleConfig(num_envs=8, hide_velocities=True), seed=4)
     assert hidden.observation_space.shape == (2,)
     obs_full, obs_hidden = full.reset(seed=4), hidden.reset(seed=4)
     assert torch.equal(obs_hidden, obs_full[:, [0, 2]])
@@ -349,8 +356,6 @@ def test_hidden_velocities_observe_position_and_angle_of_the_same_trajectory():
         a, b = full.step(act), hidden.step(act)
         assert torch.equal(b.obs, a.obs[:, [0, 2]]) and torch.equal(b.final_obs, a.final_obs[:, [0, 2]])
         assert torch.equal(a.terminated, b.terminated) and torch.equal(a.truncated, b.truncated)
-    with pytest.raises(ConfigError, match="hide_velocities='yes'"):
-        CartPole(num_envs=2, hide_velocities="yes")
 
 
 def _pixels(frame, rgb):
@@ -358,7 +363,7 @@ def _pixels(frame, rgb):
 
 
 def test_render_draws_the_cart_where_it_is_and_the_pole_as_it_leans():
-    env = CartPole(num_envs=3)
+    env = CartPole(CartPoleConfig(num_envs=3))
     env._state.copy_(torch.tensor([[0.0, 0, 0.0, 0], [1.2, 0, 0.0, 0], [0.0, 0, 0.3, 0]], dtype=torch.float64))
     frames = env.render(size=96)
     assert frames.shape == (3, 96, 96, 3) and frames.dtype == np.uint8

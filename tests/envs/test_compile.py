@@ -13,6 +13,7 @@ import torch
 import torch._dynamo
 import torch._inductor.config
 
+from embodirl.config.envs import CartPoleConfig, PushCubeConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.envs.push_cube.env import PushCube
@@ -48,9 +49,12 @@ def tolerance(name: str) -> float:
     return 1e-6 if name == "cartpole" else 1e-4
 
 
-def make(name: str, **overrides) -> BatchedEnv:
+SCHEMAS = {CartPole: CartPoleConfig, PushCube: PushCubeConfig}
+
+
+def make(name: str, device: str = "cpu", **overrides) -> BatchedEnv:
     cls, kwargs = CONFIGS[name]
-    return cls(num_envs=NUM_ENVS, seed=3, **{**kwargs, **overrides})
+    return cls(SCHEMAS[cls](num_envs=NUM_ENVS, **{**kwargs, **overrides}), device=device, seed=3)
 
 
 def random_actions(env: BatchedEnv, num_steps: int, seed: int = 0) -> list[torch.Tensor]:

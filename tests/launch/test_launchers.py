@@ -292,7 +292,7 @@ def test_local_two_ranks_preempted_requeued_and_resumed(tmp_path):
     sweep, total = tmp_path / "sweep", 8192
     run_dir = sweep / "0"
     proc = start_train(["-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=2", *TINY,
-                        f"trainer.total_env_steps={total}", "trainer.eval_every_env_steps=4096",
+                        f"trainer.total_env_steps={total}", "eval.every_env_steps=4096",
                         "trainer.checkpoint_every_env_steps=1024", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     try:
         first_pid = preempt_after(proc, run_dir)
@@ -322,7 +322,7 @@ def test_local_two_ranks_preempted_requeued_and_resumed(tmp_path):
 # --- f. a plain process: SIGUSR2 -> save, exit 124, preempted; the same command resumes ------------------
 def test_plain_process_preempted_then_resumed_by_rerunning(tmp_path):
     run_dir, total = tmp_path / "run", 4096
-    args = [*TINY, f"trainer.total_env_steps={total}", "trainer.eval_every_env_steps=2048",
+    args = [*TINY, f"trainer.total_env_steps={total}", "eval.every_env_steps=2048",
             "trainer.checkpoint_every_env_steps=1024", f"hydra.run.dir={run_dir}"]
     proc = start_train(args, cwd=tmp_path)
     try:

@@ -7,6 +7,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from embodirl.config.policies import ActorCriticConfig, ActorOnlyConfig, BetaConfig, StateDependentGaussianConfig
+from embodirl.config.schema import parse_node
 from embodirl.errors import ConfigError
 from embodirl.policies import ActorCritic, ActorOnly
 from embodirl.policies.distributions import Beta, Categorical, DiagGaussian, StateDependentGaussian
@@ -57,7 +59,7 @@ def test_unknown_activation_is_an_error_naming_the_choices():
 def test_policy_interfaces_over_tensordicts():
     obs_space = gym.spaces.Box(-1, 1, (3,))
     box = gym.spaces.Box(-1, 1, (2,))
-    policy = ActorCritic(obs_space, box, hidden_sizes=[8])
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=obs_space, action_space=box)
     td = TensorDict({"obs": {"state": torch.randn(5, 3)}}, batch_size=[5])
     policy.get_action(td)
     assert td["action"].shape == (5, 2) and td["sample_log_prob"].shape == (5,) and td["value"].shape == (5,)
@@ -66,13 +68,15 @@ def test_policy_interfaces_over_tensordicts():
     assert out["entropy"].shape == (5,)
     deterministic = policy.get_action(td.clone(), deterministic=True)["action"]
     torch.testing.assert_close(deterministic, policy.get_action(td.clone(), deterministic=True)["action"])
-    actor_only = ActorOnly(obs_space, gym.spaces.Discrete(4), hidden_sizes=[8])
+    actor_only = ActorOnly(ActorOnlyConfig(hidden_sizes=[8]), observation_space=obs_space,
+                           action_space=gym.spaces.Discrete(4))
     assert not actor_only.has_critic
     assert torch.equal(actor_only.get_value(td.clone())["value"], torch.zeros(5))
 
 
 def test_observation_normalizer_statistics():
-    policy = ActorCritic(gym.spaces.Box(-10, 10, (2,)), gym.spaces.Discrete(2), hidden_sizes=[8], normalize_obs=True)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8], normalize_obs=True),
+                         observation_space=gym.spaces.Box(-10, 10, (2,)), action_space=gym.spaces.Discrete(2))
     data = torch.tensor([[1.0, 10.0], [3.0, 10.0], [5.0, 16.0]])
     policy.update_normalizer(TensorDict({"state": data[:2]}, batch_size=[2]))
     policy.update_normalizer(TensorDict({"state": data[2:]}, batch_size=[1]))
@@ -83,7 +87,8 @@ def test_observation_normalizer_statistics():
 
 def test_state_dependent_gaussian_reads_log_std_from_the_actor():
     box = gym.spaces.Box(-1, 1, (2,))
-    dist = StateDependentGaussian(box, init_log_std=0.0, log_std_min=-5, log_std_max=2)
+    dist = StateDependentGaussian(StateDependentGaussianConfig(init_log_std=0.0, log_std_min=-5, log_std_max=2),
+                                  action_space=box)
     assert dist.num_params == 4
     # params = [mean (2), raw log_std (2)]: the same closed form as the DiagGaussian test, std 0.5 per dim
     params = torch.tensor([[0.0, 1.0, math.log(0.5), math.log(0.5)]])
@@ -92,7 +97,8 @@ def test_state_dependent_gaussian_reads_log_std_from_the_actor():
     torch.testing.assert_close(dist.entropy(params), torch.tensor([2 * (0.5 + 0.5 * math.log(2 * math.pi)
                                                                          + math.log(0.5))]))
     # per state: another row, another std (log_std 0 + offset -1, and one clamped at log_std_max = 2)
-    shifted = StateDependentGaussian(box, init_log_std=-1.0, log_std_min=-5, log_std_max=2)
+    shifted = StateDependentGaussian(StateDependentGaussianConfig(init_log_std=-1.0, log_std_min=-5, log_std_max=2),
+                                     action_space=box)
     h = shifted.entropy(torch.tensor([[0.0, 0.0, 0.0, 9.0]]))
     torch.testing.assert_close(h, torch.tensor([(0.5 + 0.5 * math.log(2 * math.pi)) * 2 - 1.0 + 2.0]))
     action, log_prob = dist.sample(params.expand(3, 4))
@@ -100,7 +106,7 @@ def test_state_dependent_gaussian_reads_log_std_from_the_actor():
 
 
 def test_beta_by_hand_and_inside_the_bounds():
-    dist = Beta(gym.spaces.Box(-1, 1, (1,)))
+    dist = Beta(BetaConfig(), action_space=gym.spaces.Box(-1, 1, (1,)))
     p = math.log(math.e - 1)  # softplus(p) = 1 -> alpha = beta = 2
     params = torch.tensor([[p, p]])
     # Beta(2, 2) density at x = 0.5 is 6 x (1 - x) = 1.5; action 0 on [-1, 1] is x = 0.5, scale 2: 1.5 / 2
@@ -110,7 +116,8 @@ def test_beta_by_hand_and_inside_the_bounds():
     torch.testing.assert_close(dist.entropy(params), torch.tensor([math.log(1 / 6) + 5 / 3 + math.log(2)]))
     torch.testing.assert_close(dist.mode(params), torch.tensor([[0.0]]))  # the mean, 0.5 -> 0
     torch.manual_seed(0)
-    wide = Beta(gym.spaces.Box(low=torch.tensor([0.0, -3.0]).numpy(), high=torch.tensor([1.0, 5.0]).numpy()))
+    wide = Beta(BetaConfig(), action_space=gym.spaces.Box(low=torch.tensor([0.0, -3.0]).numpy(),
+                                                          high=torch.tensor([1.0, 5.0]).numpy()))
     action, log_prob = wide.sample(torch.zeros(10_000, 4))
     assert bool((action[:, 0] >= 0).all() and (action[:, 0] <= 1).all())
     assert bool((action[:, 1] >= -3).all() and (action[:, 1] <= 5).all())
@@ -118,17 +125,17 @@ def test_beta_by_hand_and_inside_the_bounds():
 
 
 def test_distribution_override_reaches_the_policy_and_is_checked():
-    import functools
-
-    box = gym.spaces.Box(-1, 1, (2,))
-    policy = ActorCritic(gym.spaces.Box(-1, 1, (3,)), box, hidden_sizes=[8], distribution=functools.partial(Beta))
+    box, beta = gym.spaces.Box(-1, 1, (2,)), parse_node({"_target_": "embodirl.policies.distributions.Beta"})
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8], distribution=beta),
+                         observation_space=gym.spaces.Box(-1, 1, (3,)), action_space=box)
     assert isinstance(policy.dist, Beta) and policy.actor[-1].out_features == 4
     action, _, _, _ = policy.act(TensorDict({"state": torch.randn(5, 3)}, batch_size=[5]))
     assert bool((action.abs() <= 1).all())
     with pytest.raises(ConfigError, match=r"distribution='Beta' is invalid.*1-D Box; the env has Discrete\(2\)"):
-        ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), distribution=functools.partial(Beta))
+        ActorCritic(ActorCriticConfig(distribution=beta), observation_space=gym.spaces.Box(-1, 1, (3,)),
+                    action_space=gym.spaces.Discrete(2))
     with pytest.raises(ConfigError, match=r"finite bounds"):
-        Beta(gym.spaces.Box(-float("inf"), float("inf"), (2,)))
+        Beta(BetaConfig(), action_space=gym.spaces.Box(-float("inf"), float("inf"), (2,)))
 
 
 def test_the_state_dependent_preset_follows_the_policy_log_std_keys():

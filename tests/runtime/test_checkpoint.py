@@ -9,6 +9,8 @@ import sys
 import pytest
 import torch
 
+from embodirl.config.envs import CartPoleConfig
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.errors import CheckpointError
 from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 from tests.conftest import TINY, compose_config, in_process_run
@@ -135,8 +137,9 @@ def test_init_from_weights_are_checked_like_a_checkpoints(tmp_path, saved):
     from embodirl.policies import ActorCritic
     from embodirl.policies.pretrained import load_pretrained
 
-    env = CartPole(num_envs=2, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[64, 64])
+    env = CartPole(CartPoleConfig(num_envs=2), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[64, 64]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     weights = {k: v.clone() for k, v in saved["policy"].items()}
     weights[_weight(saved)] = _huge_view()
     path = tmp_path / "weights.pt"

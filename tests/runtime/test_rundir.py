@@ -71,9 +71,24 @@ def test_a_run_from_before_the_stop_and_eval_keys_can_be_continued_with_them(tmp
     # A checkpoint written before trainer.stop_on / callbacks / best_* / eval_env_overrides and env.solved_* existed.
     old = {"env": {"num_envs": 8}, "trainer": {"total_env_steps": 100}}
     new = {"env": {"num_envs": 8, "solved_metric": None, "solved_threshold": 400.0},
-           "trainer": {"total_env_steps": 100, "stop_on": [], "callbacks": [], "best_metric": None, "best_mode": "max",
-                       "eval_env_overrides": {"max_episode_steps": 1000}}}
+           "trainer": {"total_env_steps": 100, "stop_on": [], "callbacks": [], "best_metric": None, "best_mode": "max"},
+           "eval": {"env_overrides": {"max_episode_steps": 1000}}}
     assert len(check_resume_config(tmp_path, old, new, allow=False)) == 7
+
+
+def test_a_run_from_before_the_evaluation_keys_moved_to_eval_continues_under_their_new_names(tmp_path):
+    # Until issue 21 the evaluation's cadence and sizes were trainer keys and the eval node held only videos.
+    old = {"trainer": {"total_env_steps": 100, "eval_every_env_steps": 50, "num_eval_envs": 20,
+                       "num_eval_episodes": 20, "eval_env_overrides": None},
+           "eval": {"_target_": "embodirl.training.video.VideoSettings", "video": False}}
+    new = {"trainer": {"total_env_steps": 100},
+           "eval": {"_target_": "embodirl.training.evaluation.PeriodicEvaluation", "every_env_steps": 50,
+                    "num_envs": 20, "num_episodes": 20, "env_overrides": None, "video": False}}
+    (change,) = check_resume_config(tmp_path, old, new, allow=False)  # only the eval node's class is new
+    assert change.startswith("eval._target_ 'embodirl.training.video.VideoSettings' -> ")
+    # The number of evaluation envs could not change under its old name, and cannot under its new one.
+    with pytest.raises(CheckpointError, match=r"eval.num_envs 20 -> 4"):
+        check_resume_config(tmp_path, old, {**new, "eval": {**new["eval"], "num_envs": 4}}, allow=False)
 
 
 def test_keys_a_newer_embodirl_added_never_lock_an_older_run_directory(tmp_path):

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from embodirl.training.callbacks import Callback, Callbacks
-from embodirl.errors import ConfigError
 from embodirl.app.run import run_training
+from embodirl.errors import ConfigError
+from embodirl.training.callbacks import Callback, Callbacks
 from tests.conftest import compose_config
 
 
@@ -16,7 +16,7 @@ def _calls(path):
 
 def test_callbacks_see_iterations_evaluations_checkpoints_and_the_end(tmp_path, tiny):
     log = tmp_path / "calls.jsonl"
-    cfg = compose_config([*tiny, "trainer.total_env_steps=384", "trainer.eval_every_env_steps=256",
+    cfg = compose_config([*tiny, "trainer.total_env_steps=384", "eval.every_env_steps=256",
                           "trainer.checkpoint_every_env_steps=256", "trainer.best_metric=env_steps",
                           f"trainer.callbacks=[{{_target_: tests.recording_callback.RecordingCallback, path: '{log}'}},"
                           f"{{_target_: tests.recording_callback.OnlyEnd, path: '{tmp_path / 'end.txt'}'}}]"])

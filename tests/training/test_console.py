@@ -132,7 +132,8 @@ def test_task_progress_plain_lines_and_bar():
         progress.start("ppo_cartpole seed 0")
         progress.finish("ppo_cartpole seed 0: solved in 1.00 s")
     assert stream.getvalue().splitlines() == [
-        "embodirl-bench [1/2] ppo_cartpole throughput ...", "embodirl-bench [1/2] ppo_cartpole throughput: 1,000 steps/s",
+        "embodirl-bench [1/2] ppo_cartpole throughput ...",
+        "embodirl-bench [1/2] ppo_cartpole throughput: 1,000 steps/s",
         "embodirl-bench [2/2] ppo_cartpole seed 0 ...", "embodirl-bench [2/2] ppo_cartpole seed 0: solved in 1.00 s"]
     stream = io.StringIO()
     with task_progress(1, "embodirl-bench", stream, bar=True) as progress:

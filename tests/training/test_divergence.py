@@ -8,18 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from embodirl.training.divergence import DivergenceLimits, check_divergence, parse_divergence
+from embodirl.config.schema import parse
+from embodirl.config.training import DivergenceConfig, TrainerConfig
 from embodirl.errors import ConfigError, DivergedError
+from embodirl.training.divergence import check_divergence
 from tests.conftest import TINY, compose_config, in_process_run
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "update_metrics.json").read_text())
 
 
-def _defaults() -> DivergenceLimits:
-    """The limits every preset runs with (conf/trainer/default.yaml and debug.yaml)."""
+def _defaults() -> DivergenceConfig:
+    """The limits every preset runs with (conf/trainer/default.yaml and debug.yaml, the schema's defaults)."""
     for trainer in ("default", "debug"):
         assert compose_config([f"trainer={trainer}"]).trainer.divergence == compose_config([]).trainer.divergence
-    return parse_divergence(dict(compose_config([]).trainer.divergence))
+    limits = parse(DivergenceConfig, dict(compose_config([]).trainer.divergence), "trainer.divergence.")
+    assert limits == DivergenceConfig()
+    return limits
 
 
 @pytest.mark.parametrize("run", [name for name, r in RECORDED["runs"].items() if r["healthy"]])
@@ -41,6 +45,11 @@ def test_the_first_update_of_a_diverged_run_trips_the_default_limits(run):
     assert "diag/approx_kl=" in text and "trainer.divergence.max_approx_kl=10" in text
 
 
+def parse_divergence(node):
+    """``trainer.divergence`` as the trainer's schema reads it (null: no check)."""
+    return parse(TrainerConfig, {"divergence": node}, "trainer.").divergence
+
+
 def test_a_limit_of_null_turns_its_check_off_and_bad_limits_are_config_errors():
     metrics = {"diag/approx_kl": 1e9, "loss/value": 1e12}
     with pytest.raises(DivergedError, match=r"loss/value=1e\+12 is beyond trainer.divergence.max_value_loss=1e\+10"):
@@ -50,7 +59,7 @@ def test_a_limit_of_null_turns_its_check_off_and_bad_limits_are_config_errors():
     with pytest.raises(DivergedError, match="nan"):  # NaN is beyond every limit
         check_divergence(parse_divergence({}), {"diag/approx_kl": float("nan")}, 1)
     for bad in ({"max_approx_kl": 0}, {"max_approx_kl": float("inf")}, {"max_kl": 1.0}, {"max_value_loss": "big"}):
-        with pytest.raises(ConfigError, match="trainer.divergence.max_"):
+        with pytest.raises(ConfigError, match=r"trainer.divergence.max_"):
             parse_divergence(bad)
 
 
@@ -66,8 +75,8 @@ def test_a_healthy_short_run_completes_with_the_check_on(tmp_path, monkeypatch):
 
 
 def test_a_learning_rate_of_1e3_fails_as_diverged_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
-    from embodirl.runtime.checkpoint import load_checkpoint
     from embodirl.cli.train import main
+    from embodirl.runtime.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     base = ["embodirl-train", "trainer=debug", "logger.console=none", "device=cpu", f"hydra.run.dir={run_dir}"]

@@ -65,7 +65,7 @@ def test_ppo_push_cube_arm_learns_to_push_the_cube(tmp_path):
     # eval return 3.3); the full recipe reaches 90 % at the episode's end at 0.6-0.8M steps.
     cfg = compose_config(["+experiment=ppo_push_cube_arm", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=262144",
-                          "trainer.eval_every_env_steps=262144"])
+                          "eval.every_env_steps=262144"])
     summary = run_training(cfg, tmp_path)
     assert summary["eval/success_once"] >= 0.2 and summary["eval/return_mean"] >= 14, summary
 
@@ -89,6 +89,6 @@ def test_ppo_learns_push_cube_from_pixels(tmp_path):
     # succeeds in 6 % of the episodes (the full recipe's curve is in the README, "push_cube from pixels").
     cfg = compose_config(["+experiment=ppo_push_cube_rgb", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "env.num_envs=128", "trainer.total_env_steps=32768",
-                          "trainer.eval_every_env_steps=32768"])
+                          "eval.every_env_steps=32768"])
     summary = run_training(cfg, tmp_path)
     assert summary["eval/return_mean"] >= 5.0, summary

@@ -1,13 +1,25 @@
-"""Logging sinks: wandb offline run files, metrics.jsonl on resume, the logger options (the console: test_console.py)."""
+"""Logging sinks: wandb offline run files, metrics.jsonl on resume, the logger options (the console:
+test_console.py)."""
 
 import errno
 import json
 
 import pytest
 
-from embodirl.errors import ConfigError
 from embodirl.app.run import run_training, wandb_identity
-from embodirl.training.loggers import ConsoleLogger, JsonlLogger, LoggerSettings, TensorBoardLogger, WandbLogger, build_loggers
+from embodirl.config.schema import parse
+from embodirl.config.training import LoggerConfig, WandbConfig
+from embodirl.errors import ConfigError
+from embodirl.training.loggers import (
+    ConsoleLogger,
+    JsonlLogger,
+    Loggers,
+    StopGoal,
+    TensorBoardLogger,
+    WandbLogger,
+    build_loggers,
+    wandb_mode,
+)
 from tests.conftest import compose_config
 
 
@@ -71,15 +83,15 @@ def test_tensorboard_gets_every_finite_metric_of_a_record_at_its_env_steps(tmp_p
                        "episode/count": [(100, 3.0)], "diag/flag": [(100, 1.0)], "eval/return_mean": [(200, 475.0)]}
 
 
-def test_wandb_mode_follows_the_environment_unless_set(monkeypatch):
+def test_wandb_mode_follows_the_environment_unless_set(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    assert LoggerSettings(wandb={"enabled": True}).wandb.resolved_mode() == "offline"
-    assert LoggerSettings(wandb={"enabled": True, "mode": "disabled"}).wandb.resolved_mode() == "disabled"
+    assert wandb_mode(WandbConfig(enabled=True)) == "offline"
+    assert wandb_mode(WandbConfig(enabled=True, mode="disabled")) == "disabled"
     monkeypatch.delenv("WANDB_MODE")
-    assert LoggerSettings(wandb={"enabled": True}).wandb.resolved_mode() == "online"
+    assert wandb_mode(WandbConfig(enabled=True)) == "online"
     monkeypatch.setenv("WANDB_MODE", "bogus")
-    with pytest.raises(ConfigError, match="WANDB_MODE='bogus'"):
-        LoggerSettings(wandb={"enabled": True})
+    with pytest.raises(ConfigError, match="WANDB_MODE='bogus'"):  # refused when the loggers are built, before training
+        Loggers(LoggerConfig(wandb=WandbConfig(enabled=True)), run_dir=tmp_path, config={}, goal=StopGoal(100))
 
 
 def test_wandb_offline_from_the_environment_needs_no_api_key(tmp_path, tiny, monkeypatch):
@@ -103,12 +115,8 @@ def test_wandb_runs_are_named_and_grouped_by_algo_env_seed_and_sweep():
 @pytest.mark.parametrize("bad", [{"console": "fancy"}, {"tensorboard": "maybe"}, {"console_every_s": "abc"},
                                  {"console_every_s": 0}, {"wandb": {"mode": "bogus"}}, {"wandb": {"projekt": "x"}}])
 def test_logger_settings_are_checked(bad):
-    from embodirl.config.instantiate import instantiate
-    from omegaconf import OmegaConf
-
-    node = OmegaConf.create({"_target_": "embodirl.training.loggers.LoggerSettings", "_partial_": True, **bad})
     with pytest.raises(ConfigError) as info:
-        instantiate(node, "logger.")
+        parse(LoggerConfig, bad, "logger.")
     assert info.value.key.startswith("logger.")
 
 
@@ -117,23 +125,23 @@ LOGGER_OPTIONS = {"default": (True, False), "tensorboard": (True, False), "wandb
 
 
 @pytest.mark.parametrize("option", sorted(LOGGER_OPTIONS))
-def test_every_logger_option_composes_and_builds_its_settings(option, monkeypatch):
+def test_every_logger_option_composes_and_builds_its_loggers(option, tmp_path, monkeypatch):
     from embodirl.config.instantiate import instantiate
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    settings = instantiate(compose_config([f"logger={option}"]).logger, "logger.")
-    assert isinstance(settings, LoggerSettings)
-    assert (settings.tensorboard, settings.wandb.enabled) == LOGGER_OPTIONS[option]
-    assert settings.console == "auto" and settings.wandb.resolved_mode() == "offline"
+    loggers = instantiate(compose_config([f"logger={option}"]).logger, "logger.", run_dir=tmp_path, config={},
+                          goal=StopGoal(100))
+    assert isinstance(loggers, Loggers)
+    assert (loggers.cfg.tensorboard, loggers.cfg.wandb.enabled) == LOGGER_OPTIONS[option]
+    assert loggers.cfg.console == "auto" and wandb_mode(loggers.cfg.wandb) == "offline"
 
 
 def test_build_loggers_follows_the_option_and_hands_the_stop_goal_to_the_console(tmp_path, monkeypatch):
     from embodirl.config.instantiate import instantiate
 
-    settings = instantiate(compose_config(["logger=none", "logger.console=lines"]).logger, "logger.")
-    loggers = build_loggers(tmp_path, settings, {}, 50_000, 0, "ppo-push_cube-seed0", "ppo-push_cube",
-                            solved_metric="eval/success_rate", solved_threshold=0.9, stop_on_solved=True,
-                            max_wall_time_s=60.0)
+    goal = StopGoal(50_000, "eval/success_rate", 0.9, stop_on_solved=True, max_wall_time_s=60.0)
+    loggers = instantiate(compose_config(["logger=none", "logger.console=lines"]).logger, "logger.", run_dir=tmp_path,
+                          config={}, goal=goal, run_name=("ppo-push_cube-seed0", "ppo-push_cube")).open(0)
     kinds = [type(x) for x in loggers.loggers]
     assert kinds == [JsonlLogger, ConsoleLogger] and TensorBoardLogger not in kinds and WandbLogger not in kinds
     console = loggers.loggers[1]
@@ -149,8 +157,6 @@ def test_the_console_clock_starts_after_the_other_loggers_are_set_up(tmp_path, m
     # Its first line showed 34k steps/s for a 150k steps/s run: its clock included TensorBoard's set-up.
     import time
 
-    from embodirl.config.instantiate import instantiate
-
     real_init = TensorBoardLogger.__init__
 
     def slow_init(self, *args, **kwargs):
@@ -158,9 +164,9 @@ def test_the_console_clock_starts_after_the_other_loggers_are_set_up(tmp_path, m
         time.sleep(0.3)
 
     monkeypatch.setattr(TensorBoardLogger, "__init__", slow_init)
-    settings = instantiate(compose_config(["logger=tensorboard", "logger.console=lines"]).logger, "logger.")
+    cfg = parse(LoggerConfig, {"tensorboard": True, "console": "lines"}, "logger.")
     before = time.monotonic()
-    loggers = build_loggers(tmp_path, settings, {}, 50_000, 0, "ppo-cartpole-seed0")
+    loggers = build_loggers(tmp_path, cfg, {}, StopGoal(50_000), 0, "ppo-cartpole-seed0")
     kinds = [type(x) for x in loggers.loggers]
     assert kinds == [JsonlLogger, ConsoleLogger, TensorBoardLogger]
     assert loggers.loggers[1]._start >= before + 0.3

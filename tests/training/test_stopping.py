@@ -2,28 +2,40 @@
 
 import pytest
 
+from embodirl.config.schema import parse
+from embodirl.config.training import TrainerConfig
 from embodirl.errors import ConfigError
-from embodirl.training.stopping import MetricNames, Plateau, StopConditions, Threshold, parse_stop_on
+from embodirl.training.stopping import MetricNames, Plateau, StopConditions, Threshold, stop_conditions
+
+
+def parse_stop_on(entries):
+    """``trainer.stop_on`` checked by the trainer's schema, as conditions."""
+    return stop_conditions(parse(TrainerConfig, {"stop_on": entries}, "trainer.").stop_on)
 
 
 def test_parse_builds_thresholds_and_plateaus_with_defaults():
     conditions = parse_stop_on([{"metric": "eval/return_mean", "op": ">=", "value": 400},
                                 {"metric": "loss/value", "plateau": {"patience_evals": 3, "mode": "min"}}])
     assert conditions == [Threshold("eval/return_mean", ">=", 400.0), Plateau("loss/value", 3, 0.0, "min")]
-    assert parse_stop_on(None) == [] and parse_stop_on([]) == []
+    assert parse_stop_on([]) == []
 
 
 @pytest.mark.parametrize(("item", "key"), [
-    ({"metric": "eval/return_mean", "op": "=>", "value": 1}, "stop_on[0].op"),
-    ({"metric": "eval/return_mean", "op": ">=", "value": "high"}, "stop_on[0].value"),
-    ({"metric": "eval/return_mean", "op": ">=", "value": 1, "mode": "max"}, "stop_on[0].mode"),
-    ({"op": ">=", "value": 1}, "stop_on[0].metric"),
-    ({"metric": "eval/return_mean", "plateau": {"patience_evals": 0}}, "stop_on[0].plateau.patience_evals"),
+    ({"metric": "eval/return_mean", "op": "=>", "value": 1}, "trainer.stop_on[0].op"),
+    ({"metric": "eval/return_mean", "op": ">=", "value": "high"}, "trainer.stop_on[0].value"),
+    ({"metric": "eval/return_mean", "op": ">=", "value": float("inf")}, "trainer.stop_on[0].value"),
+    ({"metric": "eval/return_mean", "op": ">=", "value": 1, "mode": "max"}, "trainer.stop_on[0].mode"),
+    ({"metric": "eval/return_mean", "op": ">="}, "trainer.stop_on[0].value"),
+    ({"metric": "eval/return_mean", "op": ">=", "plateau": {"patience_evals": 2}}, "trainer.stop_on[0].op"),
+    ({"op": ">=", "value": 1}, "trainer.stop_on[0].metric"),
+    ({"metric": "", "op": ">=", "value": 1}, "trainer.stop_on[0].metric"),
+    ({"metric": "eval/return_mean", "plateau": {"patience_evals": 0}}, "trainer.stop_on[0].plateau.patience_evals"),
     ({"metric": "eval/return_mean", "plateau": {"patience_evals": 2, "min_delta": -1}},
-     "stop_on[0].plateau.min_delta"),
-    ({"metric": "eval/return_mean", "plateau": {"patience_evals": 2, "mode": "up"}}, "stop_on[0].plateau.mode"),
-    ({"metric": "eval/return_mean", "plateau": {"patience": 2}}, "stop_on[0].plateau"),
-    ("eval/return_mean>=4", "stop_on[0]"),
+     "trainer.stop_on[0].plateau.min_delta"),
+    ({"metric": "eval/return_mean", "plateau": {"patience_evals": 2, "mode": "up"}},
+     "trainer.stop_on[0].plateau.mode"),
+    ({"metric": "eval/return_mean", "plateau": {"patience": 2}}, "trainer.stop_on[0].plateau.patience"),
+    ("eval/return_mean>=4", "trainer.stop_on[0]"),
 ])
 def test_bad_entries_name_their_key(item, key):
     with pytest.raises(ConfigError) as info:
@@ -77,5 +89,5 @@ def test_metric_names_deferred_ones_are_checked_by_the_first_record_or_evaluatio
     with pytest.raises(ConfigError, match="b='eval/success_rate'"):
         names.observe({"loss/value": 1.0, "eval/return_mean": 3.0}, evaluated=True)
     names = MetricNames([("c", "loss/valeu")], [], ("loss/",), [])
-    with pytest.raises(ConfigError, match="c='loss/valeu'.*loss/value"):
+    with pytest.raises(ConfigError, match=r"c='loss/valeu'.*loss/value"):
         names.observe({"loss/value": 1.0}, evaluated=False)

@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 import torch
 
+from embodirl.app.run import run_training
+from embodirl.config.envs import CartPoleConfig, GymConfig, PushCubeConfig
+from embodirl.config.policies import ActorCriticConfig
 from embodirl.envs.adapters.gym import GymEnv
 from embodirl.envs.push_cube.env import PushCube
 from embodirl.errors import ConfigError
-from embodirl.app.run import run_training
 from embodirl.policies import ActorCritic
 from embodirl.training.video import record_episode, save_video, tile
 from tests.conftest import compose_config
@@ -25,8 +27,9 @@ def test_tile_places_frames_row_major_and_pads_with_black():
 @pytest.mark.parametrize("suffix", ["mp4", "gif"])
 def test_recorded_episode_is_saved_and_readable(tmp_path, suffix):
     torch.manual_seed(0)
-    env = PushCube(num_envs=4, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = PushCube(PushCubeConfig(num_envs=4), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     frames = record_episode(env, policy, num_envs=4, size=64, seed=3)
     assert frames.dtype == np.uint8 and frames.shape == (env.max_episode_steps + 1, 128, 128, 3)
     assert frames.std() > 0 and not np.array_equal(frames[0], frames[-1])  # the scene moves
@@ -51,12 +54,13 @@ def test_eval_video_for_an_env_without_frames_is_refused_before_training(tmp_pat
     from embodirl.envs.cartpole import CartPole
 
     monkeypatch.setattr(CartPole, "render", BatchedEnv.render)  # as an env that draws nothing
-    with pytest.raises(ConfigError, match="eval.video=True.*renders"):
+    with pytest.raises(ConfigError, match=r"eval.video=True.*renders"):
         run_training(compose_config([*tiny, "eval.video=true"]), tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
-    env = GymEnv("CartPole-v1", num_envs=1)  # a gymnasium id draws only when built for videos (render_mode)
-    with pytest.raises(ConfigError, match="eval.video=True.*render_mode"):
-        record_episode(env, ActorCritic(env.observation_space, env.action_space, hidden_sizes=[4]), 1, 16, 0)
+    env = GymEnv(GymConfig(id="CartPole-v1", num_envs=1))  # a gymnasium id draws only when built for videos
+    with pytest.raises(ConfigError, match=r"eval.video=True.*render_mode"):
+        record_episode(env, ActorCritic(ActorCriticConfig(hidden_sizes=[4]), observation_space=env.observation_space,
+                                        action_space=env.action_space), 1, 16, 0)
 
 
 def test_overlay_writes_step_return_and_success_onto_the_frames():
@@ -81,8 +85,9 @@ def test_cartpole_episode_video_has_the_overlay_and_moves(tmp_path):
     from embodirl.envs.cartpole import CartPole
 
     torch.manual_seed(0)
-    env = CartPole(num_envs=2, seed=0)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=[8])
+    env = CartPole(CartPoleConfig(num_envs=2), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
     frames = record_episode(env, policy, num_envs=2, size=64, seed=1)
     assert frames.shape[1:] == (64, 128, 3) and 2 <= len(frames) <= env.max_episode_steps + 1
     assert not np.array_equal(frames[1, 16:], frames[-1, 16:])  # below the overlay: the scene moves
@@ -91,8 +96,8 @@ def test_cartpole_episode_video_has_the_overlay_and_moves(tmp_path):
 
 @pytest.mark.parametrize("env", [["env=cartpole"], ["env=gym", "env.num_envs=2"]])
 def test_training_with_eval_video_for_cartpole_and_gym_ids(tmp_path, tiny, env):
-    cfg = compose_config([*tiny, *env, "trainer.total_env_steps=128", "trainer.num_eval_envs=2",
-                          "trainer.num_eval_episodes=2", "eval.video=true", "eval.video_num_envs=2",
+    cfg = compose_config([*tiny, *env, "trainer.total_env_steps=128", "eval.num_envs=2",
+                          "eval.num_episodes=2", "eval.video=true", "eval.video_num_envs=2",
                           "eval.video_size=32"])
     run_training(cfg, tmp_path)
     (video,) = (tmp_path / "videos").glob("eval_*.mp4")

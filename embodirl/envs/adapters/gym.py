@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from collections.abc import Mapping
+import typing
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -24,14 +24,16 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.config.envs import GymConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import ObsKey, observation_spec
-from embodirl.errors import ConfigError, check, check_choice, is_int
+from embodirl.errors import ConfigError, check, is_int
 
 __all__ = ["GymEnv"]
 
+VectorEnv = gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv  # what gym.make_vec makes
+
 _SUCCESS_KEYS = ("is_success", "success")
-MAX_NUM_ENVS = 65_536
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
 _BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 2.3.10 and pygame, from wheels)'
 
@@ -47,12 +49,13 @@ def _contract_space(space: gym.Space) -> gym.Space:
     """``space`` with every Box leaf in the dtype the adapter returns it in (see :mod:`embodirl.envs.observations`)."""
     if isinstance(space, gym.spaces.Dict):
         return gym.spaces.Dict({key: _contract_space(sub) for key, sub in space.spaces.items()})
-    dtype = space.dtype
+    box = typing.cast(gym.spaces.Box, space)  # observation_spec let Box and Dict leaves through only
+    dtype: Any = box.dtype
     if np.issubdtype(dtype, np.floating):
         dtype = np.float32
     elif np.issubdtype(dtype, np.integer) and dtype != np.uint8:
         dtype = np.int64
-    return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype=dtype)
+    return gym.spaces.Box(box.low.astype(dtype), box.high.astype(dtype), box.shape, dtype=dtype)
 
 
 def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -92,76 +95,62 @@ def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) 
                        f"check env.{key} against the arguments {env_id} takes")
 
 
+def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[VectorEnv, gym.envs.registration.EnvSpec]:
+    """``cfg.num_envs`` copies of ``cfg.id`` in gymnasium's vector env (``SAME_STEP`` autoreset) and the id's spec,
+    or a :class:`ConfigError` naming the id, a missing dependency or the constructor argument it refused."""
+    spec = _find_spec(cfg.id)
+    kwargs: dict[str, Any] = dict(cfg.env_kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        vec: Any = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
+                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+    except gym.error.DependencyNotInstalled as err:
+        box2d = "box2d" in f"{spec.entry_point} {err}".lower()
+        raise ConfigError("id", cfg.id, f"an environment whose dependencies are installed (gymnasium says: {err})",
+                          fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
+    except (TypeError, ValueError, AssertionError, gym.error.Error) as err:
+        raise _constructor_error(cfg.id, dict(cfg.env_kwargs), err) from None
+    return vec, spec
+
+
 class GymEnv(BatchedEnv):
     """``num_envs`` copies of a gymnasium environment behind the batched-env contract.
 
     Args:
-        id: Registered gymnasium id, e.g. ``"CartPole-v1"`` or ``"Pendulum-v1"``; ``"module:MyEnv-v0"`` imports
-            ``module`` (which registers ``MyEnv-v0``) first.
-        num_envs: Number of sub-envs ``N``.
-        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a subprocess per sub-env).
-        max_episode_steps: Time limit; None takes the spec's.
-        solved_threshold: Eval return counting as solved; None takes the spec's ``reward_threshold``.
-        env_kwargs: Keyword arguments of the gymnasium environment's constructor.
+        cfg: The env's keys (:class:`~embodirl.config.envs.GymConfig`): the gymnasium ``id`` (``"module:MyEnv-v0"``
+            imports ``module``, which registers ``MyEnv-v0``, first), the number of copies, how they run, the time
+            limit (None: the spec's) and ``env_kwargs`` for the environment's constructor. ``solved_threshold``
+            None takes the spec's ``reward_threshold``.
         device: Device of the tensors going in and out.
         seed: Seed of the first reset.
         render_mode: ``"rgb_array"`` makes :meth:`render` work (set by the build only when videos are
             requested: some envs pay for it on every step); None: no pictures.
     """
 
-    def __init__(
-        self,
-        id: str,  # noqa: A002 - gymnasium's own name for it
-        num_envs: int = 8,
-        vectorization_mode: Literal["sync", "async"] = "sync",
-        max_episode_steps: int | None = None,
-        solved_threshold: float | None = None,
-        env_kwargs: dict | None = None,
-        *,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-        render_mode: Literal["rgb_array"] | None = None,
-    ) -> None:
-        check(isinstance(id, str), "id", id, "a registered gymnasium environment id such as CartPole-v1")
-        check(is_int(num_envs) and 1 <= num_envs <= MAX_NUM_ENVS, "num_envs", num_envs,
-              f"an int in [1, {MAX_NUM_ENVS}] (gymnasium sub-envs are Python objects stepped one by one on the host)",
-              fix=f"pass env.num_envs=8 (up to {MAX_NUM_ENVS}); for more, write a batched torch env")
-        check_choice("vectorization_mode", vectorization_mode, ["sync", "async"])
-        check(max_episode_steps is None or (is_int(max_episode_steps) and max_episode_steps >= 1),
-              "max_episode_steps", max_episode_steps, "an int >= 1, or null for the spec's time limit")
-        check(env_kwargs is None or isinstance(env_kwargs, Mapping), "env_kwargs", env_kwargs,
-              "a mapping of constructor arguments, or null")
-        spec = _find_spec(id)
-        kwargs: dict[str, Any] = dict(env_kwargs or {})
-        if max_episode_steps is not None:
-            kwargs["max_episode_steps"] = max_episode_steps
+    def __init__(self, cfg: GymConfig, *, device: str | torch.device = "cpu", seed: int = 0,
+                 render_mode: Literal["rgb_array"] | None = None) -> None:
+        env_id, num_envs, max_episode_steps = cfg.id, cfg.num_envs, cfg.max_episode_steps
         check(render_mode in (None, "rgb_array"), "render_mode", render_mode, "None or rgb_array")
-        if render_mode is not None:
-            kwargs["render_mode"] = render_mode
+        self._vec, spec = _make_vec(cfg, render_mode)
         self.render_mode = render_mode
         try:
-            self._vec = gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode,
-                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
-        except gym.error.DependencyNotInstalled as err:
-            box2d = "box2d" in f"{spec.entry_point} {err}".lower()
-            raise ConfigError("id", id, f"an environment whose dependencies are installed (gymnasium says: {err})",
-                              fix=_BOX2D_FIX if box2d else "install the package gymnasium names") from None
-        except (TypeError, ValueError, AssertionError, gym.error.Error) as err:
-            raise _constructor_error(id, dict(env_kwargs or {}), err) from None
-        try:
-            self._check_spaces(id, self._vec.single_observation_space, self._vec.single_action_space)
+            self._check_spaces(env_id, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
-            check(time_limit is not None, "max_episode_steps", max_episode_steps,
-                  f"an int >= 1: {id} has no time limit of its own", fix="pass e.g. env.max_episode_steps=1000")
+            if time_limit is None:
+                raise ConfigError("max_episode_steps", max_episode_steps, f"an int >= 1: {env_id} has no time limit "
+                                  "of its own", fix="pass e.g. env.max_episode_steps=1000")
         except ConfigError:
             self._vec.close()
             raise
         obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
-        self.id = id
+        self.id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = int(time_limit)
-        self.solved_threshold = solved_threshold if solved_threshold is not None else spec.reward_threshold
+        self.solved_threshold = spec.reward_threshold
         if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
             self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
                                                     obs_space.high.astype(np.float32), dtype=np.float32)
@@ -172,9 +161,11 @@ class GymEnv(BatchedEnv):
         if isinstance(act_space, gym.spaces.Discrete):
             self.action_space = gym.spaces.Discrete(int(act_space.n))
             self._action_start = int(act_space.start)
-        else:
-            self.action_space = act_space
-            self._action_low, self._action_high = act_space.low, act_space.high
+        else:  # a Box (_check_spaces)
+            box = typing.cast(gym.spaces.Box, act_space)
+            self.action_space = box
+            self._action_low, self._action_high, self._action_shape = box.low, box.high, box.shape
+        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.seed = seed
         self._num_resets = 0
         self.reset(seed=seed)
@@ -210,7 +201,7 @@ class GymEnv(BatchedEnv):
         seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
                  for i in range(self.num_envs)]
         self._num_resets += 1
-        obs, _ = self._vec.reset(seed=seeds)
+        obs, _ = self._vec.reset(seed=seeds)  # type: ignore[arg-type]  # vector envs take one seed per env too
         return self._to_tensor(obs)
 
     def step(self, action: Tensor) -> StepResult:
@@ -258,7 +249,7 @@ class GymEnv(BatchedEnv):
         action = action.detach().cpu()
         if self.is_discrete:
             return action.reshape(self.num_envs).to(torch.int64).numpy() + self._action_start
-        array = action.reshape(self.num_envs, *self.action_space.shape).to(torch.float64).numpy()
+        array = action.reshape(self.num_envs, *self._action_shape).to(torch.float64).numpy()
         return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
 
     def _final_obs(self, obs: Any, info: dict[str, Any]) -> Any:
@@ -276,7 +267,8 @@ class GymEnv(BatchedEnv):
         return leaves
 
     def _to_tensor(self, obs: Any) -> Tensor | TensorDict:
-        """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a TensorDict."""
+        """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a
+        TensorDict."""
         if self._keys is None:
             return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
@@ -307,7 +299,7 @@ def square_frame(picture: np.ndarray, size: int) -> np.ndarray:
     scale = size / max(h, w)
     new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
     image = Image.fromarray(np.ascontiguousarray(picture[..., :3]).astype(np.uint8)).resize((new_w, new_h),
-                                                                                           Image.BILINEAR)
+                                                                                           Image.Resampling.BILINEAR)
     out = np.zeros((size, size, 3), dtype=np.uint8)
     top, left = (size - new_h) // 2, (size - new_w) // 2
     out[top:top + new_h, left:left + new_w] = np.asarray(image)

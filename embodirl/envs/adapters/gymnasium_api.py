@@ -3,7 +3,7 @@
 Use it to hand an embodirl env to gymnasium tooling (``gymnasium.utils.env_checker.check_env``, wrappers,
 recorders, other libraries' single-env loops)::
 
-    env = SingleEnvAdapter(PushCube(num_envs=1))
+    env = SingleEnvAdapter(PushCube(PushCubeConfig(num_envs=1)))
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
 
@@ -25,6 +25,8 @@ from embodirl.envs.base import BatchedEnv
 
 __all__ = ["SingleEnvAdapter"]
 
+NumpyObs = np.ndarray | dict[str, Any]  #: a Box observation as an array; a Dict one as a (nested) dict of arrays
+
 
 class SingleEnvAdapter(gym.Env):
     """gymnasium's ``Env`` API over a :class:`BatchedEnv` with ``num_envs == 1``.
@@ -39,7 +41,7 @@ class SingleEnvAdapter(gym.Env):
         ValueError: ``env`` holds more than one copy.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 30}
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 30}  # noqa: RUF012 - gymnasium's way
 
     def __init__(self, env: BatchedEnv, render_size: int = 256, render_fps: float | None = None) -> None:
         if env.num_envs != 1:
@@ -54,7 +56,7 @@ class SingleEnvAdapter(gym.Env):
         fps = render_fps if render_fps is not None else (1.0 / control_dt if control_dt else 30)
         self.metadata = {**type(self).metadata, "render_fps": fps}
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[NumpyObs, dict]:
         """Start a new episode; ``seed`` restarts the env's reset stream (None continues it).
 
         Returns:
@@ -65,7 +67,7 @@ class SingleEnvAdapter(gym.Env):
         obs = self.env.reset(seed=seed)
         return self._to_numpy(obs[0]), {}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[NumpyObs, float, bool, bool, dict[str, Any]]:
         """Apply one action (clipped by the env for Box spaces).
 
         Returns:
@@ -91,14 +93,14 @@ class SingleEnvAdapter(gym.Env):
         self.env.close()
 
     @staticmethod
-    def _to_numpy(obs: torch.Tensor | TensorDict) -> np.ndarray | dict[str, Any]:
+    def _to_numpy(obs: torch.Tensor | TensorDict) -> NumpyObs:
         """A Box observation as a float32 array; a Dict one as a dict of arrays, each in its own dtype."""
         if isinstance(obs, TensorDict):
             return {key: SingleEnvAdapter._leaf(value) for key, value in obs.items()}
         return obs.detach().cpu().numpy().astype(np.float32, copy=True)
 
     @staticmethod
-    def _leaf(value: torch.Tensor | TensorDict) -> np.ndarray | dict[str, Any]:
+    def _leaf(value: Any) -> NumpyObs:
         if isinstance(value, TensorDict) or value.is_floating_point():
             return SingleEnvAdapter._to_numpy(value)
         return value.detach().cpu().numpy().copy()

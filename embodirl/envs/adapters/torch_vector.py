@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -51,15 +52,17 @@ from hydra.utils import get_object, instantiate
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.config.envs import TorchVectorConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import STATE_KEY, ObsKey, key_name, observation_spec
-from embodirl.errors import ConfigError, check, check_choice, is_int
+from embodirl.errors import ConfigError, check, is_int
 
 __all__ = ["TorchVectorEnv"]
 
 log = logging.getLogger(__name__)
 
-_FINAL_OBS_KEYS = (("final_observation", "_final_observation"), ("final_obs", "_final_obs"))  # ManiSkill3, gymnasium 1.x
+# ManiSkill3's, then gymnasium 1.x's names of the final observation and its mask
+_FINAL_OBS_KEYS = (("final_observation", "_final_observation"), ("final_obs", "_final_obs"))
 _EXAMPLE = "see the ManiSkill3 example in conf/env/torch_vector.yaml"
 DEFAULT_SUCCESS_THRESHOLD = 0.9  #: eval/success_rate that counts as solved when the simulator reports success
 
@@ -136,7 +139,7 @@ def build_simulator(make: str | Mapping[str, Any] | None, num_envs: int) -> Any:
           "remove env.make.num_envs and set env.num_envs")
     try:
         factory = get_object(target)
-    except Exception as exc:  # noqa: BLE001 - Hydra reports import failures as several types
+    except Exception as exc:  # Hydra reports import failures as several types
         reason = " ".join(str(exc).split())[:240]
         raise ConfigError(key, target, f"{expected}; importing it failed: {reason}",
                           f"install the simulator's package or correct the path; {_EXAMPLE}") from None
@@ -150,65 +153,46 @@ def build_simulator(make: str | Mapping[str, Any] | None, num_envs: int) -> Any:
 class TorchVectorEnv(BatchedEnv):
     """A torch-batched vector simulator (ManiSkill3, Isaac Lab, ...) behind the batched-env contract.
 
+    The keys (:class:`~embodirl.config.envs.TorchVectorConfig`): ``make`` is the simulator's constructor, called
+    with ``num_envs=N``: an import path, or a ``_target_`` mapping whose other keys are its keyword arguments (e.g.
+    ManiSkill3's ``ManiSkillVectorEnv`` with ``env: PushCube-v1``); it must return an object with
+    ``reset``/``step`` as described in the module docstring that resets finished envs itself.
+    ``max_episode_steps`` None reads ``spec.max_episode_steps`` (ManiSkill3, gymnasium) or ``max_episode_length``
+    (Isaac Lab). ``solved_threshold`` None: 0.9 success rate when the simulator reports success, else
+    ``spec.reward_threshold`` (None: never). ``success_key`` names the info key of the per-env success flags; the
+    env reports success when the reset's info has it. ``final_obs`` says where the true last observation of a
+    finished episode comes from: ``"info"`` (ManiSkill3 and gymnasium: ``info["final_observation"]`` or
+    ``info["final_obs"]``) or ``"acted_on"`` (simulators that return none, like Isaac Lab: the observation the
+    env acted on at its last step). ``per_env_seeds``: the simulator's ``reset(seed=[s_0, ..., s_N-1])`` starts
+    env ``i`` from a state that depends on ``s_i`` alone, so envs given equal seeds start equal (GRPO's
+    group-shared resets need it; checked on the first observations at every group reset).
+
     Args:
-        make: The simulator's constructor, called with ``num_envs=N``: an import path, or a ``_target_``
-            mapping whose other keys are its keyword arguments (e.g. ManiSkill3's ``ManiSkillVectorEnv`` with
-            ``env: PushCube-v1``). It must return an object with ``reset``/``step`` as described in the module
-            docstring that resets finished envs itself.
-        num_envs: Number of parallel envs ``N``.
-        max_episode_steps: Episode limit; None reads ``spec.max_episode_steps`` (ManiSkill3, gymnasium) or
-            ``max_episode_length`` (Isaac Lab).
-        solved_threshold: Value of ``solved_metric`` counting as solved; None: 0.9 success rate when the simulator
-            reports success, else ``spec.reward_threshold`` (None: never).
-        success_key: Info key of the per-env success flags; the env reports success when the reset's info has it.
-            None: no success notion.
-        final_obs: Where the true last observation of a finished episode comes from: ``"info"`` (ManiSkill3 and
-            gymnasium: ``info["final_observation"]`` or ``info["final_obs"]``) or ``"acted_on"`` (simulators that
-            return none, like Isaac Lab: the observation the env acted on at its last step).
-        per_env_seeds: The simulator's ``reset(seed=[s_0, ..., s_N-1])`` starts env ``i`` from a state that
-            depends on ``s_i`` alone, so envs given equal seeds start equal (GRPO's group-shared resets need it;
-            checked on the first observations at every group reset).
+        cfg: The env's keys.
         device: Device the simulator's tensors are on (checked at construction).
         seed: Seed of the first reset.
     """
 
-    def __init__(
-        self,
-        make: str | dict | None = None,
-        num_envs: int = 16,
-        max_episode_steps: int | None = None,
-        solved_threshold: float | None = None,
-        success_key: str | None = "success",
-        final_obs: Literal["info", "acted_on"] = "info",
-        per_env_seeds: bool = False,
-        *,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-    ) -> None:
-        check(is_int(num_envs) and num_envs >= 1, "num_envs", num_envs, "an int >= 1", "pass env.num_envs=16")
-        check(max_episode_steps is None or (is_int(max_episode_steps) and max_episode_steps >= 1),
-              "max_episode_steps", max_episode_steps, "an int >= 1, or null for the simulator's own limit")
-        check(success_key is None or isinstance(success_key, str), "success_key", success_key,
-              "an info key such as success, or null")
-        check_choice("final_obs", final_obs, ["info", "acted_on"])
-        self.num_envs = num_envs
+    def __init__(self, cfg: TorchVectorConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
+        num_envs = self.num_envs = cfg.num_envs
         self.device = torch.device(device)
         check(self.device.type != "cuda" or torch.cuda.is_available(), "device", str(self.device),
               "a device this machine has (torch sees no CUDA device)", "pass device=cpu")
-        self.success_key, self.final_obs_source, self.per_env_seeds = success_key, final_obs, per_env_seeds
-        self._sim = build_simulator(make, num_envs)
+        self.success_key, self.final_obs_source, self.per_env_seeds = cfg.success_key, cfg.final_obs, cfg.per_env_seeds
+        self._sim = build_simulator(cfg.make, num_envs)
         try:
-            self._read_simulator(max_episode_steps)
+            self._read_simulator(cfg.max_episode_steps)
             self.seed, self._num_resets = seed, 0
             info = self._reset(_sim_seed(seed))
         except ConfigError:
             self.close()
             raise
-        self._reports_success = success_key is not None and success_key in info
+        self._reports_success = cfg.success_key is not None and cfg.success_key in info
         self.solved_metric = "eval/success_rate" if self._reports_success else "eval/return_mean"
         spec = _attribute(self._sim, "spec")
         default = DEFAULT_SUCCESS_THRESHOLD if self._reports_success else getattr(spec, "reward_threshold", None)
-        self.solved_threshold = solved_threshold if solved_threshold is not None else default
+        self.solved_threshold = default
+        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
 
     def _read_simulator(self, max_episode_steps: int | None) -> None:
         """Spaces, episode limit and auto-reset from the simulator, each refused with a fix when unusable."""
@@ -232,7 +216,9 @@ class TorchVectorEnv(BatchedEnv):
         self.action_space = act_space
         self._action_start = int(act_space.start) if isinstance(act_space, gym.spaces.Discrete) else 0
         self._action_low = self._action_high = None
-        if isinstance(act_space, gym.spaces.Box) and np.isfinite(act_space.low).any() | np.isfinite(act_space.high).any():
+        bounded = isinstance(act_space, gym.spaces.Box) and bool(np.isfinite(act_space.low).any()
+                                                                 | np.isfinite(act_space.high).any())
+        if bounded:
             self._action_low = torch.as_tensor(act_space.low, dtype=torch.float32, device=self.device)
             self._action_high = torch.as_tensor(act_space.high, dtype=torch.float32, device=self.device)
         spec = _attribute(sim, "spec")
@@ -264,7 +250,8 @@ class TorchVectorEnv(BatchedEnv):
             raise ConfigError("algo.group_shared_reset", True, "false with this simulator: group members can start "
                               "from one state only if it seeds each env separately (env.per_env_seeds=true)",
                               "pass algo.group_shared_reset=false, or env.per_env_seeds=true if the simulator's "
-                              "reset(seed=[s_0, ..., s_N-1]) starts envs with equal seeds from equal states", absolute=True)
+                              "reset(seed=[s_0, ..., s_N-1]) starts envs with equal seeds from equal states",
+                              absolute=True)
         if seed is not None:
             self.seed, self._num_resets = seed, 0
         self._num_resets += 1
@@ -362,14 +349,16 @@ class TorchVectorEnv(BatchedEnv):
         if isinstance(elsewhere, Tensor):
             return torch.where(mask.view(-1, *[1] * (elsewhere.dim() - 1)), where_true, elsewhere)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
+        observation = typing.cast(TensorDict, where_true)  # shaped like elsewhere: a TensorDict too
         for key in self._spec:
-            a, b = where_true.get(key), elsewhere.get(key)
+            a, b = observation.get(key), elsewhere.get(key)
             out.set(key, torch.where(mask.view(-1, *[1] * (b.dim() - 1)), a, b))
         return out
 
     def _success(self, info: Mapping[str, Any], done: Tensor) -> Tensor:
         """``[N]`` bool: the finished step's flag where an episode ended (``final_info``), the current one elsewhere."""
         key = self.success_key
+        assert key is not None  # called only for a simulator that reports success under this key
         success = info.get(key)
         final_info = info.get("final_info")
         if isinstance(final_info, Mapping) and key in final_info:

@@ -14,35 +14,27 @@ groups of ``g`` envs one identical start. Components: cube xy (0-1), yaw (2), jo
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
-from typing import Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from embodirl.envs.push_cube import arm_scene as scene
+from embodirl.config.envs import PushCubeArmConfig
 from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.push_cube import arm_scene as scene
 from embodirl.envs.push_cube.mujoco_engine import STATE_FIELDS, BatchEngine, WarpEngine
 from embodirl.envs.rng import ResetStream, hash_uniform
-from embodirl.errors import CheckpointError, check, check_choice, is_int
+from embodirl.errors import CheckpointError, check, is_int
 
 __all__ = ["PushCubeArm"]
 
 OBS_DIM = 32
-_COUNTS = ("num_envs", "max_episode_steps", "substeps", "warp_nconmax", "warp_njmax")
-_POSITIVE = ("action_scale", "timestep", "goal_radius", "goal_offset")
-_FLAGS = ("terminate_on_success", "randomize_yaw", "time_obs")
 _STATE_KEYS = {"steps", "goal", "ever_success", "episode", "num_resets", "seed", *(f"sim.{k}" for k in STATE_FIELDS)}
-
-
-
-def _is_num(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _opengl_configured() -> bool:
@@ -50,32 +42,6 @@ def _opengl_configured() -> bool:
     or Windows (native windowing)."""
     return bool(os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
                 or sys.platform in ("darwin", "win32"))
-
-
-def _check_arguments(args: dict) -> None:
-    """Raise :class:`~embodirl.errors.ConfigError` naming the first bad constructor argument in ``args``."""
-    check_choice("reward_mode", args["reward_mode"], ("normalized_dense", "dense", "sparse"))
-    check_choice("engine", args["engine"], ("auto", "batch", "warp"))
-    for key in _FLAGS:
-        check(isinstance(args[key], bool), key, args[key], "true or false")
-    for key in _COUNTS:
-        check(is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
-    for key in _POSITIVE:
-        check(_is_num(args[key]) and args[key] > 0, key, args[key], "a finite number > 0")
-    check(is_int(args["num_threads"]) and args["num_threads"] >= 0, "num_threads", args["num_threads"],
-          "an int >= 0 (0 = one thread per CPU core)")
-    check(args["action_scale"] <= 0.2, "action_scale", args["action_scale"], "at most 0.2 rad per step",
-          fix="use e.g. action_scale=0.025 (about 2.5 cm of tip motion per step at the arm's reach)")
-    check(args["timestep"] <= 0.02, "timestep", args["timestep"], "at most 0.02 s (the arm's stiff position "
-          "control and the contacts are unstable beyond)", fix="use e.g. timestep=0.01 with substeps=5")
-    noise = args["joint_noise"]
-    check(isinstance(noise, list | tuple) and len(noise) == scene.NUM_JOINTS
-          and all(_is_num(x) and 0 <= x <= 0.2 for x in noise), "joint_noise", noise,
-          "6 numbers in [0, 0.2] (rad; larger offsets can start the rod inside the table or the cube)")
-    dev = torch.device(args["device"])
-    if args["engine"] == "batch":
-        check(dev.type == "cpu", "engine", "batch", f"a CPU device for mujoco.batch (device is {dev})",
-              fix="pass device=cpu, or engine=auto to use mujoco_warp on CUDA")
 
 
 class PushCubeArm(BatchedEnv):
@@ -95,24 +61,12 @@ class PushCubeArm(BatchedEnv):
     success), ``dense`` ``r``, ``sparse`` the success flag. Episodes are truncated after ``max_episode_steps``
     and by default do not end on success: see the hover trap in :class:`~embodirl.envs.push_cube.env.PushCube`.
 
+    The keys (:class:`~embodirl.config.envs.PushCubeArmConfig`) set the task, the physics step and the engine:
+    ``engine=auto`` runs ``mujoco.batch`` on CPU threads and ``mujoco_warp`` (the ``[warp]`` extra) on CUDA;
+    ``engine=warp`` on a CPU device is only for testing.
+
     Args:
-        num_envs: Number of parallel envs ``N``.
-        reward_mode: ``normalized_dense``, ``dense`` or ``sparse``.
-        terminate_on_success: End the episode (terminated) on success.
-        randomize_yaw: Initial cube yaw ~ U(-pi/4, pi/4) instead of 0.
-        time_obs: Append ``elapsed_steps / max_episode_steps`` to the observation.
-        max_episode_steps: Time limit (truncation).
-        action_scale: Joint target offset at ``|a| = 1`` (rad per control step).
-        joint_noise: Half-widths of the uniform offsets added to the start configuration (rad, per joint).
-        timestep: Physics timestep (s).
-        substeps: Physics steps per action (control period ``timestep * substeps``).
-        goal_radius: Success radius (m).
-        goal_offset: Distance of the goal from the cube's start along +x (m).
-        engine: ``auto`` (``batch`` on CPU, ``warp`` on CUDA), ``batch`` (``mujoco.batch``) or ``warp``
-            (``mujoco_warp``, the ``[warp]`` extra; on a CPU device only for testing).
-        num_threads: Threads of the CPU engine (0 = one per core).
-        warp_nconmax: Contacts allocated per world (warp engine).
-        warp_njmax: Constraint rows allocated per world (warp engine).
+        cfg: The env's keys.
         device: Device of every tensor.
         seed: Seed of the reset-state stream.
     """
@@ -121,56 +75,38 @@ class PushCubeArm(BatchedEnv):
     solved_threshold = 0.9
     info_metrics = ("dist_to_goal", "is_reached", "on_table")  # logged as episode/metrics/* and eval/metrics/*
 
-    def __init__(
-        self,
-        num_envs: int = 512,
-        reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense",
-        terminate_on_success: bool = False,
-        randomize_yaw: bool = False,
-        time_obs: bool = False,
-        max_episode_steps: int = 50,
-        action_scale: float = 0.025,
-        joint_noise: tuple[float, ...] = (0.1, 0.03, 0.03, 0.05, 0.05, 0.1),
-        timestep: float = 0.01,
-        substeps: int = 5,
-        goal_radius: float = 0.1,
-        goal_offset: float = 0.2,
-        engine: Literal["auto", "batch", "warp"] = "auto",
-        num_threads: int = 0,
-        warp_nconmax: int = 16,
-        warp_njmax: int = 64,
-        *,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-    ) -> None:
-        args = {key: value for key, value in locals().items() if key != "self"}
-        _check_arguments(args)
-        self.num_envs, self.max_episode_steps = num_envs, max_episode_steps
+    def __init__(self, cfg: PushCubeArmConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
+        num_envs = cfg.num_envs
+        self.num_envs, self.max_episode_steps = num_envs, cfg.max_episode_steps
         self.device = torch.device(device)
-        self.reward_mode, self.terminate_on_success = reward_mode, terminate_on_success
-        self.randomize_yaw, self.time_obs = randomize_yaw, time_obs
-        self.action_scale, self.substeps = float(action_scale), substeps
-        self.control_dt = timestep * substeps
-        self.goal_radius, self.goal_offset = float(goal_radius), float(goal_offset)
-        self.model = scene.load_model(timestep)
+        check(cfg.engine != "batch" or self.device.type == "cpu", "engine", "batch", f"a CPU device for mujoco.batch "
+              f"(device is {self.device})", fix="pass device=cpu, or engine=auto to use mujoco_warp on CUDA")
+        self.reward_mode, self.terminate_on_success = cfg.reward_mode, cfg.terminate_on_success
+        self.randomize_yaw, self.time_obs = cfg.randomize_yaw, cfg.time_obs
+        self.action_scale, self.substeps = float(cfg.action_scale), cfg.substeps
+        self.control_dt = cfg.timestep * cfg.substeps
+        self.goal_radius, self.goal_offset = float(cfg.goal_radius), float(cfg.goal_offset)
+        self.model = scene.load_model(cfg.timestep)
         self.geometry = scene.ArmGeometry(self.model)
-        if engine == "warp" or (engine == "auto" and self.device.type == "cuda"):
-            self.engine = WarpEngine(self.model, num_envs, self.device, warp_nconmax, warp_njmax)
+        self.engine: BatchEngine | WarpEngine
+        if cfg.engine == "warp" or (cfg.engine == "auto" and self.device.type == "cuda"):
+            self.engine = WarpEngine(self.model, num_envs, self.device, cfg.warp_nconmax, cfg.warp_njmax)
         else:
-            self.engine = BatchEngine(self.model, num_envs, num_threads)
+            self.engine = BatchEngine(self.model, num_envs, cfg.num_threads)
         self.device = self.engine.device  # e.g. cuda -> cuda:0, the device warp's arrays live on
         self._sim = self.engine.fields
         dtype = self.engine.dtype
         self._ctrl_low, self._ctrl_high = (torch.tensor(self.model.actuator_ctrlrange[:, i], dtype=dtype,
                                                         device=self.device) for i in (0, 1))
-        self._joint_noise = torch.tensor(joint_noise, dtype=torch.float64, device=self.device)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM + int(time_obs),), np.float32)
+        self._joint_noise = torch.tensor(cfg.joint_noise, dtype=torch.float64, device=self.device)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM + int(cfg.time_obs),), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (scene.NUM_JOINTS,), np.float32)
         self._goal = torch.zeros(num_envs, 2, dtype=dtype, device=self.device)
         self._steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._ever_success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._resets = ResetStream(num_envs, self.device, seed)  # keys, counters and seed of the resets
-        self._renderer = None  # MuJoCo's renderer once made; False when no OpenGL context can be made
+        self._renderer: Any = None  # MuJoCo's renderer once made; False when no OpenGL context can be made
+        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
     # --- resets --------------------------------------------------------------------------------------
@@ -312,7 +248,7 @@ class PushCubeArm(BatchedEnv):
                 with warnings.catch_warnings():  # glfw warns before failing without a display
                     warnings.simplefilter("ignore")
                     self._renderer = mujoco.Renderer(self.model, size, size)
-            except Exception:  # noqa: BLE001 - no OpenGL context of any kind: draw top views instead
+            except Exception:  # no OpenGL context of any kind: draw top views instead
                 self._renderer = False
         if not self._renderer:
             return None

@@ -68,7 +68,8 @@ class ArmGeometry:
         self.tool_length = float(tcp[2] - flange[2])  # the rod runs along the flange's z axis
         self.rod_radius = float(model.geom("rod").size[0])
         self.cube_half_size = float(model.geom("cube").size[0])
-        self.table_half_size = tuple(float(x) for x in model.geom("table").size[:2])
+        half_x, half_y = (float(x) for x in model.geom("table").size[:2])
+        self.table_half_size = (half_x, half_y)
 
 
 def load_model(timestep: float | None = None):

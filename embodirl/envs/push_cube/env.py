@@ -2,7 +2,8 @@
 
 A kinematic disk (the tool tip) pushes a square cube sliding on a table with Coulomb friction; the contact
 is solved with normal + friction impulses, then projected out of penetration (the maths, the reward and the
-drawing are pure functions in :mod:`embodirl.envs.push_cube.physics`; the task is specified in ``docs/envs/push_cube.md``).
+drawing are pure functions in :mod:`embodirl.envs.push_cube.physics`; the task is specified in
+``docs/envs/push_cube.md``).
 Limitations: planar (no lifting or tipping), a kinematic tip instead of a 7-DoF arm (or a 2-link SCARA arm
 whose links pass above the cube), no gripper, and decoupled ("box" limit-surface) table friction.
 
@@ -23,89 +24,23 @@ updated in place, no host syncs); every tensor it returns is freshly allocated.
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
 import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from embodirl.envs.push_cube import physics as phys
+from embodirl.config.envs import PushCubeConfig
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.push_cube.view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
-from embodirl.errors import CheckpointError, check, check_choice, is_int
+from embodirl.errors import CheckpointError, check, is_int
 
 __all__ = ["PushCube"]
 
 STATE_ROWS = 16
 _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed", "ever_success"}
-_CHOICES = {"control_mode": ("ee_delta_pos", "joint_delta_pos"), "reward_mode": ("normalized_dense", "dense", "sparse"),
-            "goal_direction": ("fixed", "random", "random_aligned"), "physics_dtype": ("float32", "float64"),
-            "obs_mode": ("state", "rgb", "state_rgb")}
-_FLAGS = ("terminate_on_success", "fail_on_leaving_workspace", "randomize_yaw", "time_obs")
-_COUNTS = ("num_envs", "max_episode_steps", "substeps", "solver_iterations")
-_POSITIVE = ("cube_half_size", "cube_mass", "pusher_radius", "gravity", "control_dt", "max_speed", "max_joint_delta",
-             "goal_radius", "goal_offset")
-_NON_NEGATIVE = ("table_friction", "push_friction", "speculative_slack")
-_PAIRS = ("arm_base", "link_lengths", "workspace_low", "workspace_high", "table_half_size")
-
-
-
-def _is_num(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_pair(value: object) -> bool:
-    return isinstance(value, list | tuple) and len(value) == 2 and all(_is_num(x) for x in value)
-
-
-def _max_tip_speed(args: dict) -> float:
-    """Largest tip speed an action can command: ``sqrt(2) max_speed`` (ee mode) or the bound
-    ``max_joint_delta / control_dt (l1 + 2 l2)`` of ``|J(q) q_dot|`` (joint mode)."""
-    if args["control_mode"] == "joint_delta_pos":
-        return args["max_joint_delta"] / args["control_dt"] * (args["link_lengths"][0] + 2 * args["link_lengths"][1])
-    return math.sqrt(2.0) * args["max_speed"]
-
-
-def _check_arguments(args: dict) -> None:
-    """Raise :class:`~embodirl.errors.ConfigError` naming the first bad constructor argument in ``args``."""
-    for key, choices in _CHOICES.items():
-        check_choice(key, args[key], choices)
-    for key in _FLAGS:
-        check(isinstance(args[key], bool), key, args[key], "true or false")
-    for key in _COUNTS:
-        check(is_int(args[key]) and args[key] >= 1, key, args[key], "an int >= 1")
-    for key in _POSITIVE:
-        check(_is_num(args[key]) and args[key] > 0, key, args[key], "a finite number > 0")
-    for key in _NON_NEGATIVE:
-        check(_is_num(args[key]) and args[key] >= 0, key, args[key], "a finite number >= 0")
-    for key in _PAIRS:
-        check(_is_pair(args[key]), key, args[key], "a pair of finite numbers [x, y]")
-    beta = args["baumgarte"]
-    check(_is_num(beta) and 0 < beta <= 1, "baumgarte", beta, "a number in (0, 1]")
-    check(is_int(args["image_size"]) and 8 <= args["image_size"] <= 1024, "image_size", args["image_size"],
-          "an int in [8, 1024] (pixels per side of the rgb observation)")
-    for key in ("link_lengths", "table_half_size"):
-        check(min(args[key]) > 0, key, args[key], "two numbers > 0")
-    low, high, spawn = args["workspace_low"], args["workspace_high"], "(the tip's spawn box must lie in the workspace)"
-    check(all(np.less_equal(low, phys.TIP_SPAWN_LOW)), "workspace_low", low,
-          f"at most {list(phys.TIP_SPAWN_LOW)} {spawn}")
-    check(all(np.greater_equal(high, phys.TIP_SPAWN_HIGH)), "workspace_high", high,
-          f"at least {list(phys.TIP_SPAWN_HIGH)} {spawn}")
-    delta, radius, half = args["control_dt"] / args["substeps"], args["pusher_radius"], args["cube_half_size"]
-    check(args["max_speed"] * delta < radius, "max_speed", args["max_speed"],
-          f"max_speed * control_dt / substeps < pusher_radius={radius} (no tunnelling)",
-          fix="lower max_speed or raise substeps")
-    if args["control_mode"] == "joint_delta_pos":  # the speculative margin covers the travel; keep it < h
-        check(_max_tip_speed(args) * delta < half, "max_joint_delta", args["max_joint_delta"],
-              f"a tip travel per substep, max_joint_delta (l1 + 2 l2) / substeps, below cube_half_size={half}",
-              fix="lower max_joint_delta or raise substeps")
-    clearance = -phys.CUBE_SPAWN - phys.TIP_SPAWN_HIGH[0]  # 0.1 m between the spawn boxes of cube centre and tip
-    check(half * math.sqrt(2.0) + radius < clearance, "cube_half_size", half,
-          f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube and tip never overlap at the start)")
 
 
 class PushCube(BatchedEnv):
@@ -128,44 +63,16 @@ class PushCube(BatchedEnv):
     ManiSkill parity with termination, give success a terminal value of at least ``1/(1 - gamma)`` times
     the per-step maximum.
 
+    The keys (:class:`~embodirl.config.envs.PushCubeConfig`) set the task (``control_mode``, ``reward_mode``,
+    ``goal_direction``, ...), the physics (cube, tip, friction, substeps, the contact solver), the arm of joint mode
+    and the observation (``obs_mode``: ``state`` is the vector above, a ``Box``; ``rgb`` a ``Dict`` with ``rgb``,
+    the top view the videos show, ``uint8`` ``[image_size, image_size, 3]``, where the goal is only in the picture;
+    ``state_rgb`` a ``Dict`` with both). ``physics_dtype=float64`` makes CPU, CUDA and compiled runs agree closely
+    over long horizons (contact amplifies float32 rounding); observations, rewards and ``dist_to_goal`` are float32
+    either way.
+
     Args:
-        num_envs: Number of parallel envs ``N``.
-        control_mode: ``ee_delta_pos`` (tip velocity) or ``joint_delta_pos`` (2-link arm joint deltas).
-        reward_mode: ``normalized_dense``, ``dense`` or ``sparse``.
-        terminate_on_success: End the episode (terminated) on success; see the hover trap above.
-        fail_on_leaving_workspace: Terminate with reward 0 when the cube leaves ``table_half_size``.
-        goal_direction: ``fixed`` (``g = c + (goal_offset, 0)``), ``random`` (any direction; the tip may
-            have to go around the cube) or ``random_aligned`` (the scene rotated about the cube's centre).
-        randomize_yaw: Initial yaw ~ U(-pi/4, pi/4) instead of 0.
-        time_obs: Append ``elapsed_steps / max_episode_steps`` to the observation.
-        max_episode_steps: Time limit (truncation).
-        cube_half_size: Cube half-size ``h`` (m).
-        cube_mass: Cube mass (kg); the inertia is ``m (2h)^2 / 6``.
-        pusher_radius: Tool-tip disk radius ``r`` (m).
-        table_friction: Cube-table Coulomb coefficient.
-        push_friction: Tip-cube Coulomb coefficient.
-        gravity: Gravity (m/s^2).
-        control_dt: Control period (s).
-        substeps: Physics substeps per control step.
-        max_speed: Tip speed per action component at ``|a| = 1`` (m/s, ee mode).
-        max_joint_delta: Joint step per control step at ``|a| = 1`` (rad, joint mode).
-        arm_base: Shoulder position of the 2-link arm (m).
-        link_lengths: Upper-arm and forearm lengths (m).
-        workspace_low: Lower corner of the tip's workspace (m).
-        workspace_high: Upper corner of the tip's workspace (m).
-        solver_iterations: Contact solver sweeps per substep.
-        baumgarte: Fraction of a penetration corrected per substep by the solver.
-        speculative_slack: Added to the tip's largest per-substep travel to get the speculative margin (m).
-        goal_radius: Success radius (m).
-        goal_offset: Distance of the goal from the cube's start (m).
-        table_half_size: Half extents of the table (m), for ``fail_on_leaving_workspace`` and rendering.
-        physics_dtype: dtype of the physics state; float64 makes CPU, CUDA and compiled runs agree closely over
-            long horizons (contact amplifies float32 rounding). Observations, rewards and ``dist_to_goal`` are
-            float32 either way.
-        obs_mode: ``state`` (the vector above, a ``Box``), ``rgb`` (a ``Dict`` with ``rgb``: the top view the
-            videos show, ``uint8`` ``[image_size, image_size, 3]``; the goal is only in the picture) or
-            ``state_rgb`` (a ``Dict`` with both, e.g. the picture for the actor, the state for the critic).
-        image_size: Width and height of the ``rgb`` observation in pixels.
+        cfg: The env's keys.
         device: Device of every tensor.
         seed: Seed of the reset-state stream.
     """
@@ -174,94 +81,69 @@ class PushCube(BatchedEnv):
     solved_threshold = 0.9
     info_metrics = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
 
-    def __init__(
-        self,
-        num_envs: int = 2048,
-        control_mode: Literal["ee_delta_pos", "joint_delta_pos"] = "ee_delta_pos",
-        reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense",
-        terminate_on_success: bool = False,
-        fail_on_leaving_workspace: bool = False,
-        goal_direction: Literal["fixed", "random", "random_aligned"] = "fixed",
-        randomize_yaw: bool = False,
-        time_obs: bool = False,
-        max_episode_steps: int = 50,
-        cube_half_size: float = 0.02,
-        cube_mass: float = 0.064,
-        pusher_radius: float = 0.01,
-        table_friction: float = 0.3,
-        push_friction: float = 0.3,
-        gravity: float = 9.81,
-        control_dt: float = 0.05,
-        substeps: int = 5,
-        max_speed: float = 0.5,
-        max_joint_delta: float = 0.05,
-        arm_base: tuple[float, float] = (-0.615, 0.0),
-        link_lengths: tuple[float, float] = (0.45, 0.45),
-        workspace_low: tuple[float, float] = (-0.35, -0.3),
-        workspace_high: tuple[float, float] = (0.45, 0.3),
-        solver_iterations: int = 4,
-        baumgarte: float = 0.2,
-        speculative_slack: float = 0.001,
-        goal_radius: float = 0.1,
-        goal_offset: float = 0.2,
-        table_half_size: tuple[float, float] = (0.6, 0.5),
-        physics_dtype: Literal["float32", "float64"] = "float32",
-        obs_mode: Literal["state", "rgb", "state_rgb"] = "state",
-        image_size: int = 64,
-        *,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-    ) -> None:
-        args = {key: value for key, value in locals().items() if key != "self"}
-        _check_arguments(args)
-        delta = control_dt / substeps
-        l1, l2 = float(link_lengths[0]), float(link_lengths[1])
-        self.num_envs = num_envs
-        self.max_episode_steps = max_episode_steps
+    def __init__(self, cfg: PushCubeConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
+        self.num_envs, self.max_episode_steps = cfg.num_envs, cfg.max_episode_steps
         self.device = torch.device(device)
-        self.control_mode, self.reward_mode, self.goal_direction = control_mode, reward_mode, goal_direction
-        self.terminate_on_success, self.fail_on_leaving_workspace = terminate_on_success, fail_on_leaving_workspace
-        self.randomize_yaw, self.time_obs = randomize_yaw, time_obs
-        self.physics_dtype = getattr(torch, physics_dtype)
-        self.joint_mode = control_mode == "joint_delta_pos"
-        self.half_size, self.radius = float(cube_half_size), float(pusher_radius)
-        self.mass, self.inertia = float(cube_mass), cube_mass * (2 * cube_half_size) ** 2 / 6
-        self.push_friction, self.control_dt, self.substeps = float(push_friction), float(control_dt), substeps
-        self.max_speed, self.max_joint_delta = float(max_speed), float(max_joint_delta)
-        self.arm_base, self.link_lengths = (float(arm_base[0]), float(arm_base[1])), (l1, l2)
-        self.workspace = (tuple(map(float, workspace_low)), tuple(map(float, workspace_high)))
-        self.table_half_size = tuple(map(float, table_half_size))
-        self.goal_radius, self.goal_offset = float(goal_radius), float(goal_offset)
-        self._solver = {"mass": self.mass, "inertia": self.inertia, "friction": self.push_friction, "dt": delta,
-                        "baumgarte": float(baumgarte), "margin": _max_tip_speed(args) * delta + speculative_slack,
-                        "iterations": solver_iterations}
-        self._delta = delta
-        self._friction_dv = table_friction * gravity * delta  # speed lost per substep, then the angular one:
-        self._friction_dw = self._friction_dv * phys.MEAN_LEVER_ARM * cube_half_size * self.mass / self.inertia
-        self.obs_mode, self.image_size = obs_mode, image_size
-        obs_dim = 17 + 4 * self.joint_mode + int(time_obs)
-        state_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
-        rgb_space = gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
-        spaces = {"state": {"state": state_space}, "rgb": {"rgb": rgb_space},
-                  "state_rgb": {"state": state_space, "rgb": rgb_space}}[obs_mode]
-        self.observation_space = state_space if obs_mode == "state" else gym.spaces.Dict(spaces)
-        self._parts = tuple(spaces)  # the observation's pieces, in the order _observe returns them
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.control_mode, self.reward_mode, self.goal_direction = cfg.control_mode, cfg.reward_mode, cfg.goal_direction
+        self.terminate_on_success = cfg.terminate_on_success
+        self.fail_on_leaving_workspace = cfg.fail_on_leaving_workspace
+        self.randomize_yaw, self.time_obs = cfg.randomize_yaw, cfg.time_obs
+        self.physics_dtype = getattr(torch, cfg.physics_dtype)
+        self.joint_mode = cfg.control_mode == "joint_delta_pos"
+        self._set_physics(cfg)
+        self.obs_mode, self.image_size = cfg.obs_mode, cfg.image_size
+        self._set_spaces(cfg)
 
-        n, dev, dtype = num_envs, self.device, self.physics_dtype
+        n, dev, dtype = cfg.num_envs, self.device, self.physics_dtype
         self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)  # success at some step of this episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
         self._views: dict[int, TopView] = {}  # frame geometry and background per size (rgb, render)
-        self._view = self._top_view(image_size)
+        self._view = self._top_view(cfg.image_size)
         # Eager memo of the next starts (state columns, observation rows); episodes last at least `min_length`.
-        min_length = 1 if terminate_on_success or fail_on_leaving_workspace else max_episode_steps
+        min_length = 1 if cfg.terminate_on_success or cfg.fail_on_leaving_workspace else cfg.max_episode_steps
         self._starts = StartCache(self._resets, self._draw_starts, dims=(1,) + (0,) * len(self._parts),
                                   depth=max(1, min(16, 4096 // n)), min_length=min_length)
         mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash,
                     self._view.background, self._view.offsets)
+        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
+
+    def _set_physics(self, cfg: PushCubeConfig) -> None:
+        """The physical constants as floats, and the contact solver's and table friction's per-substep terms."""
+        delta = cfg.substep_dt
+        self.half_size, self.radius = float(cfg.cube_half_size), float(cfg.pusher_radius)
+        self.mass = float(cfg.cube_mass)
+        self.inertia = cfg.cube_mass * (2 * cfg.cube_half_size) ** 2 / 6
+        self.push_friction, self.control_dt = float(cfg.push_friction), float(cfg.control_dt)
+        self.substeps = cfg.substeps
+        self.max_speed, self.max_joint_delta = float(cfg.max_speed), float(cfg.max_joint_delta)
+        self.arm_base = (float(cfg.arm_base[0]), float(cfg.arm_base[1]))
+        self.link_lengths = (float(cfg.link_lengths[0]), float(cfg.link_lengths[1]))
+        self.workspace = ((float(cfg.workspace_low[0]), float(cfg.workspace_low[1])),
+                          (float(cfg.workspace_high[0]), float(cfg.workspace_high[1])))
+        self.table_half_size = (float(cfg.table_half_size[0]), float(cfg.table_half_size[1]))
+        self.goal_radius, self.goal_offset = float(cfg.goal_radius), float(cfg.goal_offset)
+        margin = cfg.max_tip_speed() * delta + cfg.speculative_slack  # the speculative contact margin
+        self._solver = {"mass": self.mass, "inertia": self.inertia, "friction": self.push_friction, "dt": delta,
+                        "baumgarte": float(cfg.baumgarte), "margin": margin}
+        self._solver_iterations = cfg.solver_iterations
+        self._delta = delta
+        self._friction_dv = cfg.table_friction * cfg.gravity * delta  # speed lost per substep, then the angular one:
+        self._friction_dw = self._friction_dv * phys.MEAN_LEVER_ARM * cfg.cube_half_size * self.mass / self.inertia
+
+    def _set_spaces(self, cfg: PushCubeConfig) -> None:
+        """The observation space of ``obs_mode`` (with the order of its pieces) and the action space."""
+        obs_dim = 17 + 4 * self.joint_mode + int(cfg.time_obs)
+        state_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        rgb_space = gym.spaces.Box(0, 255, (cfg.image_size, cfg.image_size, 3), np.uint8)
+        modes: dict[str, dict[str, gym.Space]] = {"state": {"state": state_space}, "rgb": {"rgb": rgb_space},
+                                                  "state_rgb": {"state": state_space, "rgb": rgb_space}}
+        spaces = modes[cfg.obs_mode]
+        self.observation_space = state_space if cfg.obs_mode == "state" else gym.spaces.Dict(spaces)
+        self._parts: tuple[str, ...] = tuple(spaces)  # the observation's pieces, in the order _observe returns them
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
     # --- resets --------------------------------------------------------------------------------------
     @property
@@ -288,12 +170,12 @@ class PushCube(BatchedEnv):
         u = uniform_from_key(key_hash, counter, num).T  # [num, M] in [0, 1)
         tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
         dtype, (low, high) = self.physics_dtype, self.workspace
-        tip = tuple(x.clamp(lo, hi).to(dtype) for x, lo, hi in zip(tip, low, high, strict=True))
+        tip = (tip[0].clamp(low[0], high[0]).to(dtype), tip[1].clamp(low[1], high[1]).to(dtype))
         zero = torch.zeros_like(yaw, dtype=dtype)
         q = (zero, zero)
         if self.joint_mode:  # the joints reaching the stored tip, then the tip those joints reach
-            q = tuple(x.to(dtype) for x in phys.arm_inverse([x.double() for x in tip], self.arm_base,
-                                                             *self.link_lengths))
+            q0, q1 = phys.arm_inverse((tip[0].double(), tip[1].double()), self.arm_base, *self.link_lengths)
+            q = (q0.to(dtype), q1.to(dtype))
             tip = phys.arm_forward(q, self.arm_base, *self.link_lengths)
         rows = (*tip, zero, zero, *cube, yaw, zero, zero, zero, *goal, *q, zero, zero)
         return torch.stack([row.to(dtype) for row in rows])
@@ -314,7 +196,8 @@ class PushCube(BatchedEnv):
         Returns:
             :class:`StepResult`; ``info`` holds ``success`` (bool, cube within ``goal_radius`` now),
             ``success_once`` (bool, at any step of this episode so far), ``success_at_end`` (bool, success
-            on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of the push point) and
+            on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of
+            the push point) and
             ``elapsed_steps`` (int64, steps into the episode that this step belongs to), all ``[N]``.
         """
         if action.shape != (self.num_envs, 2):
@@ -374,7 +257,8 @@ class PushCube(BatchedEnv):
                 p_new = ((p[0] + d[0]).clamp(x_low, x_high), (p[1] + d[1]).clamp(y_low, y_high))
             v_p = ((p_new[0] - p[0]) * (1.0 / delta), (p_new[1] - p[1]) * (1.0 / delta))
             v, omega = phys.table_friction(v, omega, self._friction_dv, self._friction_dw)
-            v, omega = phys.solve_contact(v_p, v, omega, phi, n, r_c, **self._solver)
+            v, omega = phys.solve_contact(v_p, v, omega, phi, n, r_c, iterations=self._solver_iterations,
+                                          **self._solver)
             c = (c[0] + v[0] * delta, c[1] + v[1] * delta)
             theta = theta + omega * delta
             p = p_new

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from embodirl.config.envs import CUBE_SPAWN, TIP_SPAWN_HIGH, TIP_SPAWN_LOW
+
 __all__ = [
     "CUBE_SPAWN",
     "MEAN_LEVER_ARM",
@@ -56,8 +58,6 @@ Vec2Like = Vec2 | Sequence[Tensor] | Tensor  # also accepted as input: a [2, N] 
 #: ``(sqrt(2) + ln(1 + sqrt(2))) / 3`` (times ``h``), the lever arm of the table's friction torque.
 MEAN_LEVER_ARM = (math.sqrt(2.0) + math.log(1.0 + math.sqrt(2.0))) / 3.0
 _TINY = 1e-30  # guards divisions by a speed that may be exactly zero
-CUBE_SPAWN = 0.1  #: cube centre ~ U([-0.1, 0.1]^2)
-TIP_SPAWN_LOW, TIP_SPAWN_HIGH = (-0.30, -0.10), (-0.20, 0.10)  #: tip ~ U(box), >= 5 cm behind the cube
 YAW_SPAWN = math.pi / 4  #: randomize_yaw: yaw ~ U(-pi/4, pi/4)
 REACH_TOLERANCE = 0.015  #: |p - p*| below this counts as "reached" (gates the place term)
 TANH_SCALE = 5.0  #: distance scale of the reach and place terms (1/m)
@@ -154,22 +154,20 @@ def solve_contact(v_p: Vec2Like, v: Vec2Like, omega: Tensor, phi: Tensor, n: Vec
                   iterations: int) -> tuple[Vec2, Tensor]:
     """Sequential normal + friction impulses between the (infinitely heavy) pusher and the cube.
 
-    The contact is active when ``phi < margin`` (speculative). The target separating velocity is
-    ``-phi / dt`` for a gap (never close it faster than it exists) and ``-baumgarte phi / dt`` for a
-    penetration. Each iteration projects the accumulated normal impulse onto ``>= 0`` and the friction
-    impulse onto ``[-mu lambda_n, mu lambda_n]``. The relative velocity ``(v_n, v_t)`` of the pusher with
-    respect to the cube's contact point is updated through the 2x2 effective-mass matrix instead of being
-    recomputed from the cube's velocity (identical in exact arithmetic, fewer kernels).
+    The contact is active when ``phi < margin`` (speculative). The target separating velocity is ``-phi / dt`` for
+    a gap (never close it faster than it exists) and ``-baumgarte phi / dt`` for a penetration. Each iteration
+    projects the accumulated normal impulse onto ``>= 0`` and the friction impulse onto ``[-mu lambda_n, mu
+    lambda_n]``. The relative velocity ``(v_n, v_t)`` of the pusher with respect to the cube's contact point is
+    updated through the 2x2 effective-mass matrix instead of being recomputed from the cube's velocity (identical
+    in exact arithmetic, fewer kernels).
 
     Args:
-        v_p: Pusher velocity over the substep.
-        v: Cube velocity (after table friction).
+        v_p, v: Pusher velocity over the substep; cube velocity (after table friction).
         omega: ``[N]`` cube angular velocity.
         phi: ``[N]`` signed gap at the start of the substep.
         n: Unit normal, cube -> pusher.
         r_c: Lever arm of the contact point.
-        mass: Cube mass ``m``.
-        inertia: Cube moment of inertia ``I``.
+        mass, inertia: Cube mass ``m`` and moment of inertia ``I``.
         friction: Pusher-cube friction coefficient ``mu_push``.
         dt: Substep ``delta``.
         baumgarte: Fraction of a penetration removed per substep.
@@ -287,7 +285,8 @@ def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
         Tip, cube, yaw ``[M]`` and goal (``u``'s dtype and device).
     """
     cube = ((2.0 * u[0] - 1.0) * CUBE_SPAWN, (2.0 * u[1] - 1.0) * CUBE_SPAWN)
-    tip = tuple(lo + (hi - lo) * u[2 + i] for i, (lo, hi) in enumerate(zip(TIP_SPAWN_LOW, TIP_SPAWN_HIGH)))
+    (x_low, y_low), (x_high, y_high) = TIP_SPAWN_LOW, TIP_SPAWN_HIGH
+    tip = (x_low + (x_high - x_low) * u[2], y_low + (y_high - y_low) * u[3])
     yaw = (2.0 * u[4] - 1.0) * YAW_SPAWN if randomize_yaw else torch.zeros_like(u[0])
     heading = (2.0 * u[5] - 1.0) * math.pi if goal_direction != "fixed" else torch.zeros_like(u[0])
     cos_h, sin_h = heading.cos(), heading.sin()

@@ -9,6 +9,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from embodirl.config.envs import GymConfig
+from embodirl.config.schema import parse
 from embodirl.envs.adapters.gym import GymEnv
 from embodirl.errors import ConfigError
 
@@ -106,7 +108,7 @@ def reference_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
 
 
 def test_cartpole_conversions_and_metadata():
-    env = GymEnv("CartPole-v1", num_envs=4, seed=1)
+    env = GymEnv(GymConfig(id="CartPole-v1", num_envs=4), seed=1)
     ref = gym.make("CartPole-v1")
     assert env.observation_space == ref.observation_space and env.action_space == gym.spaces.Discrete(2)
     assert env.max_episode_steps == 500 and env.solved_threshold == 475.0
@@ -122,7 +124,7 @@ def test_cartpole_conversions_and_metadata():
 
 
 def test_pendulum_truncation_final_obs_and_action_clipping_match_gymnasium():
-    env = GymEnv("Pendulum-v1", num_envs=3)
+    env = GymEnv(GymConfig(id="Pendulum-v1", num_envs=3))
     resets = spy(env, "reset")
     env.reset(seed=7)
     seeds = resets[0][1]["seed"]
@@ -151,7 +153,7 @@ def test_pendulum_truncation_final_obs_and_action_clipping_match_gymnasium():
 
 
 def test_success_flags_come_from_the_finished_step():
-    env = GymEnv("EmbodirlTest/Success-v0", num_envs=4)
+    env = GymEnv(GymConfig(id="EmbodirlTest/Success-v0", num_envs=4))
     assert env.max_episode_steps == 10 and env.observation_space.dtype == np.float32
     assert not hasattr(env, "episode_stats"), "episode statistics are the collector's"
     for _ in range(2):  # partial episodes
@@ -169,14 +171,14 @@ def test_success_flags_come_from_the_finished_step():
 
 
 def test_terminating_on_the_last_allowed_step_is_not_a_truncation():
-    env = GymEnv("EmbodirlTest/Success-v0", num_envs=2, max_episode_steps=3)  # TimeLimit sets both flags
+    env = GymEnv(GymConfig(id="EmbodirlTest/Success-v0", num_envs=2, max_episode_steps=3))  # TimeLimit sets both flags
     steps = [env.step(torch.zeros(2, dtype=torch.int64)) for _ in range(3)]
     assert steps[-1].terminated.all() and not steps[-1].truncated.any()
     env.close()
 
 
 def test_group_shared_reset_and_seeding():
-    env = GymEnv("CartPole-v1", num_envs=8)
+    env = GymEnv(GymConfig(id="CartPole-v1", num_envs=8))
     grouped = env.reset(seed=3, group_size=4)
     assert torch.equal(grouped[:4], grouped[0].expand(4, 4)) and torch.equal(grouped[4:], grouped[4].expand(4, 4))
     assert not torch.equal(grouped[0], grouped[4])
@@ -184,14 +186,15 @@ def test_group_shared_reset_and_seeding():
     assert not torch.equal(fresh, grouped), "seed=None draws new seeds"
     assert len({tuple(o.tolist()) for o in env.reset()}) == 8
     assert torch.equal(env.reset(seed=3, group_size=4), grouped)
-    assert torch.equal(GymEnv("CartPole-v1", num_envs=8, seed=3).reset(seed=3, group_size=4), grouped)
+    assert torch.equal(GymEnv(GymConfig(id="CartPole-v1", num_envs=8), seed=3).reset(seed=3, group_size=4), grouped)
     with pytest.raises(ConfigError, match="^group_size="):
         env.reset(group_size=3)
     env.close()
 
 
 def test_async_matches_sync():
-    sync, asynchronous = GymEnv("CartPole-v1", num_envs=2, seed=5), GymEnv("CartPole-v1", 2, "async", seed=5)
+    sync = GymEnv(GymConfig(id="CartPole-v1", num_envs=2), seed=5)
+    asynchronous = GymEnv(GymConfig(id="CartPole-v1", num_envs=2, vectorization_mode="async"), seed=5)
     assert torch.equal(sync.reset(seed=5), asynchronous.reset(seed=5))
     for action in torch.randint(0, 2, (40, 2), generator=torch.Generator().manual_seed(0)):
         s, a = sync.step(action), asynchronous.step(action)
@@ -201,7 +204,7 @@ def test_async_matches_sync():
 
 
 def test_max_episode_steps_override():
-    env = GymEnv("CartPole-v1", num_envs=2, max_episode_steps=4)
+    env = GymEnv(GymConfig(id="CartPole-v1", num_envs=2, max_episode_steps=4))
     assert env.max_episode_steps == 4
     flags = [env.step(torch.tensor([0, 1])).truncated.tolist() for _ in range(4)]
     assert flags == [[False, False]] * 3 + [[True, True]]
@@ -210,7 +213,7 @@ def test_max_episode_steps_override():
 
 def test_unknown_id_suggests_close_matches():
     with pytest.raises(ConfigError) as info:
-        GymEnv("CartPol-v1")
+        GymEnv(GymConfig(id="CartPol-v1"))
     assert info.value.key == "id" and "CartPole-v1" in str(info.value)
 
 
@@ -219,18 +222,18 @@ def test_unknown_id_suggests_close_matches():
                                                 ("EmbodirlTest/DictWithDiscrete-v0", "'flag': Discrete(2)")])
 def test_unsupported_spaces_are_refused(env_id, space):
     with pytest.raises(ConfigError, match="^id=") as info:
-        GymEnv(env_id, num_envs=1)
+        GymEnv(GymConfig(id=env_id, num_envs=1))
     assert space in str(info.value) and "Box" in str(info.value)
 
 
 def test_missing_box2d_names_the_extra():
     with pytest.raises(ConfigError, match="^id='EmbodirlTest/MissingBox2D-v0' is invalid") as info:
-        GymEnv("EmbodirlTest/MissingBox2D-v0", num_envs=1)
+        GymEnv(GymConfig(id="EmbodirlTest/MissingBox2D-v0", num_envs=1))
     assert "Box2D is not installed" in str(info.value) and 'pip install -e ".[box2d]"' in str(info.value)
 
 
 def test_lunar_lander_runs_with_the_box2d_extra():
-    env = GymEnv("LunarLander-v3", num_envs=2)  # the dev install includes the box2d extra
+    env = GymEnv(GymConfig(id="LunarLander-v3", num_envs=2))  # the dev install includes the box2d extra
     step = env.step(torch.zeros(2, dtype=torch.int64))
     assert step.obs.shape == (2, 8) and env.solved_threshold == 200 and env.max_episode_steps == 1000
     env.close()
@@ -244,12 +247,12 @@ def test_lunar_lander_runs_with_the_box2d_extra():
 )
 def test_bad_config(kwargs, key):
     with pytest.raises(ConfigError, match=f"^{key}="):
-        GymEnv(**{"id": "CartPole-v1", **kwargs})
+        GymEnv(parse(GymConfig, {"id": "CartPole-v1", **kwargs}))
 
 
 @pytest.mark.gpu
 def test_cuda_device():
-    env = GymEnv("Pendulum-v1", num_envs=2, device="cuda")
+    env = GymEnv(GymConfig(id="Pendulum-v1", num_envs=2), device="cuda")
     step = env.step(torch.zeros(2, 1, device="cuda"))
     assert step.obs.device.type == step.reward.device.type == step.final_obs.device.type == "cuda"
     env.close()
@@ -268,7 +271,7 @@ DICT_KEYS = {("agent", "pos"): torch.float32, ("agent", "steps"): torch.int64, (
 def test_dict_observations_are_tensordicts_matching_gymnasium_leaf_by_leaf():
     from embodirl.envs.observations import check_observation, observation_spec
 
-    env = GymEnv("EmbodirlTest/DictReach-v0", num_envs=3)
+    env = GymEnv(GymConfig(id="EmbodirlTest/DictReach-v0", num_envs=3))
     space = env.observation_space
     assert space["agent"]["pos"].dtype == np.float32 and space["agent"]["steps"].dtype == np.int64
     assert space["camera"] == gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
@@ -307,7 +310,7 @@ def test_dict_env_trains_through_the_platform(tmp_path, tiny):
     from tests.conftest import compose_config
 
     cfg = compose_config([*tiny, "env=gym", "env.id=EmbodirlTest/DictReach-v0", "env.num_envs=4",
-                          "trainer.total_env_steps=192", "trainer.eval_every_env_steps=64"])
+                          "trainer.total_env_steps=192", "eval.every_env_steps=64"])
     summary = run_training(cfg, tmp_path)
     assert summary["status"] == "completed" and summary["iterations"] == 3
     assert summary["solved_metric"] == "eval/return_mean" and 0.0 <= summary["eval/success_rate"] <= 1.0
@@ -316,8 +319,8 @@ def test_dict_env_trains_through_the_platform(tmp_path, tiny):
 
 def test_render_only_with_rgb_array_mode_and_frames_follow_the_state():
     with pytest.raises(NotImplementedError, match="render_mode='rgb_array'"):
-        GymEnv("CartPole-v1", num_envs=2).render([0], 32)
-    env = GymEnv("CartPole-v1", num_envs=2, render_mode="rgb_array", seed=0)
+        GymEnv(GymConfig(id="CartPole-v1", num_envs=2)).render([0], 32)
+    env = GymEnv(GymConfig(id="CartPole-v1", num_envs=2), render_mode="rgb_array", seed=0)
     first = env.render([0, 1], 64)
     assert first.shape == (2, 64, 64, 3) and first.dtype == np.uint8
     # 600 x 400 pictures letterboxed into 64 x 64: black bands above and below, the picture between.

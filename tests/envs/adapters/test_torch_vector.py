@@ -15,6 +15,8 @@ from tensordict import TensorDict
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from embodirl.config.envs import TorchVectorConfig
+from embodirl.config.schema import parse
 from embodirl.envs.observations import check_observation, observation_spec
 from embodirl.envs.adapters.torch_vector import TorchVectorEnv
 from embodirl.errors import ConfigError
@@ -26,7 +28,10 @@ CPU = torch.device("cpu")
 
 
 def make_env(num_envs: int = 4, seed: int = 0, adapter: dict | None = None, **sim) -> TorchVectorEnv:
-    return TorchVectorEnv({"_target_": FAKE, **sim}, num_envs=num_envs, seed=seed, **(adapter or {}))
+    keys = dict(adapter or {})
+    device = keys.pop("device", "cpu")
+    return TorchVectorEnv(TorchVectorConfig(make={"_target_": FAKE, **sim}, num_envs=num_envs, **keys), device=device,
+                          seed=seed)
 
 
 def spy(env: TorchVectorEnv, method: str) -> list:
@@ -253,7 +258,8 @@ class _IsaacLabStyle(FakeManiSkillVectorEnv):
 
 
 def test_isaac_lab_style_final_observation_is_the_one_acted_on():
-    env = TorchVectorEnv({"_target_": "tests.envs.adapters.test_torch_vector._IsaacLabStyle"}, num_envs=2, final_obs="acted_on")
+    isaac = {"_target_": "tests.envs.adapters.test_torch_vector._IsaacLabStyle"}
+    env = TorchVectorEnv(TorchVectorConfig(make=isaac, num_envs=2, final_obs="acted_on"))
     assert env.max_episode_steps == 3 and env.solved_metric == "eval/return_mean" and env.solved_threshold is None
     observed = [env.reset(seed=0)]
     for _ in range(3):
@@ -262,7 +268,7 @@ def test_isaac_lab_style_final_observation_is_the_one_acted_on():
     assert step.truncated.all() and "success" not in step.info
     assert torch.equal(step.final_obs.get("policy"), observed[2].get("policy")), "the observation acted on"
     assert not torch.equal(step.final_obs.get("policy"), step.obs.get("policy"))
-    plain = TorchVectorEnv({"_target_": "tests.envs.adapters.test_torch_vector._IsaacLabStyle"}, num_envs=2)
+    plain = TorchVectorEnv(TorchVectorConfig(make=isaac, num_envs=2))
     for _ in range(3):
         step = plain.step(torch.zeros(2, 2))
     assert torch.equal(step.final_obs.get("policy"), step.obs.get("policy")), "final_obs=info: nothing to read"
@@ -282,8 +288,10 @@ def test_isaac_lab_style_final_observation_is_the_one_acted_on():
     ({"_target_": "tests.envs.adapters.test_torch_vector._IsaacLabStyle"}, {"max_episode_steps": 0}, "max_episode_steps"),
 ])
 def test_bad_config(make, kwargs, key):
+    keys = dict(kwargs)
+    device = keys.pop("device", "cpu")
     with pytest.raises(ConfigError, match=f"^{key}=") as info:
-        TorchVectorEnv(make, **kwargs)
+        TorchVectorEnv(parse(TorchVectorConfig, {"make": make, **keys}), device=device)
     assert "Fix:" in str(info.value)
 
 
@@ -298,8 +306,8 @@ class _NoLimit(FakeManiSkillVectorEnv):
 def test_an_unstated_episode_limit_is_asked_for():
     make = "tests.envs.adapters.test_torch_vector._NoLimit"
     with pytest.raises(ConfigError, match="^max_episode_steps=None.*pass env.max_episode_steps"):
-        TorchVectorEnv(make, num_envs=2)
-    assert TorchVectorEnv(make, num_envs=2, max_episode_steps=9).max_episode_steps == 9
+        TorchVectorEnv(TorchVectorConfig(make=make, num_envs=2))
+    assert TorchVectorEnv(TorchVectorConfig(make=make, num_envs=2, max_episode_steps=9)).max_episode_steps == 9
 
 
 # --- through the platform -----------------------------------------------------------------------------------
@@ -330,7 +338,7 @@ def _train_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_one_config_file_plugs_a_simulator_into_embodirl_train(tmp_path):
     import json
 
-    done = _train_cli(tmp_path, "algo.num_steps=8", "trainer.total_env_steps=384", "trainer.eval_every_env_steps=128")
+    done = _train_cli(tmp_path, "algo.num_steps=8", "trainer.total_env_steps=384", "eval.every_env_steps=128")
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 3
@@ -355,7 +363,7 @@ def test_ppo_and_grpo_learn_the_fake_task_through_the_adapter(tmp_path, algo, ov
 
     make = f"{{_target_:{FAKE},obs_mode:state_dict,ignore_terminations:true,max_episode_steps:20,rng:batched}}"
     cfg = compose_config([f"algo={algo}", "env=torch_vector", f"env.make={make}", "env.num_envs=64", "device=cpu",
-                          "trainer.total_env_steps=300000", "trainer.eval_every_env_steps=12800", "logger.console=none",
+                          "trainer.total_env_steps=300000", "eval.every_env_steps=12800", "logger.console=none",
                           *overrides])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved" and summary["eval/success_rate"] >= 0.9

@@ -3,18 +3,17 @@ single ``mj_step``, snapshots, config errors, reward values, rendering and (with
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
-from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
 import torch
-import yaml
 from gymnasium.utils.env_checker import check_env
 
+from embodirl.config.envs import PushCubeArmConfig
+from embodirl.config.schema import parse
 from embodirl.envs.push_cube import arm_scene as scene
 from embodirl.envs.push_cube import physics as planar
 from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
@@ -114,7 +113,7 @@ def test_home_configuration_holds_the_rod_vertically_behind_the_cube():
 
 # --- the task -----------------------------------------------------------------------------------------
 def test_scripted_push_moves_the_cube_into_the_goal():
-    env = PushCubeArm(num_envs=32, seed=1, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=32, num_threads=1), seed=1)
     obs, once = env.reset(seed=1), torch.zeros(32, dtype=torch.bool)
     for _ in range(50):
         result = env.step(scripted_action(obs, env))
@@ -128,7 +127,7 @@ def test_scripted_push_moves_the_cube_into_the_goal():
 
 
 def test_terminate_on_success_ends_the_episode_and_starts_the_next():
-    env = PushCubeArm(num_envs=8, seed=1, terminate_on_success=True, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=8, terminate_on_success=True, num_threads=1), seed=1)
     obs, ended = env.reset(seed=1), torch.zeros(8, dtype=torch.bool)
     for _ in range(50):
         result = env.step(scripted_action(obs, env))
@@ -162,7 +161,7 @@ def test_staged_reward_hand_computed_values():
 
 
 def test_spaces_truncation_and_true_final_observation():
-    env = PushCubeArm(num_envs=4, max_episode_steps=5, time_obs=True, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=4, max_episode_steps=5, time_obs=True, num_threads=1))
     assert env.observation_space.shape == (OBS_DIM + 1,) and env.action_space.shape == (6,)
     first = env.reset(seed=3)
     for t in range(5):
@@ -175,20 +174,21 @@ def test_spaces_truncation_and_true_final_observation():
 
 
 def test_resets_are_reproducible_per_env_and_independent_of_num_envs():
-    small, large = PushCubeArm(num_envs=2, seed=5, num_threads=1), PushCubeArm(num_envs=6, seed=5, num_threads=2)
+    small, large = PushCubeArm(PushCubeArmConfig(num_envs=2, num_threads=1),
+                               seed=5), PushCubeArm(PushCubeArmConfig(num_envs=6, num_threads=2), seed=5)
     torch.testing.assert_close(small.reset(seed=5), large.reset(seed=5)[:2], rtol=0, atol=0)
     actions = random_actions(6, 60)  # crosses the auto-reset at step 50
     for a in actions:
         s, g = small.step(a[:2]), large.step(a)
         assert torch.equal(s.obs, g.obs[:2]) and torch.equal(s.reward, g.reward[:2])
-    other = PushCubeArm(num_envs=2, seed=6, num_threads=1)
+    other = PushCubeArm(PushCubeArmConfig(num_envs=2, num_threads=1), seed=6)
     assert not torch.equal(other.reset(seed=6), small.reset(seed=5))
     assert not torch.equal(large.reset(seed=5)[0], large.reset(seed=5)[1])  # envs differ from each other
 
 
 @pytest.mark.parametrize("randomize_yaw", [False, True])
 def test_reset_distribution(randomize_yaw):
-    env = PushCubeArm(num_envs=1024, seed=11, randomize_yaw=randomize_yaw, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=1024, randomize_yaw=randomize_yaw, num_threads=1), seed=11)
     obs = env.reset(seed=11).double()
     cube, quat, goal, tcp, axis = obs[:, 18:21], obs[:, 21:25], obs[:, 25:27], obs[:, 12:15], obs[:, 15:18]
     assert cube[:, :2].abs().max() < 0.1 and cube[:, :2].abs().max() > 0.098
@@ -206,7 +206,7 @@ def test_reset_distribution(randomize_yaw):
 
 
 def test_group_shared_resets():
-    env = PushCubeArm(num_envs=8, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=8, num_threads=1))
     obs = env.reset(seed=2, group_size=4)
     assert torch.equal(obs[0:4], obs[0:1].expand(4, -1)) and torch.equal(obs[4:8], obs[4:5].expand(4, -1))
     assert not torch.equal(obs[0], obs[4])
@@ -215,7 +215,7 @@ def test_group_shared_resets():
 
 
 def test_batched_engine_equals_single_mj_step():
-    env = PushCubeArm(num_envs=3, seed=4, num_threads=2)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=3, num_threads=2), seed=4)
     env.reset(seed=4)
     actions = random_actions(3, 30, seed=1)
     actions[:, 1] = scripted_action(env.reset(seed=4), env)[1]  # env 1 also drives towards the cube
@@ -236,13 +236,13 @@ def test_batched_engine_equals_single_mj_step():
 
 
 def test_state_dict_round_trip_continues_bit_identically():
-    env = PushCubeArm(num_envs=4, seed=7, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=4, num_threads=1), seed=7)
     env.reset(seed=7)
     actions = random_actions(4, 80, seed=2)
     run(env, actions[:20])
     snapshot = env.state_dict()
     reference = run(env, actions[20:])  # crosses the auto-reset at step 50
-    restored = PushCubeArm(num_envs=4, seed=99, num_threads=2)
+    restored = PushCubeArm(PushCubeArmConfig(num_envs=4, num_threads=2), seed=99)
     restored.load_state_dict(snapshot)
     for ref, res in zip(reference, run(restored, actions[20:])):
         for a, b in zip(ref[:5], res[:5]):
@@ -251,7 +251,7 @@ def test_state_dict_round_trip_continues_bit_identically():
     with pytest.raises(CheckpointError, match="missing keys"):
         restored.load_state_dict({"steps": snapshot["steps"]})
     with pytest.raises(CheckpointError, match="num_envs"):
-        PushCubeArm(num_envs=2, num_threads=1).load_state_dict(snapshot)
+        PushCubeArm(PushCubeArmConfig(num_envs=2, num_threads=1)).load_state_dict(snapshot)
 
 
 @pytest.mark.parametrize(("kwargs", "key"), [
@@ -267,31 +267,23 @@ def test_state_dict_round_trip_continues_bit_identically():
     ({"terminate_on_success": "yes"}, "terminate_on_success"),
 ])
 def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
+    keys = dict(kwargs)
+    device = keys.pop("device", "cpu")
     with pytest.raises(ConfigError, match=f"^{key}=") as info:
-        PushCubeArm(num_envs=2, **kwargs)
+        PushCubeArm(parse(PushCubeArmConfig, {"num_envs": 2, **keys}), device=device)
     assert info.value.key == key and "Fix:" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_warp_engine_without_the_extra_names_the_install(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "mujoco_warp", None)  # as if the extra were not installed
     with pytest.raises(ConfigError, match=r"^engine='warp'.*embodirl\[warp\]"):
-        PushCubeArm(num_envs=2, engine="warp")
+        PushCubeArm(PushCubeArmConfig(num_envs=2, engine="warp"))
 
 
-def test_yaml_lists_every_constructor_key_with_its_default_and_builds():
+def test_the_yaml_option_builds_and_its_errors_name_the_env_key():
     from embodirl.app.build import build_env
     from tests.conftest import compose_config
 
-    path = Path(__file__).parents[3] / "embodirl" / "conf" / "env" / "push_cube_arm.yaml"
-    node = yaml.safe_load(path.read_text())
-    params = {k: p.default for k, p in inspect.signature(PushCubeArm).parameters.items() if k not in ("device", "seed")}
-    assert node["_target_"] == "embodirl.envs.push_cube.arm.PushCubeArm" and node["_partial_"] is True
-    from embodirl.app.build import ENV_BUILD_KEYS  # solved_metric/solved_threshold: every env's, applied by build_env
-
-    assert {k: v for k, v in node.items() if not k.startswith("_") and k not in ENV_BUILD_KEYS}.keys() == params.keys()
-    assert all(node[key] is None for key in ENV_BUILD_KEYS)
-    for key, default in params.items():
-        assert node[key] == (list(default) if isinstance(default, tuple) else default), key
     env = build_env(compose_config(["env=push_cube_arm", "env.num_envs=2"]).env, torch.device("cpu"), seed=0)
     assert isinstance(env, PushCubeArm) and env.num_envs == 2
     with pytest.raises(ConfigError, match="^env.action_scale="):
@@ -299,7 +291,7 @@ def test_yaml_lists_every_constructor_key_with_its_default_and_builds():
 
 
 def test_single_env_adapter_passes_gymnasium_check_env():
-    env = SingleEnvAdapter(PushCubeArm(num_envs=1, num_threads=1), render_size=32)
+    env = SingleEnvAdapter(PushCubeArm(PushCubeArmConfig(num_envs=1, num_threads=1)), render_size=32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env)
@@ -310,7 +302,7 @@ def test_single_env_adapter_passes_gymnasium_check_env():
 
 # --- rendering ----------------------------------------------------------------------------------------
 def test_top_view_draws_table_goal_cube_and_rod_where_they_are():
-    env = PushCubeArm(num_envs=2, num_threads=1)
+    env = PushCubeArm(PushCubeArmConfig(num_envs=2, num_threads=1))
     obs = env.reset(seed=1)
     size = 128
     points, _ = scene.forward_kinematics(obs[:, 0:6].double(), env.geometry)
@@ -336,7 +328,8 @@ def test_mujoco_renderer_draws_frames_where_egl_is_configured():
     import sys
 
     script = ("import numpy as np; from embodirl.envs.push_cube.arm import PushCubeArm; "
-              "env = PushCubeArm(num_envs=2, num_threads=1); frames = env.render([0, 1], 48); "
+              "from embodirl.config.envs import PushCubeArmConfig; "
+              "env = PushCubeArm(PushCubeArmConfig(num_envs=2, num_threads=1)); frames = env.render([0, 1], 48); "
               "print(bool(env._renderer), frames.shape, frames.dtype, float(frames.std()))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "MUJOCO_GL": "egl"})
@@ -352,8 +345,9 @@ def test_mujoco_renderer_draws_frames_where_egl_is_configured():
 def test_warp_engine_on_the_cpu_agrees_with_the_batch_engine():
     pytest.importorskip("mujoco_warp", reason="the [warp] extra is not installed")
     pytest.importorskip("warp", reason="the [warp] extra is not installed")
-    batch = PushCubeArm(num_envs=4, seed=3, num_threads=1)
-    warp = PushCubeArm(num_envs=4, seed=3, engine="warp")  # warp's CPU device (kernels compile once, cached)
+    batch = PushCubeArm(PushCubeArmConfig(num_envs=4, num_threads=1), seed=3)
+    warp = PushCubeArm(PushCubeArmConfig(num_envs=4, engine="warp"),
+                       seed=3)  # warp's CPU device (kernels compile once, cached)
     torch.testing.assert_close(warp.reset(seed=3), batch.reset(seed=3), rtol=0, atol=1e-6)
     obs_b = obs_w = batch.reset(seed=3)
     warp.reset(seed=3)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import yaml
 from gymnasium.utils.env_checker import check_env
 
+from embodirl.config.envs import PushCubeConfig
+from embodirl.config.schema import parse
 from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
@@ -118,20 +117,20 @@ def run_scripted(env: PushCube, policy=scripted_action, steps: int = 50) -> tupl
 
 # --- 1-2: the scripted push succeeds, nothing ever penetrates ---------------------------------------------
 def test_scripted_straight_push_succeeds_without_penetration():
-    env = PushCube(num_envs=1024, seed=1)
+    env = PushCube(PushCubeConfig(num_envs=1024), seed=1)
     once, at_end = run_scripted(env)
     assert once.float().mean() >= 0.99 and at_end.float().mean() >= 0.99, (once.float().mean(), at_end.float().mean())
 
 
 def test_scripted_push_through_the_arm_succeeds():
-    env = PushCube(num_envs=256, seed=2, **JOINT)
+    env = PushCube(PushCubeConfig(num_envs=256, **JOINT), seed=2)
     once, at_end = run_scripted(env, scripted_joint_action)
     assert once.float().mean() >= 0.97 and at_end.float().mean() >= 0.95, (once.float().mean(), at_end.float().mean())
 
 
 @pytest.mark.parametrize("kwargs", [{}, JOINT, {"randomize_yaw": True, "goal_direction": "random"}])
 def test_no_penetration_under_random_and_pushing_actions(kwargs):
-    env = PushCube(num_envs=512, seed=3, **kwargs)
+    env = PushCube(PushCubeConfig(num_envs=512, **kwargs), seed=3)
     gen = torch.Generator().manual_seed(0)
     obs, contacts = env.reset(seed=3), 0
     for t in range(120):  # half the envs act randomly, half push noisily
@@ -148,7 +147,7 @@ def test_no_penetration_under_random_and_pushing_actions(kwargs):
 # --- 3: the friction law ---------------------------------------------------------------------------------
 def test_table_friction_decelerates_by_mu_g_dt_and_stops_without_reversal():
     direction = torch.tensor([0.6, 0.8])
-    env = PushCube(num_envs=1)
+    env = PushCube(PushCubeConfig(num_envs=1))
     set_scene(env, p=[-0.3, -0.25], c=[0.0, 0.0], v=0.3 * direction, omega=0.0)
     speeds, energies, positions = [0.3], [0.5 * 0.064 * 0.09], [torch.zeros(2)]
     for _ in range(8):
@@ -170,7 +169,7 @@ def test_table_friction_decelerates_by_mu_g_dt_and_stops_without_reversal():
 
 
 def test_table_friction_torque_uses_the_mean_lever_arm():
-    env = PushCube(num_envs=1)
+    env = PushCube(PushCubeConfig(num_envs=1))
     set_scene(env, p=[-0.3, 0.0], c=[0.0, 0.0], omega=20.0)
     env.step(torch.zeros(1, 2))
     inertia = 0.064 * (2 * H) ** 2 / 6
@@ -181,7 +180,7 @@ def test_table_friction_torque_uses_the_mean_lever_arm():
 # --- 4: centred and off-centre pushes -------------------------------------------------------------------------
 @pytest.mark.parametrize("start_gap", [0.0, 0.005])
 def test_centred_push_moves_the_cube_at_the_tip_speed_without_rotation(start_gap):
-    env = PushCube(num_envs=1)
+    env = PushCube(PushCubeConfig(num_envs=1))
     set_scene(env, p=[-H - R - start_gap, 0.0], c=[0.0, 0.0])
     for _ in range(4):
         env.step(torch.tensor([[0.8, 0.0]]))  # 0.4 m/s
@@ -194,7 +193,7 @@ def test_centred_push_moves_the_cube_at_the_tip_speed_without_rotation(start_gap
 def test_off_centre_pushes_rotate_the_cube_with_opposite_signs():
     thetas = {}
     for offset in (0.012, -0.012):
-        env = PushCube(num_envs=1)
+        env = PushCube(PushCubeConfig(num_envs=1))
         set_scene(env, p=[-H - R, offset], c=[0.0, 0.0])
         for _ in range(4):  # 0.2 s
             env.step(torch.tensor([[0.8, 0.0]]))
@@ -208,7 +207,7 @@ def test_off_centre_pushes_rotate_the_cube_with_opposite_signs():
 def test_push_friction_sticks_inside_the_cone_and_slides_on_its_edge(action, ratio):
     """Without table friction the cube's momentum is the contact impulse: |J_t| <= mu J_n, = when sliding."""
     for mu in (0.0, 0.3):
-        env = PushCube(num_envs=1, table_friction=0.0, push_friction=mu)
+        env = PushCube(PushCubeConfig(num_envs=1, table_friction=0.0, push_friction=mu))
         set_scene(env, p=[-H - R, 0.0], c=[0.0, 0.0])
         env.step(torch.tensor([action]))
         v, omega = state(env)[7:9, 0], float(state(env)[9, 0])
@@ -225,7 +224,7 @@ def test_push_friction_sticks_inside_the_cone_and_slides_on_its_edge(action, rat
 
 @pytest.mark.parametrize("baumgarte", [0.2, 1.0])
 def test_a_start_in_penetration_is_pushed_out_at_the_baumgarte_rate(baumgarte):
-    env = PushCube(num_envs=1, table_friction=0.0, baumgarte=baumgarte)
+    env = PushCube(PushCubeConfig(num_envs=1, table_friction=0.0, baumgarte=baumgarte))
     set_scene(env, p=[-H - R + 0.002, 0.0], c=[0.0, 0.0])  # 2 mm deep
     env.step(torch.zeros(1, 2))
     assert float(state(env)[7, 0]) == pytest.approx(baumgarte * 0.002 / 0.01, rel=1e-4)
@@ -234,7 +233,7 @@ def test_a_start_in_penetration_is_pushed_out_at_the_baumgarte_rate(baumgarte):
 
 @pytest.mark.parametrize("kwargs", [{}, JOINT])
 def test_the_tip_stays_in_the_workspace(kwargs):
-    env = PushCube(num_envs=64, seed=5, **kwargs)
+    env = PushCube(PushCubeConfig(num_envs=64, **kwargs), seed=5)
     gen = torch.Generator().manual_seed(5)
     push = torch.rand(64, 2, generator=gen) * 2 - 1  # each env keeps one action: the tip runs into a wall
     for _ in range(49):
@@ -253,15 +252,16 @@ def rollout(env: PushCube, actions: torch.Tensor) -> list[tuple[torch.Tensor, ..
 def test_same_seed_same_trajectory_and_different_seeds_differ():
     gen = torch.Generator().manual_seed(1)
     actions = torch.rand(120, 64, 2, generator=gen) * 2 - 1
-    first, second = rollout(PushCube(num_envs=64, seed=5), actions), rollout(PushCube(num_envs=64, seed=5), actions)
+    first, second = rollout(PushCube(PushCubeConfig(num_envs=64),
+                                     seed=5), actions), rollout(PushCube(PushCubeConfig(num_envs=64), seed=5), actions)
     assert all(torch.equal(x, y) for a, b in zip(first, second, strict=True) for x, y in zip(a, b, strict=True))
-    other = rollout(PushCube(num_envs=64, seed=6), actions)
+    other = rollout(PushCube(PushCubeConfig(num_envs=64), seed=6), actions)
     assert not torch.equal(first[0][0], other[0][0])
 
 
 @pytest.mark.parametrize("kwargs", [{}, {**JOINT, "randomize_yaw": True, "goal_direction": "random_aligned"}])
 def test_env_trajectories_do_not_depend_on_num_envs(kwargs):
-    big, small, single = (PushCube(num_envs=n, seed=9, **kwargs) for n in (256, 4, 1))
+    big, small, single = (PushCube(PushCubeConfig(num_envs=n, **kwargs), seed=9) for n in (256, 4, 1))
     gen = torch.Generator().manual_seed(2)
     obs = big.reset(seed=9)
     assert torch.equal(obs[:4], small.reset(seed=9)) and torch.equal(obs[:1], single.reset(seed=9))
@@ -283,7 +283,7 @@ def test_rotating_the_scene_rotates_the_trajectory():
     goal = cube + torch.tensor([0.2, 0.0])
     cos_a, sin_a = math.cos(angle), math.sin(angle)
     rot = torch.tensor([[cos_a, -sin_a], [sin_a, cos_a]])
-    envs = [PushCube(num_envs=n), PushCube(num_envs=n)]
+    envs = [PushCube(PushCubeConfig(num_envs=n)), PushCube(PushCubeConfig(num_envs=n))]
     set_scene(envs[0], p=tip, c=cube, theta=theta, g=goal)
     set_scene(envs[1], p=tip @ rot.T, c=cube @ rot.T, theta=theta + angle, g=goal @ rot.T)
     obs = envs[0].step(torch.zeros(n, 2)).obs
@@ -304,7 +304,8 @@ def test_rotating_the_scene_rotates_the_trajectory():
 
 # --- 8: the reward contract ---------------------------------------------------------------------------------
 def test_rewards_follow_the_staged_formula_in_every_mode():
-    envs = {mode: PushCube(num_envs=256, seed=4, reward_mode=mode) for mode in ("normalized_dense", "dense", "sparse")}
+    envs = {mode: PushCube(PushCubeConfig(num_envs=256, reward_mode=mode),
+                           seed=4) for mode in ("normalized_dense", "dense", "sparse")}
     gen = torch.Generator().manual_seed(4)
     obs = {mode: env.reset(seed=4) for mode, env in envs.items()}
     seen = {"success": 0, "reached": 0}
@@ -331,7 +332,7 @@ def test_rewards_follow_the_staged_formula_in_every_mode():
 @pytest.mark.parametrize(("kwargs", "dim"), [({}, 17), (JOINT, 21), ({"time_obs": True}, 18),
                                              ({**JOINT, "time_obs": True}, 22)])
 def test_spaces_and_shapes(kwargs, dim):
-    env = PushCube(num_envs=8, **kwargs)
+    env = PushCube(PushCubeConfig(num_envs=8, **kwargs))
     assert env.observation_space.shape == (dim,) and env.observation_space.dtype == np.float32
     assert env.action_space.shape == (2,) and env.action_space.dtype == np.float32
     assert (env.action_space.low == -1).all() and (env.action_space.high == 1).all()
@@ -351,14 +352,14 @@ def test_spaces_and_shapes(kwargs, dim):
 def test_actions_are_clipped():
     gen = torch.Generator().manual_seed(5)
     actions = (torch.rand(30, 16, 2, generator=gen) * 2 - 1) * 3
-    clipped = rollout(PushCube(num_envs=16), actions.clamp(-1, 1))
-    raw = rollout(PushCube(num_envs=16), actions)
+    clipped = rollout(PushCube(PushCubeConfig(num_envs=16)), actions.clamp(-1, 1))
+    raw = rollout(PushCube(PushCubeConfig(num_envs=16)), actions)
     assert all(torch.equal(x, y) for a, b in zip(clipped, raw, strict=True) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("kwargs", [{}, {**JOINT, "time_obs": True}])
 def test_single_env_adapter_passes_gymnasium_check_env(kwargs):
-    env = SingleEnvAdapter(PushCube(num_envs=1, **kwargs), render_size=32)
+    env = SingleEnvAdapter(PushCube(PushCubeConfig(num_envs=1, **kwargs)), render_size=32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env)
@@ -372,7 +373,7 @@ def test_single_env_adapter_passes_gymnasium_check_env(kwargs):
         assert isinstance(reward, float) and info["elapsed_steps"] == t and not terminated
     assert truncated and np.array_equal(obs[4:6], env.reset(seed=3)[0][4:6]), "the true last obs, cube at rest"
     with pytest.raises(ValueError, match="num_envs=1"):
-        SingleEnvAdapter(PushCube(num_envs=2))
+        SingleEnvAdapter(PushCube(PushCubeConfig(num_envs=2)))
 
 
 class _CountingEnv(BatchedEnv):
@@ -411,7 +412,7 @@ def test_single_env_adapter_is_generic():
 
 # --- episodes, resets, snapshots ------------------------------------------------------------------------------
 def test_time_limit_truncates_and_auto_resets_from_the_reset_distribution():
-    env = PushCube(num_envs=32, seed=7)
+    env = PushCube(PushCubeConfig(num_envs=32), seed=7)
     gen = torch.Generator().manual_seed(7)
     episodes = 0
     for t in range(1, 101):
@@ -430,7 +431,7 @@ def test_time_limit_truncates_and_auto_resets_from_the_reset_distribution():
 
 
 def test_terminate_on_success_ends_the_episode():
-    env = PushCube(num_envs=64, seed=8, terminate_on_success=True)
+    env = PushCube(PushCubeConfig(num_envs=64, terminate_on_success=True), seed=8)
     obs, ended = env.reset(seed=8), torch.zeros(64, dtype=torch.bool)
     for _ in range(50):
         out = env.step(scripted_action(obs))
@@ -438,14 +439,14 @@ def test_terminate_on_success_ends_the_episode():
         ended |= out.terminated
         obs = out.obs
     assert ended.float().mean() >= 0.95
-    last = PushCube(num_envs=2, terminate_on_success=True, max_episode_steps=1)
+    last = PushCube(PushCubeConfig(num_envs=2, terminate_on_success=True, max_episode_steps=1))
     set_scene(last, c=[[0.2, 0.0], [0.0, 0.0]], g=[0.2, 0.0])  # env 0 starts inside the goal region
     out = last.step(torch.zeros(2, 2))
     assert out.terminated.tolist() == [True, False] and out.truncated.tolist() == [False, True]
 
 
 def test_leaving_the_table_fails_the_episode():
-    env = PushCube(num_envs=2, fail_on_leaving_workspace=True, table_half_size=(0.2, 0.5))
+    env = PushCube(PushCubeConfig(num_envs=2, fail_on_leaving_workspace=True, table_half_size=(0.2, 0.5)))
     set_scene(env, p=[-0.3, 0.0], c=[[0.19, 0.0], [0.0, 0.0]], v=[1.0, 0.0])
     out = env.step(torch.zeros(2, 2))
     assert out.terminated.tolist() == [True, False] and out.reward[0] == 0.0 and out.reward[1] > 0.0
@@ -457,7 +458,8 @@ def test_auto_resets_follow_the_documented_hash_stream_whatever_the_cache_depth(
     """Every step ends every episode: env i's k-th auto-reset uses key i and counter k."""
     from embodirl.envs.rng import hash_uniform
 
-    envs = [PushCube(num_envs=n, seed=21, **kwargs) for n in (6, 4100)]  # reset caches of depth 16 and 1
+    envs = [PushCube(PushCubeConfig(num_envs=n, **kwargs),
+                     seed=21) for n in (6, 4100)]  # reset caches of depth 16 and 1
     ids = torch.arange(6)
     for k in range(1, 41):
         small, large = (env.step(torch.zeros(env.num_envs, 2)) for env in envs)
@@ -470,7 +472,8 @@ def test_auto_resets_follow_the_documented_hash_stream_whatever_the_cache_depth(
 @pytest.mark.parametrize("direction", ["fixed", "random", "random_aligned"])
 @pytest.mark.parametrize("randomize_yaw", [False, True])
 def test_reset_distribution(direction, randomize_yaw):
-    env = PushCube(num_envs=1024, seed=12, goal_direction=direction, randomize_yaw=randomize_yaw, **JOINT)
+    env = PushCube(PushCubeConfig(num_envs=1024, goal_direction=direction, randomize_yaw=randomize_yaw, **JOINT),
+                   seed=12)
     s = state(env)
     tip, cube, yaw, goal = s[0:2], s[4:6], s[6], s[10:12]
     to_goal = goal - cube
@@ -501,7 +504,7 @@ def test_reset_distribution(direction, randomize_yaw):
 
 @pytest.mark.parametrize("kwargs", [{}, {**JOINT, "randomize_yaw": True, "goal_direction": "random"}])
 def test_group_shared_resets(kwargs):
-    env = PushCube(num_envs=16, seed=2, **kwargs)
+    env = PushCube(PushCubeConfig(num_envs=16, **kwargs), seed=2)
     for seed in (2, None):
         env.reset(seed=seed, group_size=4)
         s = state(env).view(16, 4, 4)
@@ -514,24 +517,24 @@ def test_group_shared_resets(kwargs):
 
 @pytest.mark.parametrize("kwargs", [{"terminate_on_success": True}, {"max_episode_steps": 1}, JOINT])
 def test_state_dict_round_trip_continues_bit_identically(kwargs):
-    env = PushCube(num_envs=8, seed=11, **kwargs)
+    env = PushCube(PushCubeConfig(num_envs=8, **kwargs), seed=11)
     gen = torch.Generator().manual_seed(11)
     actions = torch.rand(140, 8, 2, generator=gen) * 2 - 1
     rollout(env, actions[:37])  # mid-way through a reset-cache period
     snapshot = env.state_dict()
-    restored = PushCube(num_envs=8, seed=99, **kwargs)
+    restored = PushCube(PushCubeConfig(num_envs=8, **kwargs), seed=99)
     restored.load_state_dict(snapshot)
     for a, b in zip(rollout(env, actions[37:]), rollout(restored, actions[37:]), strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert torch.equal(env.reset(), restored.reset())
     with pytest.raises(CheckpointError, match="num_envs"):
-        PushCube(num_envs=4).load_state_dict(env.state_dict())
+        PushCube(PushCubeConfig(num_envs=4)).load_state_dict(env.state_dict())
 
 
 @pytest.mark.parametrize("kwargs", [{}, {**JOINT, "physics_dtype": "float64", "time_obs": True}])
 def test_returned_tensors_are_never_changed_by_later_steps(kwargs):
     """Callers keep what reset and step return (the collector stores an observation after the next step)."""
-    env = PushCube(num_envs=8, max_episode_steps=5, seed=0, **kwargs)
+    env = PushCube(PushCubeConfig(num_envs=8, max_episode_steps=5, **kwargs), seed=0)
     first = env.reset(seed=0)
     kept = [(first, first.clone())]
     gen = torch.Generator().manual_seed(0)
@@ -546,7 +549,7 @@ def test_returned_tensors_are_never_changed_by_later_steps(kwargs):
 @pytest.mark.parametrize("control_mode", ["ee_delta_pos", "joint_delta_pos"])
 def test_float64_physics_tracks_float32_for_short_horizons(control_mode):
     """Same starts, and the trajectories stay within float32 rounding amplified over a few contact steps."""
-    env32, env64 = (PushCube(num_envs=64, seed=4, control_mode=control_mode, physics_dtype=dtype)
+    env32, env64 = (PushCube(PushCubeConfig(num_envs=64, control_mode=control_mode, physics_dtype=dtype), seed=4)
                     for dtype in ("float32", "float64"))
     obs = env32.reset(seed=4)
     torch.testing.assert_close(env64.reset(seed=4), obs, rtol=0, atol=1e-6)  # float32 rounding of the joints
@@ -573,30 +576,19 @@ def test_float64_physics_tracks_float32_for_short_horizons(control_mode):
     ({"solver_iterations": 0}, "solver_iterations"), ({"baumgarte": 1.5}, "baumgarte"),
     ({"goal_radius": 0}, "goal_radius"), ({"table_half_size": [0.6, 0]}, "table_half_size"),
     ({"speculative_slack": -1e-3}, "speculative_slack"), ({"time_obs": "yes"}, "time_obs"),
-    ({"obs_mode": "depth"}, "obs_mode"), ({"image_size": 4}, "image_size"), ({"image_size": 64.0}, "image_size"),
+    ({"obs_mode": "depth"}, "obs_mode"), ({"image_size": 4}, "image_size"), ({"image_size": 64.5}, "image_size"),
     ({"image_size": True}, "image_size"),
 ])
 def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=f"^{key}=") as info:
-        PushCube(num_envs=kwargs.pop("num_envs", 2), **kwargs)
+        parse(PushCubeConfig, kwargs)
     assert info.value.key == key
 
 
-def test_yaml_lists_every_constructor_key_with_its_default_and_builds():
+def test_the_yaml_option_builds_and_its_errors_name_the_env_key():
     from embodirl.app.build import build_env
     from tests.conftest import compose_config
 
-    path = Path(__file__).parents[3] / "embodirl" / "conf" / "env" / "push_cube.yaml"
-    node = yaml.safe_load(path.read_text())
-    params = {k: p.default for k, p in inspect.signature(PushCube).parameters.items() if k not in ("device", "seed")}
-    assert node["_target_"] == "embodirl.envs.push_cube.env.PushCube" and node["_partial_"] is True
-    from embodirl.app.build import ENV_BUILD_KEYS  # solved_metric/solved_threshold: every env's, applied by build_env
-
-    assert {k: v for k, v in node.items() if not k.startswith("_") and k not in ENV_BUILD_KEYS}.keys() == params.keys()
-    assert all(node[key] is None for key in ENV_BUILD_KEYS)
-    for key, default in params.items():
-        expected = list(default) if isinstance(default, tuple) else default
-        assert node[key] == expected or key == "num_envs", key
     env = build_env(compose_config(["env=push_cube", "env.num_envs=4"]).env, torch.device("cpu"), seed=0)
     assert isinstance(env, PushCube) and env.num_envs == 4
     with pytest.raises(ConfigError, match="^env.max_speed="):
@@ -610,7 +602,7 @@ def pixel(frame: np.ndarray, env: PushCube, x: float, y: float, size: int) -> tu
 
 
 def test_render_draws_cube_goal_and_tip_where_they_are():
-    env = PushCube(num_envs=3)
+    env = PushCube(PushCubeConfig(num_envs=3))
     set_scene(env, p=[-0.25, 0.1], c=[[0.0, 0.0], [0.05, -0.1], [0.3, 0.2]], theta=0.3, g=[0.2, -0.15])
     frames = env.render(size=128)
     assert frames.shape == (3, 128, 128, 3) and frames.dtype == np.uint8
@@ -627,7 +619,7 @@ def test_render_draws_cube_goal_and_tip_where_they_are():
 
 
 def test_render_draws_the_arm_in_joint_mode():
-    env = PushCube(num_envs=1, **JOINT)
+    env = PushCube(PushCubeConfig(num_envs=1, **JOINT))
     s = state(env)[:, 0]
     elbow = (-0.615 + 0.45 * math.cos(float(s[12])), 0.45 * math.sin(float(s[12])))
     frame = env.render(size=256)[0]
@@ -643,7 +635,8 @@ def test_cuda_steps_without_host_syncs(kwargs):
     """float32 (the default) on CUDA: no host sync in 60 steps, everything on the device, time limits as on the CPU.
     Trajectories are compared in float64 (next test): in float32 CUDA's and the CPU's rounding differ by an ulp
     here and there, and contact amplifies that ~2e4-fold within an episode (to ~1e-3 after 50 steps)."""
-    cpu, gpu = PushCube(num_envs=256, seed=3, **kwargs), PushCube(num_envs=256, seed=3, device="cuda", **kwargs)
+    cpu, gpu = PushCube(PushCubeConfig(num_envs=256, **kwargs),
+                        seed=3), PushCube(PushCubeConfig(num_envs=256, **kwargs), seed=3, device="cuda")
     torch.testing.assert_close(gpu.reset(seed=3).cpu(), cpu.reset(seed=3), rtol=0, atol=1e-6)
     gen = torch.Generator().manual_seed(8)
     gpu_actions = (torch.rand(60, 256, 2, generator=gen) * 2 - 1).cuda()
@@ -667,7 +660,7 @@ def test_cuda_matches_cpu_in_float64(kwargs):
     float64 states perturbed by 2 ulp every step drift 4e-12 in 50 steps; float32 ones 2e-3), so in float64 the
     states stay within ~1e-11: 1e-8 bounds them over 60 steps (an auto-reset included), float32 observations
     agree to 1e-6 and every flag exactly (a flip needs a quantity within ~1e-11 of its threshold)."""
-    cpu, gpu = (PushCube(num_envs=256, seed=3, physics_dtype="float64", device=device, **kwargs)
+    cpu, gpu = (PushCube(PushCubeConfig(num_envs=256, physics_dtype="float64", **kwargs), seed=3, device=device)
                 for device in ("cpu", "cuda"))
     torch.testing.assert_close(gpu.reset(seed=3).cpu(), cpu.reset(seed=3), rtol=1e-6, atol=1e-6)
     gen = torch.Generator().manual_seed(8)
@@ -685,7 +678,7 @@ def test_cuda_matches_cpu_in_float64(kwargs):
 def test_info_reports_success_once_and_at_end():
     # Scripted pushes succeed; success_once must latch within an episode and success_at_end must only
     # be set on the step that ends it (the 50-step truncation), where it equals success.
-    env = PushCube(num_envs=64, seed=5)
+    env = PushCube(PushCubeConfig(num_envs=64), seed=5)
     obs = env.reset(seed=5)
     once_seen = torch.zeros(64, dtype=torch.bool)
     for _ in range(env.max_episode_steps):

@@ -16,6 +16,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
+from embodirl.config.envs import PushCubeConfig
 from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.observations import check_observation, observation_spec
@@ -100,7 +101,7 @@ def test_packed_pixels_round_trip():
 # --- pixel observations ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("mode", "keys"), [("rgb", {"rgb"}), ("state_rgb", {"state", "rgb"})])
 def test_observation_spaces_shapes_and_dtypes(mode, keys):
-    env = PushCube(num_envs=3, obs_mode=mode, image_size=48, max_episode_steps=2)
+    env = PushCube(PushCubeConfig(num_envs=3, obs_mode=mode, image_size=48, max_episode_steps=2))
     spec = observation_spec(env.observation_space)
     assert {key for (key,) in spec} == keys, "rgb alone carries no state vector (the goal is only drawn)"
     assert spec[("rgb",)] == ((48, 48, 3), torch.uint8)
@@ -109,11 +110,11 @@ def test_observation_spaces_shapes_and_dtypes(mode, keys):
         step = env.step(torch.zeros(3, 2))
         check_observation("obs", step.obs, spec, 3, env.device)
         check_observation("final_obs", step.final_obs, spec, 3, env.device)
-    assert PushCube(num_envs=2).reset().shape == (2, 17), "obs_mode=state keeps the flat vector"
+    assert PushCube(PushCubeConfig(num_envs=2)).reset().shape == (2, 17), "obs_mode=state keeps the flat vector"
 
 
 def test_render_is_what_the_pixel_policy_sees():
-    env = PushCube(num_envs=4, obs_mode="rgb", goal_direction="random", max_episode_steps=3)
+    env = PushCube(PushCubeConfig(num_envs=4, obs_mode="rgb", goal_direction="random", max_episode_steps=3))
     obs = env.reset(seed=2)["rgb"]
     assert torch.equal(torch.from_numpy(env.render(size=64)), obs)
     gen = torch.Generator().manual_seed(0)
@@ -126,7 +127,8 @@ def test_render_is_what_the_pixel_policy_sees():
 def test_pictures_follow_the_state_and_final_obs_shows_the_last_state():
     """Two envs from the same seed, time limits 3 and 4: after 3 steps the first one's final_obs is the second
     one's (not yet reset) obs, and its obs is the next episode's first picture."""
-    short, long = (PushCube(num_envs=2, obs_mode="state_rgb", max_episode_steps=k, seed=5) for k in (3, 4))
+    short, long = (PushCube(PushCubeConfig(num_envs=2, obs_mode="state_rgb", max_episode_steps=k),
+                            seed=5) for k in (3, 4))
     first = short.reset(seed=5)["rgb"]
     long.reset(seed=5)
     push = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
@@ -141,7 +143,7 @@ def test_pictures_follow_the_state_and_final_obs_shows_the_last_state():
 
 
 def test_the_goal_is_drawn_where_it_is():
-    env = PushCube(num_envs=64, obs_mode="rgb", goal_direction="random")
+    env = PushCube(PushCubeConfig(num_envs=64, obs_mode="rgb", goal_direction="random"))
     obs = env.reset(seed=0)["rgb"]
     s = env.state_dict()["state"]
     view = phys.view_box(env.workspace)
@@ -153,7 +155,7 @@ def test_the_goal_is_drawn_where_it_is():
 
 
 def test_group_shared_resets_give_equal_pictures():
-    env = PushCube(num_envs=8, obs_mode="rgb", goal_direction="random", randomize_yaw=True)
+    env = PushCube(PushCubeConfig(num_envs=8, obs_mode="rgb", goal_direction="random", randomize_yaw=True))
     obs = env.reset(seed=3, group_size=4)["rgb"]
     assert all(torch.equal(obs[i], obs[0]) for i in range(1, 4))
     assert all(torch.equal(obs[i], obs[4]) for i in range(5, 8))
@@ -161,8 +163,8 @@ def test_group_shared_resets_give_equal_pictures():
 
 
 def test_state_dict_round_trip_continues_with_the_same_pictures():
-    env, copy = PushCube(num_envs=4, obs_mode="rgb", max_episode_steps=3), PushCube(num_envs=4, obs_mode="rgb",
-                                                                                   max_episode_steps=3)
+    cfg = PushCubeConfig(num_envs=4, obs_mode="rgb", max_episode_steps=3)
+    env, copy = PushCube(cfg), PushCube(cfg)
     env.step(torch.ones(4, 2))
     copy.load_state_dict(env.state_dict())
     for _ in range(4):
@@ -171,7 +173,7 @@ def test_state_dict_round_trip_continues_with_the_same_pictures():
 
 
 def test_set_scene_moves_the_drawn_cube():
-    env = PushCube(num_envs=2, obs_mode="rgb")
+    env = PushCube(PushCubeConfig(num_envs=2, obs_mode="rgb"))
     set_scene(env, c=[[0.1, -0.05], [0.0, 0.0]], theta=0.0)
     frames = torch.from_numpy(env.render(size=64))
     assert pixels_of(frames[0], "cube") == {(i, j) for i in range(34, 37) for j in range(34, 37)}
@@ -179,7 +181,7 @@ def test_set_scene_moves_the_drawn_cube():
 
 
 def test_pixel_env_passes_gymnasium_check_env_through_the_single_env_adapter():
-    env = SingleEnvAdapter(PushCube(num_envs=1, obs_mode="state_rgb", image_size=32), render_size=32)
+    env = SingleEnvAdapter(PushCube(PushCubeConfig(num_envs=1, obs_mode="state_rgb", image_size=32)), render_size=32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env)

@@ -1,0 +1,229 @@
+"""Schemas of the envs (``env=cartpole|push_cube|push_cube_arm|gym|torch_vector``).
+
+The keys every env takes (how many copies, and what counts as solved) are declared once in :class:`EnvConfig`.
+Rules that need the device or the simulator (a CUDA-only engine, a gymnasium id's spaces) stay in the envs'
+constructors; everything else is checked here, before torch is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from embodirl.config.instantiate import check_finite_values
+from embodirl.config.schema import Schema, key
+from embodirl.errors import ConfigError
+
+__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "CartPoleConfig", "EnvConfig", "GymConfig",
+           "PushCubeArmConfig", "PushCubeConfig", "TorchVectorConfig"]
+
+RewardMode = Literal["normalized_dense", "dense", "sparse"]
+Pair = tuple[float, float]
+
+# The planar push_cube task's reset distribution (drawn by embodirl.envs.push_cube.physics.spawn_scenes): declared
+# here, torch-free, so PushCubeConfig can check a workspace against it.
+CUBE_SPAWN = 0.1  #: cube centre ~ U([-0.1, 0.1]^2)
+TIP_SPAWN_LOW, TIP_SPAWN_HIGH = (-0.30, -0.10), (-0.20, 0.10)  #: tip ~ U(box), >= 5 cm behind the cube
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig(Schema):
+    """What every env takes: its number of copies and what counts as solved."""
+
+    num_envs: int = key(256, ge=1, doc="parallel envs on the device")
+    solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own, e.g. "
+                                    "eval/return_mean or eval/success_rate)", example="eval/return_mean")
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own)",
+                                         example=400)
+
+    def check(self) -> None:
+        if self.solved_metric is not None and not self.solved_metric.startswith("eval/"):
+            raise ConfigError("solved_metric", self.solved_metric, "null (the env's own) or an evaluation metric "
+                              "such as eval/return_mean", "pass solved_metric=eval/return_mean (or eval/success_rate "
+                              "for envs that report success)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CartPoleConfig(EnvConfig):
+    """Batched pure-torch CartPole with gymnasium CartPole-v1's dynamics, termination and 500-step limit."""
+
+    target = "embodirl.envs.cartpole.CartPole"
+    max_episode_steps: int = key(500, ge=1, doc="time limit (truncation); gymnasium's CartPole-v1 uses 500")
+    physics_dtype: Literal["float64", "float32"] = key("float64", doc="float64 matches gymnasium bit for bit; "
+                                                       "float32 is a little faster on GPUs")
+    hide_velocities: bool = key(False, doc="observe only cart position and pole angle (partially observed: needs "
+                                "policy=actor_critic_rnn)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushCubeConfig(EnvConfig):
+    """Batched planar PushCube: a tool tip pushes a 4 cm cube into a goal 0.2 m ahead (success: within 0.1 m)."""
+
+    target = "embodirl.envs.push_cube.env.PushCube"
+    num_envs: int = key(2048, ge=1, doc="parallel envs on the device")
+    control_mode: Literal["ee_delta_pos", "joint_delta_pos"] = key(
+        "ee_delta_pos", doc="ee_delta_pos (tip velocity) | joint_delta_pos (2-link arm joint steps)")
+    reward_mode: RewardMode = key("normalized_dense", doc="normalized_dense (staged reward / 3, 1 iff success) | "
+                                  "dense | sparse")
+    terminate_on_success: bool = key(False, doc="end episodes on success: beware the hover trap "
+                                     "(docs/envs/push_cube.md)")
+    fail_on_leaving_workspace: bool = key(False, doc="terminate (reward 0) when the cube leaves table_half_size")
+    goal_direction: Literal["fixed", "random", "random_aligned"] = key(
+        "fixed", doc="fixed (+x) | random (the tip may go around the cube) | random_aligned (rotated scene)")
+    randomize_yaw: bool = key(False, doc="initial cube yaw ~ U(-pi/4, pi/4) instead of 0")
+    time_obs: bool = key(False, doc="append elapsed_steps / max_episode_steps to the observation")
+    max_episode_steps: int = key(50, ge=1, doc="time limit (truncation), ManiSkill's")
+    cube_half_size: float = key(0.02, gt=0, doc="cube half-size h (m)")
+    cube_mass: float = key(0.064, gt=0, doc="cube mass (kg); the inertia is m (2h)^2 / 6")
+    pusher_radius: float = key(0.01, gt=0, doc="tool-tip disk radius (m)")
+    table_friction: float = key(0.3, ge=0, doc="cube-table Coulomb coefficient")
+    push_friction: float = key(0.3, ge=0, doc="tip-cube Coulomb coefficient")
+    gravity: float = key(9.81, gt=0, doc="gravity (m/s^2)")
+    control_dt: float = key(0.05, gt=0, doc="seconds per action (20 Hz)")
+    substeps: int = key(5, ge=1, doc="physics substeps per action")
+    max_speed: float = key(0.5, gt=0, doc="tip speed per action component at |a| = 1 (m/s, ee mode)")
+    max_joint_delta: float = key(0.05, gt=0, doc="joint step per action at |a| = 1 (rad, joint mode)")
+    arm_base: Pair = key((-0.615, 0.0), doc="shoulder of the 2-link arm (m, joint mode)")
+    link_lengths: Pair = key((0.45, 0.45), gt=0, doc="upper-arm and forearm lengths (m)")
+    workspace_low: Pair = key((-0.35, -0.3), doc="tip workspace lower corner (m; ee mode clamps, joint mode rejects)")
+    workspace_high: Pair = key((0.45, 0.3), doc="tip workspace upper corner (m)")
+    solver_iterations: int = key(4, ge=1, doc="contact solver sweeps per substep")
+    baumgarte: float = key(0.2, gt=0, le=1, doc="fraction of a penetration the solver removes per substep")
+    speculative_slack: float = key(0.001, ge=0, doc="added to the tip's largest per-substep travel: the "
+                                   "speculative contact margin (m)")
+    goal_radius: float = key(0.1, gt=0, doc="success radius (m)")
+    goal_offset: float = key(0.2, gt=0, doc="goal distance from the cube's start (m)")
+    table_half_size: Pair = key((0.6, 0.5), gt=0, doc="half extents of the table (m): leaving it fails the episode "
+                                "with fail_on_leaving_workspace")
+    physics_dtype: Literal["float32", "float64"] = key("float32", doc="float64 makes CPU, CUDA and compiled runs "
+                                                       "agree closely (slower)")
+    obs_mode: Literal["state", "rgb", "state_rgb"] = key("state", doc="state (vector) | rgb (top-view picture only; "
+                                                         "the goal is drawn) | state_rgb (both)")
+    image_size: int = key(64, ge=8, le=1024, doc="pixels per side of the rgb observation (uint8 [H, W, 3], the "
+                          "videos' picture)")
+    solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
+                                    "eval/success_rate)", example="eval/success_rate")
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
+                                         example=0.9)
+
+    @property
+    def substep_dt(self) -> float:
+        """Seconds per physics substep."""
+        return self.control_dt / self.substeps
+
+    def max_tip_speed(self) -> float:
+        """Largest tip speed an action can command: ``sqrt(2) max_speed`` (ee mode) or the bound
+        ``max_joint_delta / control_dt (l1 + 2 l2)`` of ``|J(q) q_dot|`` (joint mode)."""
+        if self.control_mode == "joint_delta_pos":
+            return self.max_joint_delta / self.control_dt * (self.link_lengths[0] + 2 * self.link_lengths[1])
+        return math.sqrt(2.0) * self.max_speed
+
+    def check(self) -> None:
+        super().check()
+        spawn = "(the tip's spawn box must lie in the workspace)"
+        if not all(low <= spawn_low for low, spawn_low in zip(self.workspace_low, TIP_SPAWN_LOW, strict=True)):
+            raise ConfigError("workspace_low", list(self.workspace_low), f"at most {list(TIP_SPAWN_LOW)} {spawn}",
+                              "pass workspace_low=[-0.35,-0.3] (the default)")
+        if not all(high >= spawn_high for high, spawn_high in zip(self.workspace_high, TIP_SPAWN_HIGH, strict=True)):
+            raise ConfigError("workspace_high", list(self.workspace_high), f"at least {list(TIP_SPAWN_HIGH)} {spawn}",
+                              "pass workspace_high=[0.45,0.3] (the default)")
+        delta, radius, half = self.substep_dt, self.pusher_radius, self.cube_half_size
+        if not self.max_speed * delta < radius:
+            raise ConfigError("max_speed", self.max_speed, "max_speed * control_dt / substeps < "
+                              f"pusher_radius={radius} (no tunnelling)", "lower max_speed or raise substeps")
+        if self.control_mode == "joint_delta_pos" and not self.max_tip_speed() * delta < half:
+            # the speculative margin covers the travel; it must stay below the cube's half-size
+            raise ConfigError("max_joint_delta", self.max_joint_delta, "a tip travel per substep, max_joint_delta "
+                              f"(l1 + 2 l2) / substeps, below cube_half_size={half}",
+                              "lower max_joint_delta or raise substeps")
+        clearance = -CUBE_SPAWN - TIP_SPAWN_HIGH[0]  # 0.1 m between the spawn boxes of cube centre and tip
+        if not half * math.sqrt(2.0) + radius < clearance:
+            raise ConfigError("cube_half_size", half, f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube "
+                              "and tip never overlap at the start)", "pass cube_half_size=0.02 (the default)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushCubeArmConfig(EnvConfig):
+    """PushCube with a UR10 arm in MuJoCo: the arm's rod pushes a free 4 cm cube into a goal 0.2 m ahead."""
+
+    target = "embodirl.envs.push_cube.arm.PushCubeArm"
+    num_envs: int = key(512, ge=1, doc="parallel simulations")
+    reward_mode: RewardMode = key("normalized_dense", doc="normalized_dense (staged reward / 3, 1 iff success) | "
+                                  "dense | sparse")
+    terminate_on_success: bool = key(False, doc="end episodes on success: beware the hover trap "
+                                     "(docs/envs/push_cube.md)")
+    randomize_yaw: bool = key(False, doc="initial cube yaw ~ U(-pi/4, pi/4) instead of 0")
+    time_obs: bool = key(False, doc="append elapsed_steps / max_episode_steps to the observation")
+    max_episode_steps: int = key(50, ge=1, doc="time limit (truncation): 2.5 s at 20 Hz")
+    action_scale: float = key(0.025, gt=0, le=0.2, doc="rad of joint target offset per step at |a| = 1 (0.025: about "
+                              "2.5 cm of tip motion)")
+    joint_noise: list[float] = key(factory=lambda: [0.1, 0.03, 0.03, 0.05, 0.05, 0.1], ge=0, le=0.2,
+                                   doc="rad, half-widths of the uniform start offsets of the 6 joints")
+    timestep: float = key(0.01, gt=0, le=0.02, doc="s, physics step (the arm's stiff position control and the "
+                          "contacts are unstable beyond 0.02)")
+    substeps: int = key(5, ge=1, doc="physics steps per action (20 Hz control)")
+    goal_radius: float = key(0.1, gt=0, doc="success radius (m)")
+    goal_offset: float = key(0.2, gt=0, doc="goal distance from the cube's start along +x (m)")
+    engine: Literal["auto", "batch", "warp"] = key("auto", doc="auto (batch on CPU, warp on CUDA) | batch "
+                                                   "(mujoco.batch) | warp (mujoco_warp)")
+    num_threads: int = key(0, ge=0, doc="threads of the CPU engine; 0 = one per core")
+    warp_nconmax: int = key(16, ge=1, doc="contacts allocated per world (warp engine)")
+    warp_njmax: int = key(64, ge=1, doc="constraint rows allocated per world (warp engine)")
+    solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
+                                    "eval/success_rate)", example="eval/success_rate")
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
+                                         example=0.9)
+
+    def check(self) -> None:
+        super().check()
+        if len(self.joint_noise) != 6:
+            raise ConfigError("joint_noise", list(self.joint_noise), "6 numbers in [0, 0.2] (rad, one per joint; "
+                              "larger offsets can start the rod inside the table or the cube)",
+                              "pass joint_noise=[0.1,0.03,0.03,0.05,0.05,0.1]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GymConfig(EnvConfig):
+    """Any gymnasium environment by id through its vector API, e.g. ``env=gym env.id=Pendulum-v1``."""
+
+    target = "embodirl.envs.adapters.gym.GymEnv"
+    id: str = key("CartPole-v1", doc="gymnasium id; module:Env-v0 imports the module that registers it first")
+    num_envs: int = key(8, ge=1, le=65_536, doc="copies in the vector env (Python objects stepped one by one on the "
+                        "host; for more, write a batched torch env)")
+    vectorization_mode: Literal["sync", "async"] = key("sync", doc="sync (in this process) | async (a subprocess "
+                                                       "per copy)")
+    max_episode_steps: int | None = key(None, ge=1, doc="time limit; null = the id's registered limit", example=1000)
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the id's registered "
+                                         "reward_threshold)", example=400)
+    env_kwargs: dict[str, Any] = key(factory=dict, doc="extra keyword arguments for gymnasium.make")
+
+    def check(self) -> None:
+        super().check()
+        check_finite_values("env_kwargs", self.env_kwargs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchVectorConfig(EnvConfig):
+    """A torch-batched vector simulator (ManiSkill3, Isaac Lab, ...) that returns tensors on the device and resets
+    finished envs itself."""
+
+    target = "embodirl.envs.adapters.torch_vector.TorchVectorEnv"
+    make: str | dict[str, Any] | None = key(None, doc="the simulator's constructor: an import path, or a _target_ "
+                                            "node whose other keys are its arguments (called with num_envs)",
+                                            example="mypkg.sims.make_sim")
+    num_envs: int = key(16, ge=1, doc="parallel envs, passed to the constructor as num_envs")
+    max_episode_steps: int | None = key(None, ge=1, doc="null = the simulator's limit (spec.max_episode_steps, or "
+                                        "Isaac Lab's max_episode_length)", example=1000)
+    solved_threshold: float | None = key(None, doc="null = success rate 0.9 when the simulator reports success, "
+                                         "else spec.reward_threshold", example=0.9)
+    success_key: str | None = key("success", doc="info key of per-env success flags (ManiSkill3: success); null = no "
+                                  "success notion")
+    final_obs: Literal["info", "acted_on"] = key("info", doc="info (ManiSkill3, gymnasium: info[\"final_observation\"]"
+                                                 " / [\"final_obs\"]) | acted_on (Isaac Lab: none given)")
+    per_env_seeds: bool = key(False, doc="reset(seed=[s_0, ..., s_N-1]) makes env i's start depend on s_i alone "
+                              "(GRPO group-shared resets)")
+
+    def check(self) -> None:
+        super().check()
+        check_finite_values("make", self.make)

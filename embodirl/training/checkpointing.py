@@ -1,0 +1,172 @@
+"""The run's checkpoints: what one holds, where it goes (``checkpoints/``), how a run comes back from one.
+
+``last.pt`` is rewritten at every save and is what a restarted or requeued job continues from; a periodic
+``step_<env_steps>.pt`` is kept beside it when a ``trainer.checkpoint_every_env_steps`` multiple is crossed (the
+newest ``trainer.keep_checkpoints`` of them stay); ``best.pt`` holds the state with the best value of
+``trainer.best_metric``. Every file is written atomically by rank 0 (:mod:`embodirl.runtime.checkpoint`, which
+also defines and checks the format).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodirl.algos.base import OnPolicyAlgorithm
+from embodirl.collect.collector import Collector
+from embodirl.envs.base import env_mode
+from embodirl.errors import CheckpointError
+from embodirl.runtime.checkpoint import (
+    check_optimizer_state,
+    load_checkpoint,
+    rng_state,
+    serialize_checkpoint,
+    set_rng_state,
+)
+from embodirl.runtime.files import atomic_write_bytes
+from embodirl.training.state import TrainState
+
+__all__ = ["Checkpointer", "periodic_checkpoints"]
+
+log = logging.getLogger(__name__)
+
+_PERIODIC = re.compile(r"step_(\d+)\.pt")
+
+
+def periodic_checkpoints(folder: Path) -> dict[int, Path]:
+    """``env_steps -> path`` of the periodic checkpoints ``step_<env_steps>.pt`` in ``folder``."""
+    found = {}
+    for path in folder.glob("step_*.pt"):
+        match = _PERIODIC.fullmatch(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return found
+
+
+class Checkpointer:
+    """Saves the run's state into ``folder`` and restores it on resume.
+
+    Args:
+        folder: ``<run_dir>/checkpoints``.
+        collector: Its env and collector state are saved (when the env can save its state).
+        algo: The algorithm; its policy and its own state (optimizer, counters, normalisers) are saved.
+        config: The resolved run config, stored in every checkpoint.
+        keep: Periodic checkpoints kept (``trainer.keep_checkpoints``).
+        resume: ``trainer.resume``: the checkpoint to start from when ``folder`` has no ``last.pt``.
+        is_main: Rank 0, the only one that writes files, restores the env and the random generators.
+    """
+
+    def __init__(self, folder: Path, *, collector: Collector, algo: OnPolicyAlgorithm, config: dict, keep: int,
+                 resume: str | None, is_main: bool) -> None:
+        self.folder, self.collector, self.algo, self.config = folder, collector, algo, config
+        self.keep, self.resume_path, self.is_main = keep, resume, is_main
+        assert isinstance(algo.policy, torch.nn.Module)  # build_policy moved it to its device: it is a module
+        self.policy: torch.nn.Module = algo.policy
+
+    def state(self, counters: TrainState) -> dict[str, Any]:
+        """Everything a resume needs (see :mod:`embodirl.runtime.checkpoint`)."""
+        env = self.collector.env
+        try:
+            env_state = env.state_dict()
+        except NotImplementedError:
+            env_state = None
+        return {
+            "config": self.config,
+            "policy": self.policy.state_dict(),
+            "algo": self.algo.state_dict(),
+            "trainer": asdict(counters),
+            "env": env_state,
+            "collector": self.collector.state_dict() if env_state is not None else {},
+            "rng": rng_state(),
+        }
+
+    def save(self, counters: TrainState, periodic: bool = False, best: bool = False) -> list[Path]:
+        """Atomically write ``last.pt`` (and a periodic ``step_*.pt``), or only ``best.pt``; prune old periodic
+        ones; return the files written.
+
+        Rank 0 only. Pruning keeps the ``keep`` highest step counts; periodic checkpoints from beyond a resumed
+        run's start were moved aside when it resumed, so they are never counted.
+        """
+        if not self.is_main:
+            return []
+        data = serialize_checkpoint(self.state(counters))
+        written = [self.folder / ("best.pt" if best else "last.pt")]
+        atomic_write_bytes(written[0], data)
+        if periodic and self.keep > 0:
+            written.append(self.folder / f"step_{counters.env_steps:012d}.pt")
+            atomic_write_bytes(written[1], data)
+            for _, old in sorted(periodic_checkpoints(self.folder).items())[: -self.keep]:
+                old.unlink()
+        return written
+
+    def resume(self, seed: int) -> TrainState | None:
+        """Restore the run from ``last.pt`` if present, else from ``resume``; None if neither (a fresh start).
+
+        Args:
+            seed: The training env's seed; an env that cannot restore its state restarts its episodes from
+                ``seed + iteration``.
+
+        Raises:
+            CheckpointError: The file is missing, corrupt, or does not fit this run's policy or algorithm.
+        """
+        found = self._source()
+        if found is None:
+            return None
+        path, key = found
+        saved = load_checkpoint(path, key=key)
+        counters = self._load_learner(saved, path, key)
+        check_optimizer_state(self.algo.optimizer, f"{key}={str(path)!r}")
+        self._load_env(saved, seed + counters.iteration)
+        if self.is_main:
+            set_rng_state(saved["rng"])
+            self.set_aside_after(counters.env_steps)
+        log.info("resumed from %s at env_steps=%d (iteration %d)", path, counters.env_steps, counters.iteration)
+        return counters
+
+    def _source(self) -> tuple[Path, str] | None:
+        """The file to resume from and the key that named it: the run directory's own ``last.pt`` wins."""
+        own = self.folder / "last.pt"
+        if own.exists():
+            if self.resume_path:
+                log.info("%s exists: continuing this run directory's own progress (trainer.resume=%s is only used "
+                         "to start a run directory that has none)", own, self.resume_path)
+            return own, "checkpoint"
+        return (Path(self.resume_path), "trainer.resume") if self.resume_path else None
+
+    def _load_learner(self, saved: dict[str, Any], path: Path, key: str) -> TrainState:
+        try:
+            self.policy.load_state_dict(saved["policy"])
+            self.algo.load_state_dict(saved["algo"])
+            return TrainState(**saved["trainer"])
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"{key}={str(path)!r} does not fit this run's policy/algorithm ({str(exc).splitlines()[0]}). "
+                "Fix: resume with the same policy, env and algo settings the checkpoint was trained with "
+                "(they are stored in the run's .hydra/config.yaml)."
+            ) from exc
+
+    def _load_env(self, saved: dict[str, Any], seed: int) -> None:
+        env = self.collector.env
+        if saved["env"] is not None and self.is_main:  # the checkpoint holds rank 0's env
+            with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
+                env.load_state_dict(saved["env"])
+            self.collector.load_state_dict(saved["collector"])
+            return
+        if self.is_main:
+            log.warning("%s cannot restore its env state: resumed training starts fresh episodes", type(env).__name__)
+        self.collector.reset(seed=seed)
+
+    def set_aside_after(self, env_steps: int) -> None:
+        """Move periodic checkpoints from beyond ``env_steps`` (an abandoned future) to ``superseded/``."""
+        for steps, old in periodic_checkpoints(self.folder).items():
+            if steps > env_steps:
+                aside = self.folder / "superseded"
+                aside.mkdir(exist_ok=True)
+                os.replace(old, aside / old.name)
+                log.info("moved %s (beyond the resumed env_steps=%d) to %s", old.name, env_steps, aside)

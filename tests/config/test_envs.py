@@ -1,0 +1,102 @@
+"""The env schemas: each shipped env option's keys and values are its schema's, every key is documented, and the
+rules across keys (push_cube's workspace, speed and geometry) name the key and a fix that works."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+
+import pytest
+import yaml
+
+from embodirl.config.envs import (
+    CartPoleConfig,
+    EnvConfig,
+    GymConfig,
+    PushCubeArmConfig,
+    PushCubeConfig,
+    TorchVectorConfig,
+)
+from embodirl.config.schema import Schema, key_docs, parse
+from embodirl.errors import ConfigError
+
+OPTIONS = {"cartpole": CartPoleConfig, "push_cube": PushCubeConfig, "push_cube_arm": PushCubeArmConfig,
+           "gym": GymConfig, "torch_vector": TorchVectorConfig}
+
+
+def option(group: str, name: str) -> dict:
+    return yaml.safe_load(resources.files("embodirl.conf").joinpath(f"{group}/{name}.yaml").read_text())
+
+
+def defaults(schema: type[Schema]) -> dict:
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(schema)}
+
+
+def as_yaml(value):
+    return [as_yaml(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_each_env_option_holds_its_schemas_keys_with_their_defaults(name):
+    node, schema = option("env", name), OPTIONS[name]
+    assert node["_target_"] == schema.target and issubclass(schema, EnvConfig)
+    values = {k: v for k, v in node.items() if not k.startswith("_")}
+    assert values == {k: as_yaml(v) for k, v in defaults(schema).items()}
+    parsed = parse(schema, values)
+    assert {k: as_yaml(getattr(parsed, k)) for k in values} == values
+
+
+def test_every_env_key_has_a_one_line_doc_and_the_shared_keys_are_declared_once():
+    for schema in OPTIONS.values():
+        for row in key_docs(schema):
+            assert row.doc and "\n" not in row.doc, (schema.__name__, row.path)
+    shared = {f.name for f in dataclasses.fields(EnvConfig)}
+    assert shared == {"num_envs", "solved_metric", "solved_threshold"}
+    assert all(shared <= {f.name for f in dataclasses.fields(s)} for s in OPTIONS.values())
+
+
+@pytest.mark.parametrize(("values", "key", "fix"), [
+    ({"workspace_low": [-0.1, -0.3]}, "workspace_low", "workspace_low=[-0.35,-0.3]"),
+    ({"workspace_high": [0.45, 0.05]}, "workspace_high", "workspace_high=[0.45,0.3]"),
+    ({"max_speed": 1.2}, "max_speed", "lower env.max_speed or raise substeps"),
+    ({"max_speed": 1.2, "substeps": 20}, None, None),
+    ({"control_mode": "joint_delta_pos", "max_joint_delta": 0.2}, "max_joint_delta", "raise substeps"),
+    ({"cube_half_size": 0.07}, "cube_half_size", "cube_half_size=0.02"),
+    ({"solved_metric": "success_rate"}, "solved_metric", "solved_metric=eval/return_mean"),
+])
+def test_push_cube_rules_across_keys_name_the_key_and_the_fix(values, key, fix):
+    if key is None:
+        assert parse(PushCubeConfig, values).max_speed == values["max_speed"]  # more substeps: no tunnelling
+        return
+    with pytest.raises(ConfigError) as info:
+        parse(PushCubeConfig, values, "env.")
+    assert info.value.key == f"env.{key}" and fix in str(info.value)
+
+
+def test_push_cube_spawn_boxes_are_the_physics_ones():
+    from embodirl.envs.push_cube import physics
+
+    assert (physics.TIP_SPAWN_LOW, physics.TIP_SPAWN_HIGH, physics.CUBE_SPAWN) == (
+        (-0.30, -0.10), (-0.20, 0.10), 0.1)
+
+
+def test_nan_inside_a_mapping_key_is_refused_naming_the_nested_key():
+    with pytest.raises(ConfigError, match=r"^env.env_kwargs.g=nan .*finite"):
+        parse(GymConfig, {"env_kwargs": {"g": float("nan")}}, "env.")
+    with pytest.raises(ConfigError, match=r"^env.make.scale=inf "):
+        parse(TorchVectorConfig, {"make": {"_target_": "m.f", "scale": float("inf")}}, "env.")
+
+
+def test_the_arm_needs_one_noise_per_joint():
+    with pytest.raises(ConfigError, match=r"^env.joint_noise=\[0.1, 0.1\] .*6 numbers"):
+        parse(PushCubeArmConfig, {"joint_noise": [0.1, 0.1]}, "env.")
+
+
+def test_a_config_solved_criterion_replaces_the_envs_own():
+    from embodirl.envs.cartpole import CartPole
+    from embodirl.envs.push_cube.env import PushCube
+
+    assert CartPole(CartPoleConfig(num_envs=1)).solved_threshold == 475.0
+    env = PushCube(PushCubeConfig(num_envs=1, solved_metric="eval/return_mean", solved_threshold=20))
+    assert (env.solved_metric, env.solved_threshold) == ("eval/return_mean", 20.0)
