@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from embodirl.config.algos import MOVED_KEYS as ALGO_MOVED_KEYS
 from embodirl.config.training import MOVED_KEYS as TRAINING_MOVED_KEYS
 from embodirl.errors import CheckpointError, ConfigError, DivergedError
 
@@ -40,15 +41,8 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _moved_keys() -> dict[str, str]:
-    """Keys that moved or were renamed (the algorithm schemas' ``renamed``): overriding the old name gets a message
-    naming the new one."""
-    from embodirl.config.algos import GRPOConfig, OnPolicyConfig
-
-    return {f"algo.{old}": f"algo.{new}" for old, new in {**OnPolicyConfig.renamed, **GRPOConfig.renamed}.items()}
-
-
-MOVED_KEYS = {**_moved_keys(), **TRAINING_MOVED_KEYS}
+# Keys that moved or were renamed: overriding the old name gets a message naming the new one.
+MOVED_KEYS = {**ALGO_MOVED_KEYS, **TRAINING_MOVED_KEYS}
 
 
 def _moved_key_message(text: str) -> str | None:

@@ -15,10 +15,15 @@ from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["A2CConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig"]
+__all__ = ["MOVED_KEYS", "A2CConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig"]
 
 _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
+_GRPO_RENAMED = {**_RENAMED, "truncate_at_first_done": "first_episode_only"}
+
+#: The algorithm keys renamed in 0.2 (old full path -> new full path): overriding an old name gets a "renamed to"
+#: line, and a resumed or evaluated run's stored config is read through it.
+MOVED_KEYS: Mapping[str, str] = {f"algo.{old}": f"algo.{new}" for old, new in _GRPO_RENAMED.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +122,7 @@ class GRPOConfig(OnPolicyConfig):
     """GRPO: critic-free, group-relative advantages over groups of envs that share their start."""
 
     target = "embodirl.algos.grpo.GRPO"
-    renamed: ClassVar[Mapping[str, str]] = {**_RENAMED, "truncate_at_first_done": "first_episode_only"}
+    renamed: ClassVar[Mapping[str, str]] = _GRPO_RENAMED
     learning_rate: float = key(4e-3, gt=0, doc="learning rate (the start of a linear/cosine/adaptive_kl schedule)")
     minibatch_size: int | None = key(4096, ge=1, doc="valid transitions per minibatch; null = all of them")
     ent_coef: float = key(0.001, ge=0, doc="entropy bonus weight (the start of a linear/cosine ent_coef_schedule)")

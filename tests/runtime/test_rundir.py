@@ -38,8 +38,8 @@ def test_temp_files_of_interrupted_writes_are_removed(tmp_path):
 
 
 def test_config_changes_lists_every_differing_leaf():
-    old = {"algo": {"learning_rate": 0.002, "n_epochs": 2}, "seed": 0, "env": {"num_envs": 256}}
-    new = {"algo": {"learning_rate": 0.001, "n_epochs": 2}, "seed": 0, "env": {"num_envs": 256, "extra": 1}}
+    old = {"algo": {"learning_rate": 0.002, "num_epochs": 2}, "seed": 0, "env": {"num_envs": 256}}
+    new = {"algo": {"learning_rate": 0.001, "num_epochs": 2}, "seed": 0, "env": {"num_envs": 256, "extra": 1}}
     assert config_changes(old, new) == [("algo.learning_rate", 0.002, 0.001), ("env.extra", "<absent>", 1)]
 
 
@@ -89,6 +89,15 @@ def test_a_run_from_before_the_evaluation_keys_moved_to_eval_continues_under_the
     # The number of evaluation envs could not change under its old name, and cannot under its new one.
     with pytest.raises(CheckpointError, match=r"eval.num_envs 20 -> 4"):
         check_resume_config(tmp_path, old, {**new, "eval": {**new["eval"], "num_envs": 4}}, allow=False)
+
+
+def test_a_run_from_before_the_algorithm_keys_were_renamed_continues_under_their_new_names(tmp_path):
+    # Until issue 21 the algorithms' keys were n_epochs, batch_size, accumulate_grad_batches, truncate_at_first_done.
+    old = {"algo": {"n_epochs": 5, "batch_size": 512, "accumulate_grad_batches": 1, "truncate_at_first_done": True}}
+    new = {"algo": {"num_epochs": 5, "minibatch_size": 512, "accumulate_minibatches": 1, "first_episode_only": True}}
+    assert check_resume_config(tmp_path, old, new, allow=False) == []
+    with pytest.raises(CheckpointError, match=r"algo.minibatch_size 512 -> 256"):
+        check_resume_config(tmp_path, old, {"algo": {**new["algo"], "minibatch_size": 256}}, allow=False)
 
 
 def test_keys_a_newer_embodirl_added_never_lock_an_older_run_directory(tmp_path):
