@@ -74,16 +74,17 @@ def _train(cfg: DictConfig) -> float:
     from embodirl.config.run import check_run_config
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rank import env_rank
+    from embodirl.runtime.rundir import record_refused_job
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+             "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
     try:
         check_run_config(cfg)  # every key against its schema, before torch is imported
         from embodirl.app.run import run_training, wandb_identity  # imports torch
 
-        files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
-                 "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
         sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
         names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env.get("id"))
         summary = run_training(cfg, run_dir, files, names)
@@ -93,6 +94,7 @@ def _train(cfg: DictConfig) -> float:
         if not multirun or isinstance(exc, PreemptedError):
             fail(PROG, exc)
         if env_rank() == 0:
+            record_refused_job(run_dir, files, exc)  # a job refused before its run began: reports still list it
             record_job_failure(hydra_cfg.sweep.dir, hydra_cfg.job.num, run_dir, list(hydra_cfg.overrides.task), exc)
         text = message(exc)
         if text is None:

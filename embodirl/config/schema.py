@@ -305,7 +305,7 @@ def cli_text(value: Any) -> str:
 def _expected(annotation: Any, bounds: Bounds, value: Any = None) -> str:
     text, limits = describe_type(annotation), bounds.describe()
     text = f"{text} {limits}".strip() if limits else text
-    if bounds.finite and isinstance(value, float) and not math.isfinite(value):
+    if bounds.finite and _non_finite(value):
         text += " (finite: nan and inf are not values of this key)"
     return text
 

@@ -26,8 +26,10 @@ from embodirl.config.algos import MOVED_KEYS as ALGO_MOVED_KEYS
 from embodirl.config.training import MOVED_KEYS as TRAINING_MOVED_KEYS
 from embodirl.errors import CheckpointError
 from embodirl.runtime.files import atomic_write_bytes
+from embodirl.runtime.status import STATUS_FILE, write_status
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
+           "record_refused_job",
            "remove_temp_files", "write_hydra_files"]
 
 LOCK_FILE = ".lock"
@@ -198,3 +200,25 @@ def write_hydra_files(run_dir: str | Path, files: Mapping[str, str]) -> None:
                 os.replace(folder / name, history / name)
     for name, text in files.items():
         atomic_write_bytes(folder / name, text.encode("utf-8"))
+
+
+def record_refused_job(run_dir: str | Path, hydra_files: Mapping[str, str], exc: BaseException) -> bool:
+    """Write ``.hydra/`` and a ``failed`` status into the directory of a sweep job refused before its run began.
+
+    A refused job's directory would otherwise be empty, and reports (which find runs by ``.hydra/overrides.yaml``)
+    would not list it. A directory that holds a status or checkpoints belongs to a run that began (this job's, or
+    an earlier run's it must not overwrite), and one locked by another process is in use: both are left alone.
+
+    Returns:
+        Whether the job's directory now records the failure.
+    """
+    run_dir = Path(run_dir)
+    if (run_dir / STATUS_FILE).exists() or (run_dir / "checkpoints").exists():
+        return False
+    try:
+        with RunDirLock(run_dir):
+            write_hydra_files(run_dir, hydra_files)
+            write_status(run_dir, "failed", exc=exc)
+    except (RunDirBusyError, OSError):
+        return False
+    return True

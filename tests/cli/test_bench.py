@@ -35,7 +35,6 @@ def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, 
     assert 1 <= costs["env_eager"] < 10 and costs["env_compiled"] >= 1
     assert costs["collect_eager"] > costs["env_eager"] + costs["act_eager"]
     assert all(costs[f"{k}_{mode}_us"] > 0 for k in ("env", "act", "collect") for mode in ("eager", "compiled"))
-    assert costs["collect_eager_us"] > costs["env_eager_us"]
     assert all(costs[f"{k}_compile_s"] > 0 for k in ("env", "act", "collect"))
     rows = result["scaling"][0]["rows"]
     assert [r["num_envs"] for r in rows] == [8, 16] and all(r["collect_update_sps"] > 0 for r in rows)

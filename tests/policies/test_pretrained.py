@@ -65,6 +65,7 @@ def test_a_ppo_checkpoint_fine_tunes_an_actor_only_grpo_policy(tmp_path, caplog)
     checkpoint = tmp_path / "ppo" / "checkpoints" / "last.pt"
     source = build_components(compose_config([*PPO, f"policy.init_from={checkpoint}"])).policy  # the PPO policy itself
     assert source.normalizers["state"].count > 0  # trained statistics, not the initial ones
+    caplog.clear()  # only the fine-tuned build's line (the source's build logs one too where INFO propagates)
     with caplog.at_level("INFO", logger="embodirl.app.build"):
         tuned = build_components(compose_config([*GRPO, "policy.normalize_obs=true", "seed=2",
                                                  f"policy.init_from={checkpoint}"])).policy
@@ -84,6 +85,7 @@ def test_an_actor_only_checkpoint_starts_an_actor_critic_with_a_fresh_critic(tmp
     checkpoint = tmp_path / "grpo" / "checkpoints" / "last.pt"
     source = build_components(compose_config([*GRPO, f"policy.init_from={checkpoint}"])).policy
     fresh = build_components(compose_config([*GRPO[1:], "seed=2"])).policy
+    caplog.clear()  # only the fine-tuned build's line (the source's build logs one too where INFO propagates)
     with caplog.at_level("INFO", logger="embodirl.app.build"):
         tuned = build_components(compose_config([*GRPO[1:], "seed=2", f"policy.init_from={checkpoint}"])).policy
     (line,) = [r.getMessage() for r in caplog.records if "policy.init_from" in r.getMessage()]

@@ -1,16 +1,18 @@
 """The run directory's lifecycle: the lock, debris of interrupted writes, config changes on resume, .hydra/."""
 
+import json
 import os
 import socket
 
 import pytest
 
-from embodirl.errors import CheckpointError
+from embodirl.errors import CheckpointError, ConfigError
 from embodirl.runtime.rundir import (
     RunDirBusyError,
     RunDirLock,
     check_resume_config,
     config_changes,
+    record_refused_job,
     remove_temp_files,
     write_hydra_files,
 )
@@ -110,3 +112,19 @@ def test_keys_a_newer_embodirl_added_never_lock_an_older_run_directory(tmp_path)
         "env.hide_velocities '<absent>' -> False"]
     with pytest.raises(CheckpointError, match=r"algo\.learning_rate"):  # a key both know still may not change
         check_resume_config(tmp_path, old, {**new, "algo": {**new["algo"], "learning_rate": 0.001}}, allow=False)
+
+
+def test_a_refused_sweep_job_is_recorded_in_its_fresh_directory_but_never_over_an_earlier_run(tmp_path):
+    files = {"config.yaml": "a: 1\n", "overrides.yaml": "- algo.learning_rate=-1\n"}
+    fresh = tmp_path / "fresh"
+    assert record_refused_job(fresh, files, ConfigError("algo.learning_rate", -1, "a float > 0"))
+    status = json.loads((fresh / "status.json").read_text())
+    assert status["status"] == "failed" and status["exception"] == "ConfigError"
+    assert (fresh / ".hydra" / "overrides.yaml").read_text() == files["overrides.yaml"]
+    earlier = tmp_path / "earlier"
+    (earlier / "checkpoints").mkdir(parents=True)
+    (earlier / ".hydra").mkdir()
+    (earlier / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
+    assert not record_refused_job(earlier, files, ConfigError("algo.learning_rate", -1, "a float > 0"))
+    assert not (earlier / "status.json").exists()
+    assert (earlier / ".hydra" / "overrides.yaml").read_text() == "- seed=1\n"
