@@ -9,6 +9,7 @@ a few iterations are logged: once only, so the requeued attempt must resume and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -47,10 +48,8 @@ def start_train(args: list[str], cwd: Path, env: dict[str, str] | None = None) -
 
 def kill_tree(proc: subprocess.Popen) -> None:
     """Kill the run and everything it started (submitit controllers, ranks) if anything is left."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
