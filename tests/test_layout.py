@@ -68,3 +68,24 @@ def test_tests_mirror_the_package():
     test_dirs = {p.relative_to(TESTS) for p in TESTS.rglob("*") if p.is_dir() and p.name != "__pycache__"}
     missing = sorted(str(p) for p in packages if p.parts[0] != "conf" and p not in test_dirs)
     assert not missing, f"packages without a test folder: {missing}"
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def _long_functions(limit: int) -> list[str]:
+    """``file:line name (N lines)`` of every function or method in the package longer than ``limit`` lines
+    (from ``def`` to its last line, docstring included)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_over_60_lines():
+    long = _long_functions(MAX_FUNCTION_LINES)
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(long)
