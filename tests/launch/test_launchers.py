@@ -35,7 +35,7 @@ SITE_PROFILES = sorted((REPO / "launch" / "hydra" / "launcher").glob("*.yaml"))
 SITE_SWITCHES = sorted((REPO / "launch" / "site").glob("*.yaml"))
 TARGETS = {"local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
            "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}
-RUN_TIMEOUT_S = 150  # per subprocess; every run here takes well under a minute on 2 cores
+RUN_TIMEOUT_S = 150  # per subprocess; far more than a run here needs, so only a hang reaches it
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
