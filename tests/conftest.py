@@ -16,9 +16,6 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from embodirl.config.envs import CartPoleConfig
-from embodirl.config.policies import ActorCriticConfig
-
 torch.set_num_threads(1)
 
 # Small, fast settings for runs that only need to exercise the machinery.

@@ -29,7 +29,7 @@ import torch
 
 from embodirl.errors import check
 
-__all__ = ["Acceleration", "CACHE_ENV", "capture", "compile_step", "configure_cache", "resolve_acceleration"]
+__all__ = ["CACHE_ENV", "Acceleration", "capture", "compile_step", "configure_cache", "resolve_acceleration"]
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 DEFAULT_CACHE = Path("~/.cache/embodirl/inductor").expanduser()

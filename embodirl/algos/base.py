@@ -86,7 +86,7 @@ class OnPolicyAlgorithm(ABC):
         self.lr_schedule, self.ent_schedule = cfg.lr(), cfg.ent()
         # A tensor the (compiled, captured) loss reads: changing it in place never recompiles or re-records.
         self.ent_coef = torch.tensor(self.ent_schedule.start, device=self.device)
-        self.params = [p for p in policy.parameters() if p.requires_grad]  # type: ignore[attr-defined]
+        self.params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer, self._capturable = build_optimizer(cfg.optimizer, self.params, self.lr_schedule.start,
                                                            accel.cuda_graphs, self.device)
         self.grad_scaler = torch.amp.GradScaler(self.device.type) if cfg.amp == "fp16" else None

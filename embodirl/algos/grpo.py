@@ -66,8 +66,8 @@ class GRPO(OnPolicyAlgorithm):
 
     def _frozen_copy(self) -> Policy:
         ref = copy.deepcopy(self.policy)
-        ref.requires_grad_(False)  # type: ignore[attr-defined]
-        return ref.eval()  # type: ignore[attr-defined]
+        ref.requires_grad_(False)
+        return ref.eval()
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         cfg = self.cfg
@@ -120,17 +120,17 @@ class GRPO(OnPolicyAlgorithm):
         self.num_updates += 1
         every = self.cfg.ref_update_every
         if self.ref_policy is not None and every and self.num_updates % every == 0:
-            self.ref_policy.load_state_dict(self.policy.state_dict())  # type: ignore[attr-defined]
+            self.ref_policy.load_state_dict(self.policy.state_dict())
 
     def state_dict(self) -> dict:
         state = super().state_dict()
         state["num_updates"] = self.num_updates
         if self.ref_policy is not None:
-            state["ref_policy"] = self.ref_policy.state_dict()  # type: ignore[attr-defined]
+            state["ref_policy"] = self.ref_policy.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.num_updates = int(state.get("num_updates", 0))
         if self.ref_policy is not None and "ref_policy" in state:
-            self.ref_policy.load_state_dict(state["ref_policy"])  # type: ignore[attr-defined]
+            self.ref_policy.load_state_dict(state["ref_policy"])

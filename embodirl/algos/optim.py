@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,7 +28,7 @@ DEFAULT = {"_target_": "torch.optim.Adam", "eps": 1e-5}
 _FIX = "pass algo.optimizer._target_=torch.optim.Adam (or AdamW, SGD, ...), or select a preset (algo/optimizer=adam)"
 
 
-def build_optimizer(node: Node | Mapping[str, Any] | None, params: list[Tensor], lr: float, cuda_graphs: bool,
+def build_optimizer(node: Node | Mapping[str, Any] | None, params: Sequence[Tensor], lr: float, cuda_graphs: bool,
                     device: torch.device) -> tuple[torch.optim.Optimizer, bool]:
     """The optimizer over ``params`` with learning rate ``lr``; None means ``Adam(eps=1e-5)``.
 

@@ -22,7 +22,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from embodirl.errors import ConfigError, check, check_choice
 
@@ -133,4 +133,4 @@ def parse_schedule(key: str, spec: Any, kind: str, initial: float, *, adaptive: 
     steps = [s for s, _ in points]
     check(all(a < b for a, b in itertools.pairwise(steps)), key, spec,
           f"env steps in strictly increasing order (got {steps})", f"sort the pairs by env step, e.g. {key}={example}")
-    return Schedule(initial, "points", tuple(points), kind)  # type: ignore[arg-type]
+    return Schedule(initial, "points", tuple(points), cast(ScheduleKind, kind))  # check_choice allowed only KINDS

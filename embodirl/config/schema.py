@@ -111,6 +111,8 @@ class Schema:
     moved: ClassVar[Mapping[str, str]] = {}
     refused: ClassVar[Mapping[str, tuple[str, str]]] = {}
     unknown_hint: ClassVar[str] = ""
+    # Set by @dataclass on every subclass; declared so type checkers accept a schema class in dataclasses.fields().
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def check(self) -> None:
         """Rules across keys (``log_std_min < log_std_max``); raise :class:`ConfigError` with the relative key."""
@@ -282,7 +284,7 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
         new = cls.moved[name] if name in cls.moved else prefix + cls.renamed[name]
         return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {new}",
                            f"pass {new}={cli_text(value)} instead", absolute=True)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in dataclasses.fields(cls)]
     close = suggest(name, names)
     hint = f"did you mean {prefix}{close}? " if close else ""
     where = f"a key of {prefix.rstrip('.')}" if prefix else "a top-level key"
@@ -405,7 +407,7 @@ def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S
     if not isinstance(values, Mapping):
         raise ConfigError(prefix.rstrip(".") or cls.__name__, values, f"a mapping of {cls.__name__} keys",
                           "pass key=value overrides of its keys", absolute=True)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for name, value in values.items():
         if name not in fields and name not in STRUCTURAL_KEYS:
             raise _unknown(cls, str(name), value, prefix)
@@ -485,7 +487,7 @@ class KeyDoc:
 def key_docs(cls: type[Schema], prefix: str = "") -> list[KeyDoc]:
     """Every key of ``cls`` (nested schemas expanded) with its type, default, bounds and doc."""
     rows = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         annotation = _hints(cls)[f.name]
         nested = next((a for a in (annotation, *typing.get_args(annotation)) if _is_schema(a)), None)
         default = f.default if f.default is not MISSING else (

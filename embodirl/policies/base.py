@@ -8,12 +8,17 @@ and :class:`~embodirl.policies.recurrent.ActorCriticRNN`; any class with these m
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tensordict import TensorDict
 from torch import Tensor
+from torch.nn import Parameter
 
 from embodirl.policies.distributions import ActionDistribution
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11+; annotations are never evaluated at run time here
 
 __all__ = ["Policy"]
 
@@ -53,3 +58,20 @@ class Policy(Protocol):
 
     def update_normalizer(self, obs: TensorDict) -> None:
         """Merge observations into the running statistics (no-op without normalisation)."""
+
+    # The torch.nn.Module members embodirl calls (a policy is a module): the optimizer takes the parameters,
+    # checkpoints save and load the state, GRPO freezes a copy as its reference policy.
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """The trainable tensors (``torch.nn.Module.parameters``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The weights and buffers, by name (``torch.nn.Module.state_dict``)."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
+        """Load what :meth:`state_dict` returned (``torch.nn.Module.load_state_dict``)."""
+
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        """Switch gradients of every parameter on or off (``torch.nn.Module.requires_grad_``)."""
+
+    def eval(self) -> Self:
+        """Switch to evaluation mode (``torch.nn.Module.eval``)."""

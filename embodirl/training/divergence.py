@@ -8,8 +8,8 @@ a collapsed policy (entropy 0, approx-KL 0): the run went on to "complete". Afte
 checks its metrics against these limits (each ``null`` turns its check off; ``trainer.divergence=null`` all):
 
 * ``max_approx_kl`` (default 10 nats): ``diag/approx_kl``, the mean KL between the policy before and after
-  the update, which PPO's and GRPO's clipped objectives keep small. Measured on CPU (every update of each run,
-  recorded in ``tests/data/update_metrics.json``): the presets (PPO and GRPO on CartPole and PushCube, the
+  the update, which PPO's and GRPO's clipped objectives keep small. Over every update of each run (recorded
+  in ``tests/data/update_metrics.json``) the presets (PPO and GRPO on CartPole and PushCube, the
   UR10 arm, pixels, a recurrent policy, the gymnasium recipes) stayed below 0.03 in every update, Pendulum's
   below 0.06; runs that still learned at 15 to 50 times the preset learning rate below 0.2; learning rates
   of 10 to 1e3 gave 3e3 to 8e30 in their first update. Runs that had stopped learning sit between (Pendulum

@@ -5,8 +5,6 @@ import math
 import pytest
 import torch
 
-from embodirl.config.envs import CartPoleConfig
-from embodirl.config.policies import ActorCriticConfig, ActorOnlyConfig
 from embodirl.algos import functional as F
 from embodirl.app.build import build_components
 from embodirl.config.algos import GRPOConfig

@@ -96,7 +96,8 @@ BAD_INPUTS = [
     # --- algo (A2C) ---
     (["algo=a2c", "algo.lr_schedule=adaptive_kl"], ["algo.lr_schedule='adaptive_kl'", "algo=a2c",
                                                     "Fix: pass algo.lr_schedule=constant"]),
-    (["algo=a2c", "policy=actor_critic_rnn"], ["policy='ActorCriticRNN'", "feedforward", "Fix: pass policy=actor_critic"]),
+    (["algo=a2c", "policy=actor_critic_rnn"],
+     ["policy='ActorCriticRNN'", "feedforward", "Fix: pass policy=actor_critic"]),
     # --- policy ---
     (["policy.activation=sigmoidz"], ["policy.activation='sigmoidz'", "relu", "Fix:"]),
     (["policy.hidden_sizes=[0]"], ["policy.hidden_sizes=[0]", "a list of ints >= 1", "Fix:", "[64,64]"]),

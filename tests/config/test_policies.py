@@ -9,10 +9,10 @@ import typing
 import pytest
 
 from embodirl.config.policies import (
+    Activation,
     ActorCriticConfig,
     ActorCriticRNNConfig,
     ActorOnlyConfig,
-    Activation,
     BetaConfig,
     CNNEncoderConfig,
     FlattenEncoderConfig,

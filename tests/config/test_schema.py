@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -20,8 +20,8 @@ class Inner(Schema):
 
 @dataclass(frozen=True, kw_only=True)
 class Outer(Schema):
-    renamed = {"n_epochs": "num_epochs"}
-    refused = {"lr": ("no value here", "set learning_rate instead")}
+    renamed: ClassVar[dict[str, str]] = {"n_epochs": "num_epochs"}
+    refused: ClassVar[dict[str, tuple[str, str]]] = {"lr": ("no value here", "set learning_rate instead")}
     num_epochs: int = key(2, ge=1, doc="passes")
     rate: float = key(0.5, ge=0, le=1, doc="a fraction")
     limit: float | None = key(None, gt=0, finite=False, doc="null or a limit (inf allowed)")

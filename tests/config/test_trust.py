@@ -13,7 +13,8 @@ SHIPPED = {"env": {"_target_": "embodirl.envs.cartpole.CartPole", "num_envs": 4}
 
 
 def test_the_shipped_option_files_define_the_allowed_targets():
-    assert {"embodirl.envs.cartpole.CartPole", "embodirl.algos.ppo.PPO", "embodirl.training.trainer.Trainer"} <= packaged_targets()
+    shipped = {"embodirl.envs.cartpole.CartPole", "embodirl.algos.ppo.PPO", "embodirl.training.trainer.Trainer"}
+    assert shipped <= packaged_targets()
     assert not any(t.startswith("hydra_plugins.") for t in packaged_targets())  # launcher profiles excluded
     check_config_from_file(SHIPPED, "checkpoint='x'")
 
@@ -22,10 +23,12 @@ def test_the_shipped_option_files_define_the_allowed_targets():
     ({**SHIPPED, "env": {**SHIPPED["env"], "x": [{"_target_": "os.system", "_args_": ["true"]}]}},
      "env.x[0]._target_='os.system'"),
     ({**SHIPPED, "policy": {"_target_": "builtins.exec"}}, "policy._target_='builtins.exec'"),
-    ({**SHIPPED, "env": {"_target_": "embodirl.envs.adapters.gym.GymEnv", "id": "evil_module:Env-v0"}}, "import the module"),
+    ({**SHIPPED, "env": {"_target_": "embodirl.envs.adapters.gym.GymEnv", "id": "evil_module:Env-v0"}},
+     "import the module"),
     ({**SHIPPED, "env": {"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv", "make": "os.system"}},
      "env.make='os.system' names code that embodirl would import and call"),
-    ({**SHIPPED, "env": {"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv", "make": {"_target_": "os.system"}}},
+    ({**SHIPPED, "env": {"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv",
+                         "make": {"_target_": "os.system"}}},
      "env.make._target_='os.system'"),
     ({**SHIPPED, "env": {**SHIPPED["env"], "num_envs": "${oc.env:HOME}"}}, "interpolation at env.num_envs"),
     ({**SHIPPED, "${oc.env:HOME}": 1}, "interpolation"),
@@ -42,7 +45,8 @@ def test_trusted_targets_let_your_own_classes_through():
     with pytest.raises(CheckpointError, match=r"trusted_targets=\[mypkg.envs.MyEnv\]"):
         check_config_from_file(config, "checkpoint='x'")
     check_config_from_file(config, "checkpoint='x'", ["mypkg.envs.MyEnv"])
-    simulator = {"env": {"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv", "make": "mypkg.sims.make_sim"}}
+    simulator = {"env": {"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv",
+                         "make": "mypkg.sims.make_sim"}}
     with pytest.raises(CheckpointError, match=r"trusted_targets=\[mypkg.sims.make_sim\]"):
         check_config_from_file(simulator, "checkpoint='x'")
     check_config_from_file(simulator, "checkpoint='x'", ["mypkg.sims.make_sim"])
@@ -69,7 +73,7 @@ OLD_POLICY = {"actor.0.weight": [64, 4], "actor.0.bias": [64], "actor.2.weight":
 def test_every_moved_target_names_a_shipped_class_and_old_ones_map_to_it():
     assert set(MOVED_TARGETS.values()) <= packaged_targets()
     old = json.loads(OLD_CONFIG.read_text())
-    with pytest.raises(CheckpointError, match="does not ship, trainer._target_='embodirl.trainer.Trainer'"):
+    with pytest.raises(CheckpointError, match=r"does not ship, trainer._target_='embodirl.trainer.Trainer'"):
         check_config_from_file(old, "checkpoint='x'")  # what an old checkpoint met before the table
     moved = with_moved_targets(old)
     check_config_from_file(moved, "checkpoint='x'")

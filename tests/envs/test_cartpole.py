@@ -108,7 +108,8 @@ def test_euler_step_by_hand(xp):
     temp = -10.0 / 1.1
     thetaacc = (9.8 * math.sin(theta) - math.cos(theta) * temp) / (0.5 * (4 / 3 - 0.1 * math.cos(theta) ** 2 / 1.1))
     xacc = temp - 0.05 * thetaacc * math.cos(theta) / 1.1
-    cos, sin = xp.asarray([1.0, math.cos(theta)], dtype=xp.float64), xp.asarray([0.0, math.sin(theta)], dtype=xp.float64)
+    cos = xp.asarray([1.0, math.cos(theta)], dtype=xp.float64)
+    sin = xp.asarray([0.0, math.sin(theta)], dtype=xp.float64)
     new = euler_step(state, force, cos, sin, xp.stack)
     expected = [[0.0, 0.02 * 400 / 41, 0.0, -0.02 * 600 / 41], [0.5, 0.02 * xacc, 0.1, 0.02 * thetaacc]]
     np.testing.assert_allclose(np.asarray(new), expected, rtol=1e-12, atol=1e-15)
@@ -323,7 +324,7 @@ def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
 @pytest.mark.parametrize("group_size", [0, 3, 16, 2.0])
 def test_bad_group_size(group_size):
     env = CartPole(CartPoleConfig(num_envs=8))
-    with pytest.raises(ConfigError, match="^group_size="):
+    with pytest.raises(ConfigError, match=r"^group_size="):
         env.reset(group_size=group_size)
 
 

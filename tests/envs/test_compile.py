@@ -1,9 +1,9 @@
 """``torch.compile`` of the native envs' ``step``: one graph, no recompiles, compiled equals eager.
 
 Graph breaks and recompiles are decided by dynamo, whatever the backend, so they are checked with
-``backend="eager"`` (a few seconds per env; it runs the traced graph with the same kernels as eager, so its
-results must equal eager's bit for bit). Numerical agreement of generated code is checked with inductor,
-once per env, because a cold inductor compile takes 10-40 s on 2 cores.
+``backend="eager"`` (it runs the traced graph with the same kernels as eager, so its results must equal
+eager's bit for bit). Numerical agreement of generated code is checked with inductor, once per env, because
+a cold inductor compile is by far the slowest step of these tests.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_compiled_step_writes_state_in_place():
     ("cartpole", {}),
     # float64: contact amplifies rounding ~2e4-fold over an episode (measured with 2-ulp perturbations per
     # step), so float32 runs differ by up to ~1e-3 after 50 steps; in float64 the same amplification leaves
-    # ~1e-11. Two substeps and solver sweeps (instead of 5 and 4) keep the cold compile near 40 s; the loop
+    # ~1e-11. Two substeps and solver sweeps (instead of 5 and 4) keep the cold compile short; the loop
     # bodies, hence the generated code per substep, are the same.
     ("push_cube_joint_aligned", {"physics_dtype": "float64", "substeps": 2, "solver_iterations": 2,
                                  "max_speed": 0.3, "max_joint_delta": 0.025}),

@@ -9,6 +9,7 @@ a few iterations are logged: once only, so the requeued attempt must resume and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -34,7 +35,7 @@ SITE_PROFILES = sorted((REPO / "launch" / "hydra" / "launcher").glob("*.yaml"))
 SITE_SWITCHES = sorted((REPO / "launch" / "site").glob("*.yaml"))
 TARGETS = {"local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
            "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}
-RUN_TIMEOUT_S = 150  # per subprocess; every run here takes well under a minute on 2 cores
+RUN_TIMEOUT_S = 150  # per subprocess; far more than a run here needs, so only a hang reaches it
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -47,10 +48,8 @@ def start_train(args: list[str], cwd: Path, env: dict[str, str] | None = None) -
 
 def kill_tree(proc: subprocess.Popen) -> None:
     """Kill the run and everything it started (submitit controllers, ranks) if anything is left."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 

@@ -8,10 +8,10 @@ from tensordict import TensorDict
 
 from embodirl.config.policies import ActorCriticConfig, CNNEncoderConfig, FlattenEncoderConfig, MLPEncoderConfig
 from embodirl.config.schema import parse_node
+from embodirl.config.trust import packaged_targets
 from embodirl.errors import ConfigError
 from embodirl.policies.actor_critic import ActorCritic
 from embodirl.policies.encoders import CNNEncoder, FlattenEncoder, MLPEncoder, default_encoder
-from embodirl.config.trust import packaged_targets
 
 SPACE = gym.spaces.Dict({
     "rgb": gym.spaces.Box(0, 255, (64, 64, 3), np.uint8),

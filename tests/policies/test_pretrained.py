@@ -4,8 +4,8 @@ fine-tuning with a KL to the frozen pretrained policy."""
 import pytest
 import torch
 
-from embodirl.errors import CheckpointError, ConfigError
 from embodirl.app.run import run_training
+from embodirl.errors import CheckpointError, ConfigError
 from tests.conftest import compose_config
 
 GRPO = ["algo=grpo", "env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=64", "trainer=debug",
@@ -39,7 +39,8 @@ def test_a_plain_state_dict_works_too_and_mismatches_are_one_clear_line(tmp_path
     build_components(compose_config([*GRPO, f"policy.init_from={tmp_path / 'weights.pt'}"]))
     with pytest.raises(CheckpointError, match=r"does not fit this policy's actor: actor.0.bias is \[64\] in the file "
                                               r"and \[32\] here. Fix: build the actor the weights were trained with"):
-        build_components(compose_config([*GRPO, f"policy.init_from={tmp_path / 'weights.pt'}", "policy.hidden_sizes=[32,32]"]))
+        build_components(compose_config([*GRPO, f"policy.init_from={tmp_path / 'weights.pt'}",
+                                         "policy.hidden_sizes=[32,32]"]))
     with pytest.raises(CheckpointError, match="does not exist"):
         build_components(compose_config([*GRPO, f"policy.init_from={tmp_path / 'missing.pt'}"]))
     with pytest.raises(ConfigError, match=r"policy.freeze=\['critic.\*'\].*matches none of: actor.0.weight"):

@@ -32,7 +32,8 @@ def test_evaluating_a_sequence_equals_acting_step_by_step(core):
 
     state = state0.clone()
     for t in range(length):
-        state = state.apply(lambda x: x * (~reset[:, t]).float().unsqueeze(-1))
+        keep = (~reset[:, t]).float().unsqueeze(-1)
+        state = state.apply(lambda x, keep=keep: x * keep)
         step_obs = TensorDict({"state": obs[:, t]}, batch_size=[batch])
         step_value = policy.value(step_obs, state)
         params_state = state

@@ -32,7 +32,7 @@ def test_grpo_headline_command_solves_cartpole(tmp_path):
 
 
 def test_ppo_push_cube_reaches_90_percent_success(tmp_path):
-    # The pinned recipe; about 10-20 s on 2 CPU cores (0.8-1.3M env steps over the seeds tried).
+    # The pinned recipe (0.8-1.3M env steps over the seeds tried).
     cfg = compose_config(["+experiment=ppo_push_cube", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=3000000"])
     summary = run_training(cfg, tmp_path)
@@ -50,7 +50,7 @@ def test_grpo_push_cube_reaches_90_percent_success(tmp_path):
 
 def test_ppo_acrobot_recipe_reaches_the_gymnasium_threshold(tmp_path):
     # The pinned gymnasium recipe with reward scaling (algo.normalize_rewards); seed 0 solves at 49,152
-    # env steps (about 12 s on 2 CPU cores under load; the 5 seeds in the README need 16k-66k).
+    # env steps (the 5 seeds in the README need 16k-66k).
     cfg = compose_config(["+experiment=ppo_acrobot", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=200000"])
     summary = run_training(cfg, tmp_path)
@@ -60,7 +60,7 @@ def test_ppo_acrobot_recipe_reaches_the_gymnasium_threshold(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_push_cube_arm_learns_to_push_the_cube(tmp_path):
-    # The UR10 recipe on a CI budget (about 260k env steps, 40-60 s on 2 CPU cores): the deterministic policy
+    # The UR10 recipe on a CI budget (about 260k env steps): the deterministic policy
     # already pushes a clear share of cubes into the goal. The untrained policy holds the arm still (success 0,
     # eval return 3.3); the full recipe reaches 90 % at the episode's end at 0.6-0.8M steps.
     cfg = compose_config(["+experiment=ppo_push_cube_arm", "seed=0", "device=cpu", "logger.console=none",
@@ -72,7 +72,7 @@ def test_ppo_push_cube_arm_learns_to_push_the_cube(tmp_path):
 
 def test_a_recurrent_policy_solves_partially_observed_cartpole_and_an_mlp_does_not(tmp_path):
     # env.hide_velocities=true: only cart position and pole angle. The GRU policy (default recurrent PPO)
-    # solved seed 0 at 1.06M env steps; the MLP ended at 46 after 1.5M (about 2.5 min together on 2 busy cores).
+    # solved seed 0 at 1.06M env steps; the MLP ended at 46 after 1.5M.
     quiet = ["seed=0", "device=cpu", "logger.console=none", "logger.tensorboard=false", "env.hide_velocities=true"]
     gru = run_training(compose_config([*quiet, "policy=actor_critic_rnn", "trainer.total_env_steps=2000000"]),
                        tmp_path / "gru")
@@ -84,7 +84,7 @@ def test_a_recurrent_policy_solves_partially_observed_cartpole_and_an_mlp_does_n
 @pytest.mark.slow
 def test_ppo_learns_push_cube_from_pixels(tmp_path):
     # The pixel recipe (CNN actor on the 64x64 top view, privileged state critic) on a CI budget: 32,768 env
-    # steps, 40-90 s on 2 CPU cores under load. The untrained deterministic policy returns 3.2-3.4 over 256
+    # steps. The untrained deterministic policy returns 3.2-3.4 over 256
     # episodes (seeds 0-2; standard error 0.1) and never succeeds; after this budget seed 0 returns 7.2 and
     # succeeds in 6 % of the episodes (the full recipe's curve is in the README, "push_cube from pixels").
     cfg = compose_config(["+experiment=ppo_push_cube_rgb", "seed=0", "device=cpu", "logger.console=none",

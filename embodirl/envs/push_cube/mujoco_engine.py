@@ -60,7 +60,7 @@ class WarpEngine:
         model: The compiled ``mujoco.MjModel``.
         num_envs: Number of worlds.
         device: ``cuda[:i]`` (the substeps of :meth:`step` are captured as one CUDA graph) or ``cpu``
-            (about ten times slower than :class:`BatchEngine`; for tests).
+            (slower than :class:`BatchEngine`: for tests).
         nconmax: Contacts allocated per world.
         njmax: Constraint rows allocated per world.
 

@@ -24,8 +24,9 @@ torch, what a user gets from ``ManiSkillVectorEnv("PushCube-v1", num_envs, ...)`
   first observation the way ``gym_utils.convert_observation_to_space`` does (floats unbounded).
 - Seeding: a list seeds env ``i`` with ``seed[i]``; an int seeds env 0 and derives the others. With
   ``rng="torch"`` the episode is drawn with ``torch.rand`` under ``torch.manual_seed`` of the first reset env's
-  episode seed, as ManiSkill's PushCube-v1 does (``BaseEnv.reset`` seeds with ``episode_seed[0]``), so envs given equal seeds do *not* start equal; with ``rng="batched"`` each env
-  draws from its own seed, like tasks using ``self._batched_episode_rng``.
+  episode seed, as ManiSkill's PushCube-v1 does (``BaseEnv.reset`` seeds with ``episode_seed[0]``), so envs
+  given equal seeds do *not* start equal; with ``rng="batched"`` each env draws from its own seed, like tasks
+  using ``self._batched_episode_rng``.
 
 The task ("reach"): a tool tip at ``qpos`` in the unit square moves by ``0.2 * action`` (actions clipped to
 [-1, 1], like ManiSkill's controllers) towards a goal; success within 0.1; the normalised dense reward is
@@ -35,7 +36,7 @@ unlike real ManiSkill) or ``"physx_cuda"``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -43,7 +44,7 @@ import torch
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["FakeManiSkillVectorEnv", "SUCCESS_RADIUS"]
+__all__ = ["SUCCESS_RADIUS", "FakeManiSkillVectorEnv"]
 
 SUCCESS_RADIUS = 0.1
 _OBS_MODES = ("state", "state_dict", "rgb")
@@ -83,7 +84,7 @@ class FakeManiSkillVectorEnv(gym.vector.VectorEnv):
         rng: ``torch`` (PushCube-v1's seeding) or ``batched`` (per-env seeds honoured).
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, env: str = "FakeReach-v1", num_envs: int = 1, auto_reset: bool = True,
                  ignore_terminations: bool = False, record_metrics: bool = False, obs_mode: str = "state",

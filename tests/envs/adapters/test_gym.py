@@ -7,7 +7,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
 
 from embodirl.config.envs import GymConfig
 from embodirl.config.schema import parse
@@ -83,7 +82,8 @@ def _missing_box2d(**kwargs):
 
 _TEST_ENVS = {"EmbodirlTest/Success-v0": (_SuccessEnv, 10), "EmbodirlTest/NoTimeLimit-v0": (_SuccessEnv, None),
               "EmbodirlTest/MultiDiscreteAction-v0": (_MultiDiscreteActionEnv, 10),
-              "EmbodirlTest/DictReach-v0": (_DictReachEnv, 12), "EmbodirlTest/DictWithDiscrete-v0": (_DictWithDiscreteEnv, 10),
+              "EmbodirlTest/DictReach-v0": (_DictReachEnv, 12),
+              "EmbodirlTest/DictWithDiscrete-v0": (_DictWithDiscreteEnv, 10),
               "EmbodirlTest/MissingBox2D-v0": (_missing_box2d, 10)}
 for _id, (_cls, _limit) in _TEST_ENVS.items():
     if _id not in gym.registry:
@@ -187,7 +187,7 @@ def test_group_shared_reset_and_seeding():
     assert len({tuple(o.tolist()) for o in env.reset()}) == 8
     assert torch.equal(env.reset(seed=3, group_size=4), grouped)
     assert torch.equal(GymEnv(GymConfig(id="CartPole-v1", num_envs=8), seed=3).reset(seed=3, group_size=4), grouped)
-    with pytest.raises(ConfigError, match="^group_size="):
+    with pytest.raises(ConfigError, match=r"^group_size="):
         env.reset(group_size=3)
     env.close()
 
@@ -221,13 +221,13 @@ def test_unknown_id_suggests_close_matches():
                                                 ("EmbodirlTest/MultiDiscreteAction-v0", "MultiDiscrete("),
                                                 ("EmbodirlTest/DictWithDiscrete-v0", "'flag': Discrete(2)")])
 def test_unsupported_spaces_are_refused(env_id, space):
-    with pytest.raises(ConfigError, match="^id=") as info:
+    with pytest.raises(ConfigError, match=r"^id=") as info:
         GymEnv(GymConfig(id=env_id, num_envs=1))
     assert space in str(info.value) and "Box" in str(info.value)
 
 
 def test_missing_box2d_names_the_extra():
-    with pytest.raises(ConfigError, match="^id='EmbodirlTest/MissingBox2D-v0' is invalid") as info:
+    with pytest.raises(ConfigError, match=r"^id='EmbodirlTest/MissingBox2D-v0' is invalid") as info:
         GymEnv(GymConfig(id="EmbodirlTest/MissingBox2D-v0", num_envs=1))
     assert "Box2D is not installed" in str(info.value) and 'pip install -e ".[box2d]"' in str(info.value)
 

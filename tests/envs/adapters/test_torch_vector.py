@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
 import torch
 from tensordict import TensorDict
@@ -17,8 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from embodirl.config.envs import TorchVectorConfig
 from embodirl.config.schema import parse
-from embodirl.envs.observations import check_observation, observation_spec
 from embodirl.envs.adapters.torch_vector import TorchVectorEnv
+from embodirl.envs.observations import check_observation, observation_spec
 from embodirl.errors import ConfigError
 from tests.envs.adapters.fake_maniskill import FakeManiSkillVectorEnv
 
@@ -141,7 +140,7 @@ def test_group_shared_resets_need_per_env_seeds():
     fresh = env.reset(group_size=3)
     assert not torch.equal(fresh.get(("extra", "goal_pos")), goal), "seed=None draws new seeds"
     assert torch.equal(env.reset(seed=3, group_size=3).get(("extra", "goal_pos")), goal)
-    with pytest.raises(ConfigError, match="^group_size="):
+    with pytest.raises(ConfigError, match=r"^group_size="):
         env.reset(group_size=4)
 
 
@@ -159,7 +158,7 @@ def test_seeds_reach_the_simulator_as_31_bit_ints_and_reproduce_resets():
 class _SyncRecorder(TorchFunctionMode):
     """Records tensor methods that copy to the host or synchronise with it (``paused`` while the simulator runs)."""
 
-    HOST = {"cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+    HOST = frozenset({"cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"})
 
     def __init__(self) -> None:
         super().__init__()
@@ -253,7 +252,7 @@ class _IsaacLabStyle(FakeManiSkillVectorEnv):
         return self._groups(obs), {}
 
     def step(self, actions):
-        obs, reward, terminated, truncated, info = super().step(actions)
+        obs, reward, terminated, truncated, _ = super().step(actions)
         return self._groups(obs if isinstance(obs, torch.Tensor) else obs["policy"]), reward, terminated, truncated, {}
 
 
@@ -285,7 +284,8 @@ def test_isaac_lab_style_final_observation_is_the_one_acted_on():
     ({"_target_": FAKE}, {"device": "cuda:0"}, "device"),
     ({"_target_": FAKE}, {"num_envs": 0}, "num_envs"),
     ({"_target_": FAKE}, {"final_obs": "last"}, "final_obs"),
-    ({"_target_": "tests.envs.adapters.test_torch_vector._IsaacLabStyle"}, {"max_episode_steps": 0}, "max_episode_steps"),
+    ({"_target_": "tests.envs.adapters.test_torch_vector._IsaacLabStyle"}, {"max_episode_steps": 0},
+     "max_episode_steps"),
 ])
 def test_bad_config(make, kwargs, key):
     keys = dict(kwargs)
@@ -305,7 +305,7 @@ class _NoLimit(FakeManiSkillVectorEnv):
 
 def test_an_unstated_episode_limit_is_asked_for():
     make = "tests.envs.adapters.test_torch_vector._NoLimit"
-    with pytest.raises(ConfigError, match="^max_episode_steps=None.*pass env.max_episode_steps"):
+    with pytest.raises(ConfigError, match=r"^max_episode_steps=None.*pass env.max_episode_steps"):
         TorchVectorEnv(TorchVectorConfig(make=make, num_envs=2))
     assert TorchVectorEnv(TorchVectorConfig(make=make, num_envs=2, max_episode_steps=9)).max_episode_steps == 9
 

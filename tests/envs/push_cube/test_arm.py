@@ -14,9 +14,9 @@ from gymnasium.utils.env_checker import check_env
 
 from embodirl.config.envs import PushCubeArmConfig
 from embodirl.config.schema import parse
+from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.push_cube import arm_scene as scene
 from embodirl.envs.push_cube import physics as planar
-from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.push_cube.arm import OBS_DIM, PushCubeArm
 from embodirl.errors import CheckpointError, ConfigError
 
@@ -32,7 +32,7 @@ CONFIGS = [np.zeros(6), np.array(scene.HOME_QPOS), np.array([0.3, -1.0, 1.2, -0.
 def dh_flange(q: np.ndarray, base: np.ndarray) -> np.ndarray:
     """4x4 world pose of the flange: ``base @ prod_i Rz(q_i) Tz(d_i) Tx(a_i) Rx(alpha_i)``."""
     pose = base.copy()
-    for qi, (d, a, alpha) in zip(q, UR10_DH):
+    for qi, (d, a, alpha) in zip(q, UR10_DH, strict=True):
         ct, st, ca, sa = math.cos(qi), math.sin(qi), math.cos(alpha), math.sin(alpha)
         pose = pose @ np.array([[ct, -st * ca, st * sa, a * ct], [st, ct * ca, -ct * sa, a * st],
                                 [0.0, sa, ca, d], [0.0, 0.0, 0.0, 1.0]])
@@ -210,7 +210,7 @@ def test_group_shared_resets():
     obs = env.reset(seed=2, group_size=4)
     assert torch.equal(obs[0:4], obs[0:1].expand(4, -1)) and torch.equal(obs[4:8], obs[4:5].expand(4, -1))
     assert not torch.equal(obs[0], obs[4])
-    with pytest.raises(ConfigError, match="^group_size="):
+    with pytest.raises(ConfigError, match=r"^group_size="):
         env.reset(group_size=3)
 
 
@@ -244,8 +244,8 @@ def test_state_dict_round_trip_continues_bit_identically():
     reference = run(env, actions[20:])  # crosses the auto-reset at step 50
     restored = PushCubeArm(PushCubeArmConfig(num_envs=4, num_threads=2), seed=99)
     restored.load_state_dict(snapshot)
-    for ref, res in zip(reference, run(restored, actions[20:])):
-        for a, b in zip(ref[:5], res[:5]):
+    for ref, res in zip(reference, run(restored, actions[20:]), strict=True):
+        for a, b in zip(ref[:5], res[:5], strict=True):
             assert torch.equal(a, b)
         assert all(torch.equal(ref.info[k], res.info[k]) for k in ref.info)
     with pytest.raises(CheckpointError, match="missing keys"):
@@ -286,7 +286,7 @@ def test_the_yaml_option_builds_and_its_errors_name_the_env_key():
 
     env = build_env(compose_config(["env=push_cube_arm", "env.num_envs=2"]).env, torch.device("cpu"), seed=0)
     assert isinstance(env, PushCubeArm) and env.num_envs == 2
-    with pytest.raises(ConfigError, match="^env.action_scale="):
+    with pytest.raises(ConfigError, match=r"^env.action_scale="):
         build_env(compose_config(["env=push_cube_arm", "env.action_scale=1.0"]).env, torch.device("cpu"), seed=0)
 
 
@@ -311,14 +311,16 @@ def test_top_view_draws_table_goal_cube_and_rod_where_they_are():
                                   size, half_size=H, goal_radius=0.1, table_half_size=(0.6, 0.5))
     assert frames.shape == (2, size, size, 3) and frames.dtype == np.uint8
     view = planar.view_box(((-0.6, -0.5), (0.6, 0.5)), (-0.8, 0.0))
+
+    def at(i: int, x: float, y: float) -> tuple[int, ...]:
+        return tuple(int(v) for v in frames[i][planar.world_to_pixel(x, y, size, view)])
+
     for i in range(2):
-        def at(x: float, y: float) -> tuple[int, ...]:
-            return tuple(int(v) for v in frames[i][planar.world_to_pixel(x, y, size, view)])
         cube, goal, tip = obs[i, 18:20].tolist(), obs[i, 25:27].tolist(), obs[i, 12:14].tolist()
-        assert at(*cube) == planar.COLORS["cube"]
-        assert at(goal[0] + 0.05, goal[1]) == planar.COLORS["goal"]
-        assert at(*tip) == planar.COLORS["tip"]
-        assert at(0.55, -0.45) == planar.COLORS["table"]
+        assert at(i, *cube) == planar.COLORS["cube"]
+        assert at(i, goal[0] + 0.05, goal[1]) == planar.COLORS["goal"]
+        assert at(i, *tip) == planar.COLORS["tip"]
+        assert at(i, 0.55, -0.45) == planar.COLORS["table"]
     rendered = env.render([0, 1], size)  # no OpenGL here: the same top view (MuJoCo's renderer where there is)
     assert rendered.shape == (2, size, size, 3) and rendered.dtype == np.uint8
 

@@ -1,7 +1,8 @@
-"""PushCube: the spec's correctness suite (docs/envs/push_cube.md), resets, snapshots, config, rendering and gymnasium."""
+"""PushCube: the spec's correctness suite (docs/envs/push_cube.md), resets, snapshots, config, rendering, gymnasium."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 
@@ -13,9 +14,9 @@ from gymnasium.utils.env_checker import check_env
 
 from embodirl.config.envs import PushCubeConfig
 from embodirl.config.schema import parse
-from embodirl.envs.push_cube import physics as phys
-from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
+from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.push_cube.env import PushCube
 from embodirl.errors import CheckpointError, ConfigError
 
@@ -159,7 +160,7 @@ def test_table_friction_decelerates_by_mu_g_dt_and_stops_without_reversal():
         positions.append(state(env)[4:6, 0].clone())
     assert speeds[0] - speeds[1] == pytest.approx(MU * G * DT, rel=1e-5)  # 0.1472 m/s per control step
     assert speeds[2] > 0.0 and speeds[3] == 0.0 and speeds[-1] == 0.0, "the cube stops exactly (no chatter)"
-    assert all(b <= a for a, b in zip(energies, energies[1:], strict=False))
+    assert all(b <= a for a, b in itertools.pairwise(energies))
     decel = MU * G * 0.01  # per substep; semi-implicit Euler moves by the post-friction velocity
     exact = sum(max(0.3 - k * decel, 0.0) * 0.01 for k in range(1, 20))
     travelled = float(positions[-1].norm())
@@ -591,7 +592,7 @@ def test_the_yaml_option_builds_and_its_errors_name_the_env_key():
 
     env = build_env(compose_config(["env=push_cube", "env.num_envs=4"]).env, torch.device("cpu"), seed=0)
     assert isinstance(env, PushCube) and env.num_envs == 4
-    with pytest.raises(ConfigError, match="^env.max_speed="):
+    with pytest.raises(ConfigError, match=r"^env.max_speed="):
         build_env(compose_config(["env=push_cube", "env.max_speed=2.0"]).env, torch.device("cpu"), seed=0)
 
 

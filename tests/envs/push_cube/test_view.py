@@ -17,9 +17,9 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 from embodirl.config.envs import PushCubeConfig
-from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.adapters.gymnasium_api import SingleEnvAdapter
 from embodirl.envs.observations import check_observation, observation_spec
+from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.push_cube.env import PushCube
 from embodirl.envs.push_cube.view import draw_top_view, make_top_view, pack_rgb, unpack_rgb
 from tests.envs.push_cube.test_env import set_scene
