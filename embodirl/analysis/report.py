@@ -548,7 +548,7 @@ def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | No
                   "solved, or hit its budget) keeps its final value from there on (dotted), so the mean does not "
                   "drop when a good seed finishes; a run still running, preempted or failed ends at its last "
                   "evaluation, and `n=` marks where the number of seeds behind the mean changes.", ""]
-        lines += [f"![{caption}]({name})" for caption, name in images.items()] + [""]
+        lines += [f"![{md_text(caption)}]({name})" for caption, name in images.items()] + [""]  # keys from files
     if frames:
         lines += ["## Evaluation videos", "", "Frames of each run's latest evaluation video, first to last.", ""]
         lines += [f"{md_code(video)}:\n\n![frames of the video]({name})\n" for video, name in frames.items()]

@@ -148,3 +148,22 @@ def test_report_without_matplotlib_gives_the_install_line(tmp_path, capsys, monk
     assert main([str(run), "--metric", "episode/return_mean"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "matplotlib is not installed" in err and "Fix: pip install matplotlib" in err
+
+
+def test_a_metric_key_from_the_file_is_shown_as_text_in_the_report(tmp_path):
+    run = make_run(tmp_path / "run", seed=0)
+    key = "info/[a link](http://example.com)"
+    (run / "metrics.jsonl").write_text(json.dumps({"env_steps": 1000, key: 1.0}) + "\n")
+    assert main([str(run), "--metric", key]) == 0
+    report = (run / "report" / "report.md").read_text()
+    assert r"![info/\[a link\](http://example.com)](curves_info_a_link_http_example.com.png)" in report
+    assert (run / "report" / "curves_info_a_link_http_example.com.png").is_file()
+
+
+def test_a_metric_key_with_dollar_signs_is_drawn_as_written(tmp_path):
+    run = make_run(tmp_path / "run", seed=0)
+    key = r"cost/$\frac{$"  # a pair of $ would start matplotlib's mathtext, which cannot parse this
+    (run / "metrics.jsonl").write_text(json.dumps({"env_steps": 1000, key: 1.0}) + "\n")
+    assert main([str(run), "--metric", key]) == 0
+    fig = draw_curves(group_runs(load_runs(run)), ["all runs"], key)
+    assert fig.axes[0].get_ylabel() == r"cost/\$\frac{\$"  # escaped: shown as written
