@@ -1,29 +1,28 @@
-"""Make the documentation's figures from short runs of the shipped commands.
+"""Make the documentation's figures by running the commands the docs name, as a user runs them.
 
     python docs/figures/make.py                  # all figures, into docs/figures/
-    python docs/figures/make.py --only curve     # one of: curve, sweep, push_cube, arm
-    python docs/figures/make.py --work runs/doc-figures   # keep the runs in a new directory (default: a temporary one)
+    python docs/figures/make.py --only curve     # some of: curve, sweep, push_cube, arm
+    python docs/figures/make.py --work runs/doc-figures   # keep the runs there (default: a temporary directory)
 
-Each figure comes from a command the docs name, run as a user runs it (the console scripts, by module):
+Every picture is a file ``embodirl-report`` writes; this script only runs the commands and copies the files:
 
-* ``default_run_curve.png``: ``embodirl-train`` (the default PPO on CartPole, until solved), drawn from the run
-  directory's ``metrics.jsonl``;
-* ``sweep_report.png``: ``embodirl-train -m algo=ppo,grpo seed=0,1,2`` then ``embodirl-report`` on the sweep
-  (its ``curves_return.png``);
-* ``push_cube_frames.png``: frames of the last evaluation video of ``+experiment=grpo_push_cube
-  eval.video=true``, which stops once solved;
-* ``push_cube_arm_frames.png``: frames of the evaluation video of ``+experiment=ppo_push_cube_arm
-  eval.video=true`` after one iteration (training the arm takes minutes; the picture shows the scene).
+* ``default_run_curve.png``, ``default_run_training.png``: ``embodirl-train hydra.run.dir=runs/first`` (the
+  default PPO on CartPole, until solved), then ``embodirl-report runs/first --metric episode/return_mean``
+  (its ``curves_return.png`` and ``curves_episode_return_mean.png``);
+* ``sweep_report.png``: ``embodirl-train -m algo=ppo,grpo seed=0,1,2``, then ``embodirl-report`` on the sweep
+  directory (its ``curves_return.png``);
+* ``push_cube_frames.png``: ``embodirl-train +experiment=grpo_push_cube eval.video=true eval.video_num_envs=1
+  eval.video_format=gif`` (until solved), then ``embodirl-report RUN --frames 6``;
+* ``push_cube_arm_frames.png``: the same with ``+experiment=ppo_push_cube_arm`` (until solved).
 
-Everything runs on the CPU in about a minute; the runs are seeded, so the figures change only when the code does.
+The runs are seeded and run on the CPU (``device=cpu``), with the console table off; each stops once solved
+(push_cube_arm after minutes, the others within a minute).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ log = logging.getLogger("figures")
 OUT = Path(__file__).resolve().parent
 MODULES = {"embodirl-train": "embodirl.cli.train", "embodirl-report": "embodirl.cli.report"}
 QUIET = ["logger.console=none", "device=cpu"]
+FILM = ["eval.video=true", "eval.video_num_envs=1", "eval.video_format=gif"]
 
 
 def run(script: str, *args: str) -> None:
@@ -46,82 +46,40 @@ def run(script: str, *args: str) -> None:
         sys.exit(f"{script} {' '.join(args)} failed with status {done.returncode}:\n{done.stderr[-3000:]}")
 
 
-def learning_curve(run_dir: Path, out: Path) -> None:
-    """The training return per iteration and the evaluations of one run, with its solved threshold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    train = [(r["env_steps"], r["episode/return_mean"]) for r in records if r.get("episode/return_mean") is not None]
-    evals = [(r["env_steps"], r["eval/return_mean"]) for r in records if r.get("eval/return_mean") is not None]
-    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
-    ax.plot(*zip(*train, strict=True), color="tab:blue", label="training return (episode/return_mean)")
-    ax.plot(*zip(*evals, strict=True), "o-", color="tab:orange", label="deterministic evaluation (eval/return_mean)")
-    ax.axhline(summary["solved_threshold"], color="gray", linestyle="--", linewidth=1,
-               label=f"solved threshold ({summary['solved_threshold']:g})")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("return")
-    ax.set_title(f"embodirl-train (PPO, CartPole): solved at {summary['solved_env_steps']:,} env steps")
-    ax.legend(loc="upper left", fontsize=8, frameon=False)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-
-
-def video_frames(video: Path, out: Path, count: int = 6, size: int = 160) -> None:
-    """``count`` frames spread over a GIF, from its first to its last, side by side on one white strip."""
-    from PIL import Image, ImageSequence
-
-    with Image.open(video) as gif:
-        frames = [frame.convert("RGB") for frame in ImageSequence.Iterator(gif)]
-    picks = [frames[round(i * (len(frames) - 1) / (count - 1))] for i in range(count)]
-    gap = 6
-    strip = Image.new("RGB", (count * size + (count - 1) * gap, size), "white")
-    for i, frame in enumerate(picks):
-        strip.paste(frame.resize((size, size), Image.Resampling.LANCZOS), (i * (size + gap), 0))
-    strip.save(out, optimize=True)
-
-
-def last_video(run_dir: Path) -> Path:
-    """The run's evaluation video of the most env steps."""
-    videos = sorted((run_dir / "videos").glob("eval_*.gif"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
-    if not videos:
-        sys.exit(f"{run_dir} wrote no evaluation video")
-    return videos[-1]
+def copy(report: Path, name: str, figure: str) -> None:
+    shutil.copyfile(report / name, OUT / figure)
+    log.info("wrote %s (%d KB)", OUT / figure, (OUT / figure).stat().st_size // 1024)
 
 
 def make_curve(work: Path) -> None:
-    run("embodirl-train", f"hydra.run.dir={work / 'default'}", *QUIET)
-    learning_curve(work / "default", OUT / "default_run_curve.png")
+    run_dir = work / "runs" / "first"
+    run("embodirl-train", f"hydra.run.dir={run_dir}", *QUIET)
+    run("embodirl-report", str(run_dir), "--metric", "episode/return_mean")
+    copy(run_dir / "report", "curves_return.png", "default_run_curve.png")
+    copy(run_dir / "report", "curves_episode_return_mean.png", "default_run_training.png")
 
 
 def make_sweep(work: Path) -> None:
     sweep = work / "sweep"
     run("embodirl-train", "-m", "algo=ppo,grpo", "seed=0,1,2", f"hydra.sweep.dir={sweep}",
         "logger.tensorboard=false", *QUIET)
-    run("embodirl-report", str(sweep), "--out", str(work / "sweep-report"))
-    shutil.copyfile(work / "sweep-report" / "curves_return.png", OUT / "sweep_report.png")
+    run("embodirl-report", str(sweep))
+    copy(sweep / "report", "curves_return.png", "sweep_report.png")
 
 
-def make_push_cube(work: Path) -> None:
-    run_dir = work / "push_cube"
-    run("embodirl-train", "+experiment=grpo_push_cube", "eval.video=true", "eval.video_num_envs=1",
-        "eval.video_format=gif", f"hydra.run.dir={run_dir}", *QUIET)
-    video_frames(last_video(run_dir), OUT / "push_cube_frames.png")
+def make_frames(work: Path, experiment: str, figure: str) -> None:
+    run_dir = work / "runs" / experiment
+    run("embodirl-train", f"+experiment={experiment}", *FILM, f"hydra.run.dir={run_dir}", *QUIET)
+    run("embodirl-report", str(run_dir), "--frames", "6")
+    copy(run_dir / "report", f"frames_{experiment}.png", figure)
 
 
-def make_arm(work: Path) -> None:
-    run_dir = work / "arm"
-    run("embodirl-train", "+experiment=ppo_push_cube_arm", "trainer.total_env_steps=8192", "eval.video=true",
-        "eval.video_num_envs=1", "eval.video_format=gif", f"hydra.run.dir={run_dir}", *QUIET)
-    video_frames(last_video(run_dir), OUT / "push_cube_arm_frames.png")
-
-
-FIGURES = {"curve": make_curve, "sweep": make_sweep, "push_cube": make_push_cube, "arm": make_arm}
+FIGURES = {
+    "curve": make_curve,
+    "sweep": make_sweep,
+    "push_cube": lambda work: make_frames(work, "grpo_push_cube", "push_cube_frames.png"),
+    "arm": lambda work: make_frames(work, "ppo_push_cube_arm", "push_cube_arm_frames.png"),
+}
 
 
 def main() -> None:
@@ -131,10 +89,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="embodirl-figures-") as tmp:
-        work = args.work or Path(tmp)
+        work = args.work.resolve() if args.work else Path(tmp)
         for name in args.only:
             FIGURES[name](work)
-            log.info("wrote the %s figure into %s", name, OUT)
 
 
 if __name__ == "__main__":

@@ -1,2 +1,3 @@
 """After the run: the one-screen summary (:mod:`.summary`), sweep reports (:mod:`.report`), learning curves
-(:mod:`.curves`) and the statistics they use (:mod:`.stats`: IQM, bootstrap intervals, number formatting)."""
+(:mod:`.curves`), frames of evaluation videos (:mod:`.frames`) and the statistics they use (:mod:`.stats`: IQM,
+bootstrap intervals, number formatting)."""

@@ -188,8 +188,8 @@ def draw_curves(groups: list[list[Run]], labels: list[str], key: str = RETURN_KE
         ax.axhline(threshold, color="0.4", linestyle="--", linewidth=1, label=f"solved threshold {threshold:g}")
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_xlabel("env steps")
-    ax.set_ylabel(key)
-    ax.set_title(_title(key, [seeds for seeds, _, _ in drawn], held), fontsize=10)
+    ax.set_ylabel(_plain(key))  # a --metric key comes from metrics.jsonl
+    ax.set_title(_title(_plain(key), [seeds for seeds, _, _ in drawn], held), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     with warnings.catch_warnings(), np.errstate(all="ignore"):  # values near 1e308 overflow the tick maths

@@ -515,13 +515,15 @@ def run_table(runs: list[Run], keys: list[str]) -> str:
     return render_table(headers, rows, right={seed, *range(seed + 2, len(headers))})
 
 
-def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | None = None) -> tuple[str, str, str]:
+def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | None = None,
+                  frames: dict[str, str] | None = None) -> tuple[str, str, str]:
     """``(report.md text, grouped table, per-run table)`` for ``runs`` found under ``root``.
 
     Args:
         root: The directory the runs were found in (named in the header).
         runs: The loaded runs.
         images: ``{caption: file name}`` of curve PNGs to embed, relative to the report.
+        frames: ``{video path: file name}`` of video frame strips to embed, relative to the report.
     """
     groups = group_runs(runs)
     keys, common = varying_keys(groups)
@@ -539,13 +541,16 @@ def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | No
               "with an uncertainty is rounded to the uncertainty's second significant digit.", "", grouped, ""]
     if images:
         lines += ["## Learning curves", "",
-                  "Deterministic evaluation against env steps, every run with evaluations (running ones "
-                  "included). Thin lines are single seeds, the bold line their mean (a single run is drawn "
-                  "bold on its own). Seeds are linearly interpolated between their evaluations. A completed "
-                  "run that stopped before its configuration's last evaluation (it solved, or hit its "
-                  "budget) keeps its final value from there on (dotted), so the mean does not drop when a "
-                  "good seed finishes; a run still running, preempted or failed ends at its last evaluation, "
-                  "and `n=` marks where the number of seeds behind the mean changes.", ""]
-        lines += [f"![{caption}]({name})" for caption, name in images.items()] + [""]
+                  "Deterministic evaluation (and each metric asked for with --metric) against env steps, every "
+                  "run that logged it (running ones included). Thin lines are single seeds, the bold line their "
+                  "mean (a single run is drawn bold on its own). Seeds are linearly interpolated between their "
+                  "evaluations. A completed run that stopped before its configuration's last evaluation (it "
+                  "solved, or hit its budget) keeps its final value from there on (dotted), so the mean does not "
+                  "drop when a good seed finishes; a run still running, preempted or failed ends at its last "
+                  "evaluation, and `n=` marks where the number of seeds behind the mean changes.", ""]
+        lines += [f"![{md_text(caption)}]({name})" for caption, name in images.items()] + [""]  # keys from files
+    if frames:
+        lines += ["## Evaluation videos", "", "Frames of each run's latest evaluation video, first to last.", ""]
+        lines += [f"{md_code(video)}:\n\n![frames of the video]({name})\n" for video, name in frames.items()]
     lines += ["## Runs", "", "Final values once a run ended; the latest ones while it runs.", "", per_run, ""]
     return "\n".join(lines), grouped, per_run
