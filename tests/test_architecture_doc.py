@@ -121,3 +121,4 @@ def test_every_command_of_the_page_runs(argv, project, tmp_path, monkeypatch, ca
         assert "kl_coef" in out  # the new algorithm's keys, documented from its schema
     else:
         assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+

@@ -141,3 +141,26 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path, monkeypatch):
         config.plugins.on_shutdown()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert re.search(r'id="embodirl\.algos\.functional\.compute_gae"', api)  # the docstrings were rendered
+
+
+VOCABULARY = DOCS / "reference" / "vocabulary.md"
+
+
+def renamed_table() -> dict[str, str]:
+    """The vocabulary page's renamed keys: old -> new."""
+    rows = re.findall(r"^\| `([\w.]+)` \| `([\w.]+)` \|", VOCABULARY.read_text(), re.MULTILINE)
+    return dict(rows)
+
+
+def test_the_renamed_keys_table_is_the_code_s():
+    from embodirl.config import algos, training
+
+    assert renamed_table() == {**algos.MOVED_KEYS, **training.MOVED_KEYS}
+
+
+@pytest.mark.parametrize("old,new", list(renamed_table().items()))
+def test_each_renamed_key_gets_its_renamed_to_line(old, new, monkeypatch, capsys):
+    argv = ["embodirl-train", *(["algo=grpo"] if "first_done" in old else []), f"{old}=1"]
+    assert run_script(argv, monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"it was renamed to {new}" in err[0], err
