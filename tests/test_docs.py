@@ -72,7 +72,8 @@ def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
     kept = [a for a in args if not a.startswith("trainer.total_env_steps=")]
     where = ("hydra.sweep.dir=", f"{run_dir}-sweep") if "-m" in args else ("hydra.run.dir=", run_dir)
     place = [] if any(a.startswith(where[0]) for a in args) else ["".join(where)]
-    return [argv[0], *dict.fromkeys([*kept, "trainer=debug", *budget, *place])]  # after the flags: argparse reads one run of overrides
+    # the added overrides go last, after any flag: argparse reads the overrides as one run of words
+    return [argv[0], *dict.fromkeys([*kept, "trainer=debug", *budget, *place])]
 
 
 def run_page(commands: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
