@@ -110,6 +110,7 @@ def test_the_page_shows_a_command_for_each_walkthrough():
         assert any(f"={name}" in line and "--config-dir conf" in line for line in lines), kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", page_commands(), ids=shlex.join)
 def test_every_command_of_the_page_runs(argv, project, tmp_path, monkeypatch, capsys):
     smoke = argv if "--help" in argv else [*argv, "trainer=debug", "device=cpu", "logger.console=none",
