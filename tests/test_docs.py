@@ -57,31 +57,30 @@ def run_script(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     return 0 if status is None else status
 
 
-def smoke_version(argv: list[str]) -> list[str]:
+def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
     """What the test runs for a documented ``embodirl-train`` line.
 
-    ``--help`` and ``--cfg`` lines run as written. A line that names a run directory or ``trainer=debug`` runs as
-    a smoke version: ``trainer=debug`` and a budget of at most :data:`SMOKE_BUDGET` env steps. Any other line
-    (an example of a long run) only composes its config (``--cfg job``).
+    ``--help`` and ``--cfg`` lines run as written. Every other line runs as a smoke version: ``trainer=debug``
+    (which keeps the algorithm, policy and env of the line and beats an experiment's budget), a budget of at most
+    :data:`SMOKE_BUDGET` env steps, and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
     """
     args = argv[1:]
     if any(a in ("--help", "-h", "--cfg") for a in args):
         return argv
-    if not any(a.startswith("hydra.run.dir=") or a == "trainer=debug" for a in args):
-        return [*argv, "--cfg", "job"]
     budget = [f"trainer.total_env_steps={min(int(float(a.split('=')[1])), SMOKE_BUDGET)}" for a in args
               if a.startswith("trainer.total_env_steps=")]
     kept = [a for a in args if not a.startswith("trainer.total_env_steps=")]
-    return [argv[0], *dict.fromkeys(["trainer=debug", *kept, *budget])]
+    where = ("hydra.sweep.dir=", f"{run_dir}-sweep") if "-m" in args else ("hydra.run.dir=", run_dir)
+    place = [] if any(a.startswith(where[0]) for a in args) else ["".join(where)]
+    # the added overrides go last, after any flag: argparse reads the overrides as one run of words
+    return [argv[0], *dict.fromkeys([*kept, "trainer=debug", *budget, *place])]
 
 
-def test_the_getting_started_page_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
-    commands = embodirl_commands(DOCS / "getting-started.md")
-    scripts = {argv[0] for argv in commands}
-    assert {"embodirl-train", "embodirl-eval", "embodirl-report"} <= scripts  # the page shows each of them
-    monkeypatch.chdir(tmp_path)
-    for argv in commands:
-        command = smoke_version(argv) if argv[0] == "embodirl-train" else argv
+def run_page(commands: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Run a page's ``embodirl-*`` commands in order, each ``embodirl-train`` line as its smoke version; every one
+    must exit 0. ``--help`` prints the keys, ``--cfg`` the composed config."""
+    for i, argv in enumerate(commands):
+        command = smoke_version(argv, f"runs/smoke{i}") if argv[0] == "embodirl-train" else argv
         status = run_script(command, monkeypatch)
         out, err = capsys.readouterr()
         assert status == 0, f"{shlex.join(argv)} (run as {shlex.join(command)}) exited {status}: {err[-2000:]}"
@@ -89,16 +88,93 @@ def test_the_getting_started_page_runs_top_to_bottom(tmp_path, monkeypatch, caps
             assert "embodirl-train" in out and "algo" in out
         if "--cfg" in command:
             assert "algo:" in out and "env:" in out  # the composed config, printed as YAML
-    run = tmp_path / "runs" / "first"  # the page's first run, evaluated, reported and resumed
+
+
+def check_first_run(run: Path) -> None:
+    """The pages' first run, evaluated, reported and continued by a larger budget."""
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == SMOKE_BUDGET
     assert len(list(run.glob("eval/*/eval.json"))) == 1 and (run / "report" / "report.md").is_file()
 
 
+@pytest.mark.slow
+def test_the_getting_started_page_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
+    commands = embodirl_commands(DOCS / "getting-started.md")
+    assert {"embodirl-train", "embodirl-eval", "embodirl-report"} <= {argv[0] for argv in commands}
+    monkeypatch.chdir(tmp_path)
+    run_page(commands, monkeypatch, capsys)
+    check_first_run(tmp_path / "runs" / "first")
+
+
+README = ROOT / "README.md"
+
+
+def readme_lines() -> list[list[str]]:
+    """The README's command lines, ``a && b`` split into two."""
+    lines = []
+    for argv in shell_commands(README):
+        while "&&" in argv:
+            at = argv.index("&&")
+            lines.append(argv[:at])
+            argv = argv[at + 1:]
+        lines.append(argv)
+    return lines
+
+
+def ci_step(number: int) -> list[str]:
+    """The command ``.ci/run`` runs as the README's step ``number`` (the first command after its comment)."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"# README step {number}"))
+    command = next(line for line in lines[start + 1:] if line.strip() and not line.startswith(("#", "set ")))
+    return shlex.split(command)
+
+
+def test_the_readme_opens_with_the_install_and_the_test_command_ci_runs():
+    first_block = shell_commands(README)[:2]
+    assert first_block[0] == [*ci_step(1), "&&", "embodirl-train"]  # install, then the default run
+    assert first_block[1] == ci_step(2) == ["python", "-m", "pytest"]
+
+
+def test_the_documented_torch_requirement_is_the_package_s():
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    (torch,) = [r for r in map(Requirement, requires("embodirl") or []) if r.name == "torch"]
+    for page in (README, DOCS / "getting-started.md"):
+        text = page.read_text()
+        documented = re.findall(r'pip install "(torch[^"]*)" --index-url https://download.pytorch.org/whl/cpu', text)
+        assert documented and all(Requirement(d).specifier == torch.specifier for d in documented), page.name
+        assert "CUDA" in text  # what a stock machine gets
+
+
+def test_the_readme_is_short_and_its_links_lead_somewhere():
+    text = README.read_text()
+    assert len(text.encode()) < 12_000
+    links = re.findall(r"\]\((?!https?://)([^)#]+)(?:#[^)]*)?\)", text)
+    assert links and all((ROOT / link).is_file() for link in links), [ln for ln in links if not (ROOT / ln).is_file()]
+
+
+@pytest.mark.slow
+def test_the_readme_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
+    commands = [argv for argv in readme_lines() if argv[0].startswith("embodirl-")]
+    assert len(commands) >= 10
+    monkeypatch.chdir(tmp_path)
+    run_page(commands, monkeypatch, capsys)
+    check_first_run(tmp_path / "runs" / "first")
+    sweep = tmp_path / "runs" / "lr"
+    jobs = [json.loads(path.read_text()) for path in sweep.glob("*/summary.json")]
+    assert len(jobs) == 6 and all(job["status"] == "completed" for job in jobs)
+    assert (sweep / "report" / "report.md").is_file()
+
+
 def test_smoke_versions_keep_the_documented_overrides():
     assert smoke_version(["embodirl-train", "hydra.run.dir=runs/first", "trainer.total_env_steps=500000"]) == [
-        "embodirl-train", "trainer=debug", "hydra.run.dir=runs/first", f"trainer.total_env_steps={SMOKE_BUDGET}"]
-    assert smoke_version(["embodirl-train", "algo=grpo"]) == ["embodirl-train", "algo=grpo", "--cfg", "job"]
+        "embodirl-train", "hydra.run.dir=runs/first", "trainer=debug", f"trainer.total_env_steps={SMOKE_BUDGET}"]
+    assert smoke_version(["embodirl-train", "algo=grpo"], "runs/x") == [
+        "embodirl-train", "algo=grpo", "trainer=debug", "hydra.run.dir=runs/x"]
+    assert smoke_version(["embodirl-train", "-m", "seed=0,1"], "runs/x") == [
+        "embodirl-train", "-m", "seed=0,1", "trainer=debug", "hydra.sweep.dir=runs/x-sweep"]
     assert smoke_version(["embodirl-train", "--help"]) == ["embodirl-train", "--help"]
 
 
@@ -141,3 +217,26 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path, monkeypatch):
         config.plugins.on_shutdown()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert re.search(r'id="embodirl\.algos\.functional\.compute_gae"', api)  # the docstrings were rendered
+
+
+VOCABULARY = DOCS / "reference" / "vocabulary.md"
+
+
+def renamed_table() -> dict[str, str]:
+    """The vocabulary page's renamed keys: old -> new."""
+    rows = re.findall(r"^\| `([\w.]+)` \| `([\w.]+)` \|", VOCABULARY.read_text(), re.MULTILINE)
+    return dict(rows)
+
+
+def test_the_renamed_keys_table_is_the_code_s():
+    from embodirl.config import algos, training
+
+    assert renamed_table() == {**algos.MOVED_KEYS, **training.MOVED_KEYS}
+
+
+@pytest.mark.parametrize("old,new", list(renamed_table().items()))
+def test_each_renamed_key_gets_its_renamed_to_line(old, new, monkeypatch, capsys):
+    argv = ["embodirl-train", *(["algo=grpo"] if "first_done" in old else []), f"{old}=1"]
+    assert run_script(argv, monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"it was renamed to {new}" in err[0], err
