@@ -1,9 +1,9 @@
 """Every bad input a user can type gets one line naming the key, the value, what is valid and the fix; exit 2.
 
 Each case runs ``embodirl-train`` on a tiny config, in this process (``main()`` with ``sys.argv`` patched, see
-``tests/cli/conftest.py``), and checks: exit status 2, exactly one line on stderr (``embodirl-train: error:
-...`` containing the expected fragments), no traceback, and nothing trained (no ``metrics.jsonl``). Two cases
-also run as a user runs them (the console script in a subprocess).
+the ``cli`` fixture in ``tests/conftest.py``), and checks: exit status 2, exactly one line on stderr
+(``embodirl-train: error: ...`` containing the expected fragments), no traceback, and nothing trained (no
+``metrics.jsonl``). Two cases also run as a user runs them (the console script in a subprocess).
 """
 
 import pytest
