@@ -42,11 +42,13 @@ def _update_page_faults(mode: str) -> int:
     return int(out.stdout.split()[-1])
 
 
+@pytest.mark.slow
 def test_ppo_updates_do_not_fault_their_memory_in_again():
     faults = _update_page_faults("on")
     assert faults < 1000, f"{faults} page faults in 4 updates of the default run"
 
 
+@pytest.mark.slow
 def test_without_it_the_updates_fault_every_minibatch():
     # The reason for the module: with glibc's moving thresholds the same 4 updates fault thousands of times, but
     # where those thresholds stand depends on what the process freed before (they can happen to stand high, and

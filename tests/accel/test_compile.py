@@ -50,6 +50,7 @@ UPDATE_CASES = {"ppo": ["algo.num_steps=16", "algo.minibatch_size=96"],
                 "a2c": ["algo.num_steps=16"]}  # A2C's default: the whole rollout in one step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", list(UPDATE_CASES))
 def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
     parts = build_components(compose_config(["device=cpu", "env.num_envs=32", f"algo={algo}", *UPDATE_CASES[algo]]))
@@ -98,6 +99,7 @@ def _parts(case: str, compile: bool):
                                  "eval.num_envs=4", *COLLECTION_CASES[case]]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
 def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
     parts = _parts(case, compile=False)
@@ -107,6 +109,7 @@ def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
         assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo"])
 def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(case):
     """Inductor-compiled steps over several rollouts (auto-resets, group resets among them) against eager ones."""
@@ -147,6 +150,7 @@ def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
         torch.cuda.set_sync_debug_mode(0)
 
 
+@pytest.mark.slow
 def test_knobs_keep_the_update_one_graph_without_recompiles():
     """Autocast inside the loss, accumulation, dual clip, reward scaling and an entropy schedule (a tensor changed
     in place between updates) compile once: error_on_recompile is set and two updates run with different

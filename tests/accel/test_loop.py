@@ -71,6 +71,7 @@ def test_records_land_in_slot_t_and_the_carry_moves_on():
     assert torch.equal(counter.records["obs"].get("state")[:, 0, 0], torch.tensor([4.0, 4.0]))
 
 
+@pytest.mark.slow
 def test_the_compiled_loop_is_one_graph_equals_eager_and_never_recompiles():
     torch._dynamo.reset()
     eager, compiled = Counter(EAGER), Counter(Acceleration(compile=True))
@@ -100,6 +101,7 @@ def test_a_block_along_either_dimension(dim):
     assert torch.equal(rows, expected)
 
 
+@pytest.mark.slow
 def test_two_compiled_loops_never_count_as_recompiles_of_each_other():
     """The collection and the evaluation loop run one function each (StepLoop.run): each compiles once."""
     torch._dynamo.reset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch._dynamo
 
@@ -23,9 +24,14 @@ def test_count_ops_separates_views_from_kernels():
     assert count.compute == 3 and count.views == 1, count.ops
 
 
-def test_count_kernels_of_eager_and_compiled_code():
+def test_count_kernels_of_eager_code():
     x = torch.ones(16, 8)
     assert count_kernels(scaled_sum, x) == 3  # top-level ops only: the view and the ops inside ops not counted
+
+
+@pytest.mark.slow  # two inductor compiles
+def test_count_kernels_of_compiled_code():
+    x = torch.ones(16, 8)
     torch._dynamo.reset()
     try:
         stats = compile_stats(scaled_sum, x)

@@ -57,6 +57,7 @@ def test_a2c_refuses_a_recurrent_policy():
         build_components(compose_config(["algo=a2c", "policy=actor_critic_rnn", "device=cpu"]))
 
 
+@pytest.mark.slow
 def test_embodirl_train_algo_a2c_solves_cartpole(tmp_path, monkeypatch):
     from embodirl.cli import train
 

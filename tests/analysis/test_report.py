@@ -1,6 +1,8 @@
 """embodirl-report on a small real sweep: grouping, mean ± std and IQM over seeds, mixed run states, curves
 without survivorship bias, corrupt files, bad input."""
 
+import contextlib
+import io
 import json
 import shutil
 import statistics
@@ -15,9 +17,10 @@ from embodirl.analysis.report import group_runs, iqm_interval, load_run, load_ru
 from embodirl.analysis.stats import format_estimate, format_interval, format_number, stratified_bootstrap_ci
 from embodirl.cli.report import main
 from embodirl.runtime.status import write_status
-from tests.conftest import run_cli
+from tests.conftest import in_process_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RUN_TIMEOUT_S = 300  # the whole sweep; a hang fails the session instead of blocking it
 SWEEP = ["-m", "algo.learning_rate=1e-3,2e-3,-1", "seed=0,1", "trainer=debug", "env.num_envs=8", "algo.num_steps=16",
          "trainer.total_env_steps=512", "eval.every_env_steps=128", "logger.console=none",
          "logger.tensorboard=false", "device=cpu"]
@@ -25,12 +28,22 @@ SWEEP = ["-m", "algo.learning_rate=1e-3,2e-3,-1", "seed=0,1", "trainer=debug", "
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """A real multirun: 2 learning rates x 2 seeds that complete, and an invalid learning rate that fails."""
+    """A real multirun: 2 learning rates x 2 seeds that complete, and an invalid learning rate that fails.
+
+    embodirl-train runs in this process (one sweep for the module, so not the function-scoped ``cli`` fixture)."""
+    from embodirl.cli.train import main
+
     root = tmp_path_factory.mktemp("report")
     sweep_dir = root / "sweep"
-    result = run_cli("embodirl-train", [*SWEEP, f"hydra.sweep.dir={sweep_dir}"], cwd=root)
-    assert result.returncode == 1, result.stderr  # the failing point fails the multirun, by design
-    assert "2 of 6 sweep jobs did not complete" in result.stderr
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, in_process_run(RUN_TIMEOUT_S), contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exited:
+        patch.chdir(root)
+        patch.setenv("WANDB_MODE", "offline")
+        patch.setattr(sys, "argv", ["embodirl-train", *SWEEP, f"hydra.sweep.dir={sweep_dir}"])
+        main()
+    assert exited.value.code == 1, stderr.getvalue()  # the failing point fails the multirun, by design
+    assert "2 of 6 sweep jobs did not complete" in stderr.getvalue()
     return sweep_dir
 
 

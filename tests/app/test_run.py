@@ -97,6 +97,7 @@ except PreemptedError as exc:
 """
 
 
+@pytest.mark.slow
 def test_sigterm_during_build_records_preempted(tmp_path):
     result = subprocess.run([sys.executable, "-c", SIGTERM_DURING_BUILD, str(tmp_path)], capture_output=True,
                             text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])

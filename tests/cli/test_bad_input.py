@@ -1,9 +1,9 @@
 """Every bad input a user can type gets one line naming the key, the value, what is valid and the fix; exit 2.
 
 Each case runs ``embodirl-train`` on a tiny config, in this process (``main()`` with ``sys.argv`` patched, see
-``tests/cli/conftest.py``), and checks: exit status 2, exactly one line on stderr (``embodirl-train: error:
-...`` containing the expected fragments), no traceback, and nothing trained (no ``metrics.jsonl``). Two cases
-also run as a user runs them (the console script in a subprocess).
+the ``cli`` fixture in ``tests/conftest.py``), and checks: exit status 2, exactly one line on stderr
+(``embodirl-train: error: ...`` containing the expected fragments), no traceback, and nothing trained (no
+``metrics.jsonl``). Two cases also run as a user runs them (the console script in a subprocess).
 """
 
 import pytest
@@ -195,6 +195,27 @@ BAD_INPUTS = [
 ]
 
 
+# The fast tier (-m "not slow") runs one case per kind of mistake: a config group, the override syntax, an unknown,
+# misspelt or moved key, a type, a bound, a non-finite number, a cross-key or build-time check, a file, a sweep.
+# The other cases are the same checks on further keys and run in the slow tier.
+FAST_TIER = {
+    "algo=nonexistent", "+experiment=nonexistent", "experiment=ppo_push_cube", "algo.learning_rate=[", "foo",
+    "algo.learning_rate=1e-3,2e-3", "algo.foo=1", "algo.learning_rat=1e-3", "algo.group_size=4", "env.id=Pendulum-v1",
+    "+foo=1", "+logger.wandb.projekt=x", "seed=abc", "algo.learning_rate=abc", "algo.normalize_advantage=maybe",
+    "device=tpu", "device=cuda:7", "objective=nonsense", "hydra.run.dir=/proc/x", "algo.clip_coef=-1",
+    "algo.gamma=1.5", "algo.clip_coef=inf", "algo.lr_schedule=[[500,1e-3],[0,3e-4]]", "algo/optimizer=rmsprop",
+    "algo.n_epochs=2", "trainer.num_eval_envs=4", "algo=grpo algo.group_size=3", "algo=grpo policy=actor_critic",
+    "policy.hidden_sizes=[0]", "env.num_envs=0", "env.num_envs=1e12", "env=push_cube env.max_speed=5",
+    "env=gym env.id=CartPol-v1", "trainer.resume=/nonexistent/last.pt",
+    "trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]", "eval.env_overrides={num_envs: 4}",
+    "eval.video=true eval.video_num_envs=100", "+policy/encoder@policy.encoders.state=cnn", "-m seed=range(0)",
+    "-m hydra/launcher=slurm",
+}
+CASES = [pytest.param(overrides, fragments, id=" ".join(overrides),
+                      marks=() if " ".join(overrides) in FAST_TIER else pytest.mark.slow)
+         for overrides, fragments in BAD_INPUTS]
+
+
 def _check_one_line(code: int, stderr: str, fragments: list[str], run_dir) -> None:
     lines = stderr.strip().splitlines()
     assert code == 2, stderr
@@ -215,7 +236,11 @@ def _args(overrides: list[str], tmp_path) -> list[str]:
     return [*flags, *TINY, *rest, *own]
 
 
-@pytest.mark.parametrize(("overrides", "fragments"), BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_the_fast_tier_names_cases_of_the_table():
+    assert FAST_TIER <= {" ".join(overrides) for overrides, _ in BAD_INPUTS}
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), CASES)
 def test_bad_input_gives_one_line_and_exit_2_before_training(cli, tmp_path, monkeypatch, overrides, fragments):
     monkeypatch.chdir(tmp_path)  # a default run directory (outputs/...) lands here, never in the repository
     result = cli("embodirl-train", _args(overrides, tmp_path))

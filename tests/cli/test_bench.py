@@ -19,6 +19,7 @@ def test_bench_shows_progress_on_stderr_and_keeps_stdout_for_the_tables(capsys):
     assert "embodirl-bench" not in out and "| ppo_cartpole |" in out and "| cartpole |" in out
 
 
+@pytest.mark.slow
 def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, capsys):
     import json
 
@@ -43,6 +44,7 @@ def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, 
     assert "| cartpole | cpu | 16 |" in out and "| ppo_cartpole: num_envs |" in out and "| ppo_cartpole | " in out
 
 
+@pytest.mark.slow
 def test_bench_runs_embodirl_train_itself_in_fresh_processes(tmp_path, capsys):
     import json
 

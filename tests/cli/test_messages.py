@@ -1,6 +1,7 @@
 """What embodirl-train and embodirl-eval tell the user: each message names the right thing and its fix works.
 
-Everything runs in process (``tests/cli/conftest.py``) except where a real signal or terminal matters.
+Everything runs in process (the ``cli`` fixture in ``tests/conftest.py``) except where a real signal or terminal
+matters.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""embodirl-train and embodirl-eval as a user runs them: subprocesses, files, messages, exit codes."""
+"""embodirl-train and embodirl-eval as a user runs them: files, messages, exit codes.
+
+Most cases run the console scripts in this process (the ``cli`` fixture); the ones about processes (a second
+process on a run directory, Ctrl-C) start real subprocesses and are in the slow tier.
+"""
 
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import TINY, run_cli
 
 
-def test_train_cli_produces_the_run_directory(tmp_path):
+def test_train_cli_produces_the_run_directory(tmp_path, cli):
     run_dir = tmp_path / "run"
-    result = run_cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    result = cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"])
+    assert result.code == 0, result.err
     assert (run_dir / ".hydra" / "config.yaml").is_file()
     assert (run_dir / "checkpoints" / "last.pt").is_file()
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
@@ -20,56 +23,54 @@ def test_train_cli_produces_the_run_directory(tmp_path):
     assert len(lines) == 2 and json.loads(lines[-1])["env_steps"] == 256
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
-    assert "embodirl-train summary" in result.stdout and str(run_dir) in result.stdout
+    assert "embodirl-train summary" in result.out and str(run_dir) in result.out
 
 
-def test_eval_cli_rebuilds_from_the_checkpoint(tmp_path):
-    run_dir = tmp_path / "run"
-    assert run_cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
+def test_eval_cli_rebuilds_from_the_checkpoint(tmp_path, cli):
+    run_dir = _tiny_run(cli, tmp_path)
     eval_dir = tmp_path / "eval"
-    result = run_cli("embodirl-eval", [f"checkpoint={run_dir / 'checkpoints' / 'last.pt'}", "num_episodes=6",
-                                       "env.num_envs=3", "device=cpu", f"hydra.run.dir={eval_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    result = cli("embodirl-eval", [f"checkpoint={run_dir / 'checkpoints' / 'last.pt'}", "num_episodes=6",
+                                   "env.num_envs=3", "device=cpu", f"hydra.run.dir={eval_dir}"])
+    assert result.code == 0, result.err
     record = json.loads((eval_dir / "eval.json").read_text())
     assert record["eval/num_episodes"] == 6 and record["num_envs"] == 3
     assert record["env_steps_trained"] == 256
     assert 1 <= record["eval/return_mean"] <= 500
-    assert "eval/return_mean" in result.stdout
+    assert "eval/return_mean" in result.out
 
 
-def test_eval_of_a_run_directory_writes_next_to_the_run(tmp_path):
+def test_eval_of_a_run_directory_writes_next_to_the_run(tmp_path, cli, monkeypatch):
     from embodirl.analysis.report import discover_runs
 
-    run_dir = tmp_path / "runs" / "a"
-    assert run_cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
+    monkeypatch.chdir(tmp_path)  # run=runs/a is relative to where the user stands
+    run_dir = _tiny_run(cli, tmp_path / "runs", "a")
     for args, name in ((["run=runs/a", "checkpoint=best"], "best.pt"), (["run=runs/a"], "last.pt"),
                        ([f"checkpoint={run_dir / 'checkpoints' / 'step_000000000128.pt'}"], "step_000000000128.pt")):
-        result = run_cli("embodirl-eval", [*args, "num_episodes=2", "device=cpu"], cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
+        result = cli("embodirl-eval", [*args, "num_episodes=2", "device=cpu"])
+        assert result.code == 0, result.err
         out = sorted((run_dir / "eval").glob("*/eval.json"), key=lambda p: p.stat().st_mtime)[-1]
         record = json.loads(out.read_text())
         assert record["checkpoint"] == str((run_dir / "checkpoints" / name).resolve())
-        assert record["run"] == str(run_dir.resolve()) and str(out) in result.stdout
+        assert record["run"] == str(run_dir.resolve()) and str(out) in result.out
     assert not (tmp_path / "outputs").exists()
     assert discover_runs(tmp_path / "runs") == [run_dir]  # evaluations are not taken for runs
 
 
-def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path):
+def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path, cli):
     calls = tmp_path / "calls.jsonl"
     target = "tests.recording_callback.RecordingCallback"
-    repo = Path(__file__).resolve().parents[2]  # where the tests package (the callback's module) imports from
     run_dir = tmp_path / "run"
-    result = run_cli("embodirl-train", [*TINY, f"trainer.callbacks=[{{_target_: {target}, path: '{calls}'}}]",
-                                        "eval.video=true", "eval.video_size=32", "eval.video_num_envs=1",
-                                        f"hydra.run.dir={run_dir}"], cwd=repo)
-    assert result.returncode == 0, result.stderr
+    result = cli("embodirl-train", [*TINY, f"trainer.callbacks=[{{_target_: {target}, path: '{calls}'}}]",
+                                    "eval.video=true", "eval.video_size=32", "eval.video_num_envs=1",
+                                    f"hydra.run.dir={run_dir}"])
+    assert result.code == 0, result.err
     assert calls.read_text().count("on_end") == 1 and list((run_dir / "videos").glob("eval_*.mp4"))
     calls.unlink()
-    result = run_cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu"], cwd=repo)
-    assert result.returncode == 2 and f"trusted_targets=[{target}]" in result.stderr, result.stderr
-    result = run_cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu", f"trusted_targets=[{target}]",
-                                       "eval.video=true", "eval.video_size=32"], cwd=repo)
-    assert result.returncode == 0, result.stderr
+    result = cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu"])
+    assert result.code == 2 and f"trusted_targets=[{target}]" in result.err, result.err
+    result = cli("embodirl-eval", [f"run={run_dir}", "num_episodes=2", "device=cpu", f"trusted_targets=[{target}]",
+                                   "eval.video=true", "eval.video_size=32"])
+    assert result.code == 0, result.err
     assert not calls.exists()  # the callback named in the checkpoint was checked, never built
     (out,) = (run_dir / "eval").glob("*/eval.json")
     video = out.parent / "video.mp4"
@@ -118,31 +119,31 @@ def test_eval_run_and_checkpoint_mistakes_get_one_line(cli, tmp_path, monkeypatc
     assert not (tmp_path / "runs" / "a" / "eval").exists()
 
 
-def test_corrupt_checkpoint_is_refused_by_eval_and_train(tmp_path):
+def test_corrupt_checkpoint_is_refused_by_eval_and_train(tmp_path, cli):
     bad = tmp_path / "last.pt"
     bad.write_bytes(b"not a checkpoint at all")
-    result = run_cli("embodirl-eval", [f"checkpoint={bad}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
-    assert result.returncode != 0
-    assert "cannot be read" in result.stderr and "Fix:" in result.stderr and "Traceback" not in result.stderr
-    result = run_cli("embodirl-train", [*TINY, f"trainer.resume={bad}", f"hydra.run.dir={tmp_path / 'r'}"],
-                     cwd=tmp_path)
-    assert result.returncode != 0 and "cannot be read" in result.stderr
+    result = cli("embodirl-eval", [f"checkpoint={bad}", f"hydra.run.dir={tmp_path / 'e'}"])
+    assert result.code != 0
+    assert "cannot be read" in result.err and "Fix:" in result.err and "Traceback" not in result.err
+    result = cli("embodirl-train", [*TINY, f"trainer.resume={bad}", f"hydra.run.dir={tmp_path / 'r'}"])
+    assert result.code != 0 and "cannot be read" in result.err
 
 
-def _tiny_run(tmp_path, name="run", extra=()):
+def _tiny_run(cli, tmp_path, name="run"):
+    """A finished TINY training run in ``tmp_path / name`` (embodirl-train in this process)."""
     run_dir = tmp_path / name
-    result = run_cli("embodirl-train", [*TINY, *extra, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    result = cli("embodirl-train", [*TINY, f"hydra.run.dir={run_dir}"])
+    assert result.code == 0, result.err
     return run_dir
 
 
-def _plant(tmp_path, config_edit):
+def _plant(cli, tmp_path, config_edit):
     """A checkpoint that loads with weights_only=True but whose config names code (the exploit)."""
     import torch
 
     from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 
-    state = load_checkpoint(_tiny_run(tmp_path, "victim") / "checkpoints" / "last.pt")
+    state = load_checkpoint(_tiny_run(cli, tmp_path, "victim") / "checkpoints" / "last.pt")
     config_edit(state["config"])
     del state["format"], state["version"]
     path = tmp_path / "downloaded.pt"
@@ -161,38 +162,37 @@ EXPLOITS = {
 
 
 @pytest.mark.parametrize("exploit", list(EXPLOITS))
-def test_a_checkpoint_never_runs_code_through_eval_or_resume(tmp_path, exploit):
+def test_a_checkpoint_never_runs_code_through_eval_or_resume(tmp_path, cli, exploit):
     marker = tmp_path / "marker.pth"
-    evil = _plant(tmp_path, EXPLOITS[exploit](marker))
-    result = run_cli("embodirl-eval", [f"checkpoint={evil}", "device=cpu", f"hydra.run.dir={tmp_path / 'e'}"],
-                     cwd=tmp_path)
-    assert result.returncode == 2 and not marker.exists(), result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Fix:" in result.stderr
-    result = run_cli("embodirl-train", [*TINY, f"trainer.resume={evil}", f"hydra.run.dir={tmp_path / 'r'}"],
-                     cwd=tmp_path)
-    assert not marker.exists(), result.stderr  # resuming reads weights and counters, never instantiates
+    evil = _plant(cli, tmp_path, EXPLOITS[exploit](marker))
+    result = cli("embodirl-eval", [f"checkpoint={evil}", "device=cpu", f"hydra.run.dir={tmp_path / 'e'}"])
+    assert result.code == 2 and not marker.exists(), result.err
+    assert len(result.err.strip().splitlines()) == 1 and "Fix:" in result.err
+    result = cli("embodirl-train", [*TINY, f"trainer.resume={evil}", f"hydra.run.dir={tmp_path / 'r'}"])
+    assert not marker.exists(), result.err  # resuming reads weights and counters, never instantiates
 
 
-def test_corrupt_and_nan_checkpoints_get_one_safe_line(tmp_path):
+def test_corrupt_and_nan_checkpoints_get_one_safe_line(tmp_path, cli):
     import torch
 
     from embodirl.runtime.checkpoint import load_checkpoint, serialize_checkpoint
 
-    state = load_checkpoint(_tiny_run(tmp_path) / "checkpoints" / "last.pt")
+    state = load_checkpoint(_tiny_run(cli, tmp_path) / "checkpoints" / "last.pt")
     state["policy"] = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
                        for k, v in state["policy"].items()}
     del state["format"], state["version"]
     nan = tmp_path / "nan.pt"
     nan.write_bytes(serialize_checkpoint(state))
-    result = run_cli("embodirl-eval", [f"checkpoint={nan}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
-    assert result.returncode == 2 and "NaN" in result.stderr and "step_*.pt" in result.stderr
+    result = cli("embodirl-eval", [f"checkpoint={nan}", f"hydra.run.dir={tmp_path / 'e'}"])
+    assert result.code == 2 and "NaN" in result.err and "step_*.pt" in result.err
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x80\x02not a checkpoint")
-    result = run_cli("embodirl-eval", [f"checkpoint={bad}", f"hydra.run.dir={tmp_path / 'e'}"], cwd=tmp_path)
-    assert result.returncode == 2 and "cannot be read" in result.stderr
-    assert "weights_only" not in result.stderr  # never repeat torch's advice to load unsafely
+    result = cli("embodirl-eval", [f"checkpoint={bad}", f"hydra.run.dir={tmp_path / 'e'}"])
+    assert result.code == 2 and "cannot be read" in result.err
+    assert "weights_only" not in result.err  # never repeat torch's advice to load unsafely
 
 
+@pytest.mark.slow
 def test_second_process_on_a_run_directory_is_refused(tmp_path):
     import os
     import subprocess
@@ -218,6 +218,7 @@ def test_second_process_on_a_run_directory_is_refused(tmp_path):
     assert first.returncode == 124 and json.loads((run_dir / "status.json").read_text())["status"] == "preempted"
 
 
+@pytest.mark.slow
 def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
     import signal
     import subprocess
@@ -253,33 +254,32 @@ def test_ctrl_c_finishes_the_iteration_saves_and_resumes(tmp_path):
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == last["env_steps"] + 128
 
 
-def test_a_changed_config_is_refused_and_leaves_the_run_untouched(tmp_path):
-    run_dir = _tiny_run(tmp_path)
+def test_a_changed_config_is_refused_and_leaves_the_run_untouched(tmp_path, cli):
+    run_dir = _tiny_run(cli, tmp_path)
     before = {p: p.read_bytes() for p in [run_dir / ".hydra" / "config.yaml", run_dir / "status.json",
                                           run_dir / "metrics.jsonl"]}
-    result = run_cli("embodirl-train", [*TINY, "algo.learning_rate=0.01", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 2
-    (line,) = result.stderr.strip().splitlines()
+    result = cli("embodirl-train", [*TINY, "algo.learning_rate=0.01", f"hydra.run.dir={run_dir}"])
+    assert result.code == 2
+    (line,) = result.err.strip().splitlines()
     assert "algo.learning_rate 0.002 -> 0.01" in line and "trainer.allow_config_change=true" in line
     assert {p: p.read_bytes() for p in before} == before
-    result = run_cli("embodirl-train", [*TINY, "algo.learning_rate=0.01", "trainer.allow_config_change=true",
-                                        "trainer.total_env_steps=384", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    result = cli("embodirl-train", [*TINY, "algo.learning_rate=0.01", "trainer.allow_config_change=true",
+                                    "trainer.total_env_steps=384", f"hydra.run.dir={run_dir}"])
+    assert result.code == 0, result.err
     assert "learning_rate: 0.01" in (run_dir / ".hydra" / "config.yaml").read_text()
     (history,) = (run_dir / ".hydra" / "history").iterdir()
     assert "learning_rate: 0.002" in (history / "config.yaml").read_text()
 
 
-def test_disk_full_fails_in_one_line_and_keeps_the_last_checkpoint(tmp_path):
+def test_disk_full_fails_in_one_line_and_keeps_the_last_checkpoint(tmp_path, cli):
     from embodirl.runtime.checkpoint import load_checkpoint
 
-    run_dir = _tiny_run(tmp_path)
+    run_dir = _tiny_run(cli, tmp_path)
     (run_dir / "metrics.jsonl").unlink()
     (run_dir / "metrics.jsonl").symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
-    result = run_cli("embodirl-train", [*TINY, "trainer.total_env_steps=512", f"hydra.run.dir={run_dir}"],
-                     cwd=tmp_path)
-    assert result.returncode == 1
-    (line,) = result.stderr.strip().splitlines()
+    result = cli("embodirl-train", [*TINY, "trainer.total_env_steps=512", f"hydra.run.dir={run_dir}"])
+    assert result.code == 1
+    (line,) = result.err.strip().splitlines()
     assert f"{run_dir / 'metrics.jsonl'}: No space left on device" in line and "Fix: free disk space" in line
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"

@@ -35,6 +35,10 @@ CONFIGS = {  # short episodes, so that auto-resets happen every few steps
                                        "max_episode_steps": 8}),
 }
 
+# Tracing every variant takes seconds each: CartPole and the default push_cube stay in the fast tier, the variants
+# (other control modes, goals, cameras) run in the slow one.
+TRACED = [pytest.param(name, marks=() if name in ("cartpole", "push_cube") else pytest.mark.slow) for name in CONFIGS]
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
@@ -90,7 +94,7 @@ def assert_steps_agree(got: StepResult, want: StepResult, tol: float) -> None:
             assert torch.equal(got[key], value), key
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", TRACED)
 def test_step_traces_into_one_graph_without_breaks(name):
     env = make(name)
     explanation = torch._dynamo.explain(env.step)(random_actions(env, 1)[0])
@@ -98,7 +102,7 @@ def test_step_traces_into_one_graph_without_breaks(name):
     assert explanation.graph_count == 1
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", TRACED)
 def test_compiled_step_never_recompiles_and_equals_eager(name):
     """Auto-resets, explicit resets, restored snapshots and eager steps in between: one compilation, and the
     same results as an eager env. Not bit for bit: CartPole's eager CPU path takes cos/sin from the C library
@@ -164,6 +168,7 @@ def test_compiled_step_writes_state_in_place():
     ("push_cube_joint_aligned", {"physics_dtype": "float64", "substeps": 2, "solver_iterations": 2,
                                  "max_speed": 0.3, "max_joint_delta": 0.025}),
 ])
+@pytest.mark.slow
 def test_inductor_step_matches_eager(name, overrides):
     """Generated kernels (fused, FMA-contracted, other trig routines) change float64 results by a few ulp per
     step; with resets every few steps the float32 observations then agree to 1e-6 and every flag exactly."""

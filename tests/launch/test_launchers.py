@@ -222,6 +222,7 @@ def test_basic_multirun_in_process(tmp_path, monkeypatch):
     assert "seed=1" in (sweep / "1" / ".hydra" / "overrides.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_basic_multirun_subprocess(tmp_path):
     sweep = tmp_path / "sweep"
     result = train(["-m", "seed=0,1", *TINY, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
@@ -233,6 +234,7 @@ def test_basic_multirun_subprocess(tmp_path):
 
 
 # --- c + g. submitit local launcher: concurrent points, a failing point fails the sweep ------------------
+@pytest.mark.slow
 def test_local_launcher_sweep_completes_points_and_names_the_failed_one(tmp_path):
     sweep = tmp_path / "sweep"
     # -1 is a bad learning rate: that job fails inside the submitit task, which submitit itself reports as
@@ -253,6 +255,7 @@ def test_local_launcher_sweep_completes_points_and_names_the_failed_one(tmp_path
 
 
 # --- d. two gloo ranks of one job under submitit_local ---------------------------------------------------
+@pytest.mark.slow
 def test_local_two_ranks_train_one_run_with_identical_parameters(tmp_path):
     sweep = tmp_path / "sweep"
     result = train(["-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=2", *TINY,
@@ -274,6 +277,7 @@ def test_local_two_ranks_train_one_run_with_identical_parameters(tmp_path):
 
 
 # --- d'. torchrun, as the README documents it: two ranks, one run directory ------------------------------
+@pytest.mark.slow
 def test_torchrun_two_ranks_write_one_run_directory(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                 str(random.randint(20000, 40000)), "-m", "embodirl.cli.train"]
@@ -287,6 +291,7 @@ def test_torchrun_two_ranks_write_one_run_directory(tmp_path):
 
 
 # --- f. the same, preempted once, requeued by submitit, resumed -------------------------------------------
+@pytest.mark.slow
 def test_local_two_ranks_preempted_requeued_and_resumed(tmp_path):
     sweep, total = tmp_path / "sweep", 8192
     run_dir = sweep / "0"
@@ -319,6 +324,7 @@ def test_local_two_ranks_preempted_requeued_and_resumed(tmp_path):
 
 
 # --- f. a plain process: SIGUSR2 -> save, exit 124, preempted; the same command resumes ------------------
+@pytest.mark.slow
 def test_plain_process_preempted_then_resumed_by_rerunning(tmp_path):
     run_dir, total = tmp_path / "run", 4096
     args = [*TINY, f"trainer.total_env_steps={total}", "eval.every_env_steps=2048",
@@ -347,6 +353,7 @@ def test_plain_process_preempted_then_resumed_by_rerunning(tmp_path):
 
 
 # --- e. the real submitit_slurm path against fake SLURM commands: 2 nodes x 2 tasks = 4 ranks -------------
+@pytest.mark.slow
 def test_fake_slurm_multi_node_job_renders_sbatch_and_runs_four_ranks(tmp_path, fake_slurm_path):
     sweep = tmp_path / "sweep"
     profile = launcher_config(["hydra/launcher=slurm_multi_gpu"]).launcher
@@ -394,6 +401,7 @@ def test_fake_slurm_multi_node_job_renders_sbatch_and_runs_four_ranks(tmp_path, 
     assert last["trainer"]["env_steps"] == summary["env_steps"]
 
 
+@pytest.mark.slow
 def test_fake_slurm_sweep_is_one_job_array(tmp_path, fake_slurm_path):
     """Several points under the one-GPU ``slurm`` profile: one sbatch array, one task per point."""
     sweep = tmp_path / "sweep"

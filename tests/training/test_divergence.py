@@ -17,8 +17,10 @@ from tests.conftest import TINY, compose_config, in_process_run
 RECORDED = json.loads((Path(__file__).parent / "data" / "update_metrics.json").read_text())
 
 
-def _defaults() -> DivergenceConfig:
-    """The limits every preset runs with (conf/trainer/default.yaml and debug.yaml, the schema's defaults)."""
+@pytest.fixture(scope="module")
+def default_limits() -> DivergenceConfig:
+    """The limits every preset runs with (conf/trainer/default.yaml and debug.yaml, the schema's defaults); composed
+    once for the module, since every recorded run is checked against the same limits."""
     for trainer in ("default", "debug"):
         assert compose_config([f"trainer={trainer}"]).trainer.divergence == compose_config([]).trainer.divergence
     limits = parse(DivergenceConfig, dict(compose_config([]).trainer.divergence), "trainer.divergence.")
@@ -27,19 +29,18 @@ def _defaults() -> DivergenceConfig:
 
 
 @pytest.mark.parametrize("run", [name for name, r in RECORDED["runs"].items() if r["healthy"]])
-def test_no_update_of_a_healthy_preset_trips_the_default_limits(run):
-    limits = _defaults()
+def test_no_update_of_a_healthy_preset_trips_the_default_limits(run, default_limits):
     records = RECORDED["runs"][run]["updates"]
     assert len(records) >= 5
     for iteration, metrics in enumerate(records, start=1):
-        check_divergence(limits, metrics, iteration)
+        check_divergence(default_limits, metrics, iteration)
 
 
 @pytest.mark.parametrize("run", [name for name, r in RECORDED["runs"].items() if not r["healthy"]])
-def test_the_first_update_of_a_diverged_run_trips_the_default_limits(run):
+def test_the_first_update_of_a_diverged_run_trips_the_default_limits(run, default_limits):
     first = RECORDED["runs"][run]["updates"][0]
     with pytest.raises(DivergedError) as info:
-        check_divergence(_defaults(), first, 1, lambda: 1000.0)
+        check_divergence(default_limits, first, 1, lambda: 1000.0)
     text = str(info.value)
     assert "\n" not in text and "Fix: lower algo.learning_rate (now 1000)" in text
     assert "diag/approx_kl=" in text and "trainer.divergence.max_approx_kl=10" in text

@@ -1,9 +1,12 @@
-"""The default PPO solves CartPole (deterministic eval >= 475) within a step budget."""
+"""Learning to solve: the pinned recipes reach their thresholds within a step budget (CartPole eval >= 475,
+push_cube success >= 90 %, ...). Whole training runs, so the module is in the slow tier (``-m slow``)."""
 
 import pytest
 
 from embodirl.app.run import run_training
 from tests.conftest import compose_config
+
+pytestmark = pytest.mark.slow
 
 
 def test_default_ppo_solves_cartpole(tmp_path):
@@ -58,7 +61,6 @@ def test_ppo_acrobot_recipe_reaches_the_gymnasium_threshold(tmp_path):
     assert summary["eval/return_mean"] >= -100 and summary["solved_env_steps"] <= 200_000
 
 
-@pytest.mark.slow
 def test_ppo_push_cube_arm_learns_to_push_the_cube(tmp_path):
     # The UR10 recipe on a CI budget (about 260k env steps): the deterministic policy
     # already pushes a clear share of cubes into the goal. The untrained policy holds the arm still (success 0,
@@ -81,7 +83,6 @@ def test_a_recurrent_policy_solves_partially_observed_cartpole_and_an_mlp_does_n
     assert mlp["stop_reason"] != "solved" and mlp["eval/return_mean"] < 200, mlp
 
 
-@pytest.mark.slow
 def test_ppo_learns_push_cube_from_pixels(tmp_path):
     # The pixel recipe (CNN actor on the 64x64 top view, privileged state critic) on a CI budget: 32,768 env
     # steps. The untrained deterministic policy returns 3.2-3.4 over 256

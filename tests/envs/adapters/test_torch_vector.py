@@ -3,9 +3,6 @@ success mapping, group-shared resets, no host syncs in step, config errors, and 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +19,6 @@ from embodirl.errors import ConfigError
 from tests.envs.adapters.fake_maniskill import FakeManiSkillVectorEnv
 
 FAKE = "tests.envs.adapters.fake_maniskill.FakeManiSkillVectorEnv"
-ROOT = Path(__file__).resolve().parents[3]
 CPU = torch.device("cpu")
 
 
@@ -325,30 +321,30 @@ num_envs: 16
 """
 
 
-def _train_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    """``embodirl-train`` with the user's own config file for the simulator (``--config-dir``)."""
+def _train_cli(cli, tmp_path: Path, *args: str):
+    """``embodirl-train`` (in this process) with the user's own config file for the simulator (``--config-dir``)."""
     (tmp_path / "conf" / "env").mkdir(parents=True, exist_ok=True)
     (tmp_path / "conf" / "env" / "fake_maniskill.yaml").write_text(USER_CONFIG)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    command = [sys.executable, "-m", "embodirl.cli.train", "--config-dir", str(tmp_path / "conf"), "env=fake_maniskill",
-               "device=cpu", "logger.console=none", f"hydra.run.dir={tmp_path / 'run'}", *args]
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    return cli("embodirl-train", ["--config-dir", str(tmp_path / "conf"), "env=fake_maniskill", "device=cpu",
+                                  "logger.console=none", f"hydra.run.dir={tmp_path / 'run'}", *args])
 
 
-def test_one_config_file_plugs_a_simulator_into_embodirl_train(tmp_path):
+def test_one_config_file_plugs_a_simulator_into_embodirl_train(tmp_path, cli, monkeypatch):
     import json
 
-    done = _train_cli(tmp_path, "algo.num_steps=8", "trainer.total_env_steps=384", "eval.every_env_steps=128")
-    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    done = _train_cli(cli, tmp_path, "algo.num_steps=8", "trainer.total_env_steps=384", "eval.every_env_steps=128")
+    assert done.code == 0, done.err[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["iterations"] == 3
     assert summary["solved_metric"] == "eval/success_rate" and 0.0 <= summary["eval/success_rate"] <= 1.0
 
 
-def test_grpo_group_resets_are_refused_in_one_line_without_per_env_seeds(tmp_path):
-    refused = _train_cli(tmp_path, "algo=grpo", "trainer.total_env_steps=640")
-    assert refused.returncode == 2
-    last = refused.stderr.strip().splitlines()[-1]
+def test_grpo_group_resets_are_refused_in_one_line_without_per_env_seeds(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused = _train_cli(cli, tmp_path, "algo=grpo", "trainer.total_env_steps=640")
+    assert refused.code == 2
+    last = refused.err.strip().splitlines()[-1]
     assert last.startswith("embodirl-train: error: algo.group_shared_reset=True is invalid") and "Fix:" in last
 
 

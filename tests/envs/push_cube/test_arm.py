@@ -325,6 +325,7 @@ def test_top_view_draws_table_goal_cube_and_rod_where_they_are():
     assert rendered.shape == (2, size, size, 3) and rendered.dtype == np.uint8
 
 
+@pytest.mark.slow
 def test_mujoco_renderer_draws_frames_where_egl_is_configured():
     import subprocess
     import sys
