@@ -442,9 +442,9 @@ def _shipped() -> dict[str, type[Schema]]:
 
 
 def schema_for(target: str) -> type[Schema] | None:
-    """The schema of the class ``target`` names: a shipped component's without importing it, else the
-    annotation of the class's first constructor argument (importing a class of the user's own); None when it has
-    none."""
+    """The schema of the class ``target`` names: a shipped component's without importing it, else (importing a
+    class of the user's own) its ``cfg: MyConfig`` annotation or its first constructor argument's; None when it
+    has neither."""
     shipped = _shipped().get(target)
     if shipped is not None or target.startswith("embodirl."):
         return shipped  # embodirl's own classes are never imported to look: their schemas are in the registry
@@ -454,6 +454,9 @@ def schema_for(target: str) -> type[Schema] | None:
         cls = get_class(target)
     except Exception:  # an unimportable _target_ is reported where the node is built
         return None
+    own = _own_cfg_annotation(cls)
+    if own is not None:
+        return own
     init = getattr(cls, "__init__", None)
     try:
         hints = typing.get_type_hints(init)
@@ -461,6 +464,18 @@ def schema_for(target: str) -> type[Schema] | None:
         return None
     first = next(iter(p for p in _parameters(init) if p != "self"), None)
     annotation = hints.get(first) if first else None
+    return annotation if _is_schema(annotation) else None
+
+
+def _own_cfg_annotation(cls: type) -> type[Schema] | None:
+    """The schema a class declares as ``cfg: MyConfig`` in its own body: a subclass that only adds keys names its
+    schema there, while the constructor it inherits is annotated with its base class's schema."""
+    if "cfg" not in cls.__dict__.get("__annotations__", {}):  # its own body, not a base class's
+        return None
+    try:
+        annotation = typing.get_type_hints(cls).get("cfg")
+    except Exception:
+        return None
     return annotation if _is_schema(annotation) else None
 
 

@@ -92,9 +92,23 @@ def test_a_class_of_ones_own_declares_its_schema_by_its_constructor():
     assert schema_for("no.such.Module") is None
 
 
+def test_a_subclass_that_only_adds_keys_declares_its_schema_by_its_cfg_annotation():
+    # It inherits a constructor annotated with its base's schema, whose check would refuse the added keys.
+    assert schema_for("tests.config.test_schema.OwnedSubclass") is Outer
+    assert schema_for("tests.config.test_schema.InheritsOnly") is Inner
+
+
 class Owned:
     def __init__(self, cfg: Inner, *, device: str = "cpu") -> None:
         self.cfg = cfg
+
+
+class OwnedSubclass(Owned):
+    cfg: Outer
+
+
+class InheritsOnly(Owned):
+    pass
 
 
 class Unannotated:
