@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
 import math
 import types
 import typing
@@ -470,7 +471,7 @@ def schema_for(target: str) -> type[Schema] | None:
 def _own_cfg_annotation(cls: type) -> type[Schema] | None:
     """The schema a class declares as ``cfg: MyConfig`` in its own body: a subclass that only adds keys names its
     schema there, while the constructor it inherits is annotated with its base class's schema."""
-    if "cfg" not in cls.__dict__.get("__annotations__", {}):  # its own body, not a base class's
+    if "cfg" not in inspect.get_annotations(cls):  # its own body, not a base class's
         return None
     try:
         annotation = typing.get_type_hints(cls).get("cfg")
@@ -480,8 +481,6 @@ def _own_cfg_annotation(cls: type) -> type[Schema] | None:
 
 
 def _parameters(func: Any) -> list[str]:
-    import inspect
-
     try:
         return list(inspect.signature(func).parameters)
     except (TypeError, ValueError):
