@@ -135,6 +135,7 @@ def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path):
         "Fix: pass algo=a2c (or another of: a2c, grpo, ppo)"]
 
 
+@pytest.mark.slow  # a fresh process per flag, to close its real stdout pipe
 @pytest.mark.parametrize("flag", ["--help", "--cfg=job"])
 def test_a_closed_output_pipe_ends_quietly(tmp_path, flag):
     """``embodirl-train --cfg job | head -1`` printed "error: a file: Broken pipe" before."""
