@@ -75,6 +75,7 @@ def smoke_version(argv: list[str]) -> list[str]:
     return [argv[0], *dict.fromkeys(["trainer=debug", *kept, *budget])]
 
 
+@pytest.mark.slow  # every command of the page, end to end: train, eval, report, resume
 def test_the_getting_started_page_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
     commands = embodirl_commands(DOCS / "getting-started.md")
     scripts = {argv[0] for argv in commands}
