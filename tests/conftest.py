@@ -12,6 +12,7 @@ holds whole training runs to a threshold, torch.compile/inductor, launchers and 
 from __future__ import annotations
 
 import contextlib
+import copy
 import faulthandler
 import logging
 import os
@@ -34,10 +35,20 @@ TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=64", "traine
         "trainer.checkpoint_every_env_steps=128", "logger.console=none", "device=cpu"]
 
 
+_COMPOSED: dict[tuple[str, tuple[str, ...]], DictConfig] = {}
+
+
 def compose_config(overrides: list[str], config_name: str = "train") -> DictConfig:
-    """Compose a config exactly as the CLI would, without running it."""
-    with initialize_config_module("embodirl.conf", version_base="1.3"):
-        return compose(config_name, overrides=overrides)
+    """Compose a config exactly as the CLI would, without running it.
+
+    Hydra reads and merges every config file on each composition (a quarter second); the package's config files do
+    not change while the tests run, so each distinct composition is made once per session and every caller gets its
+    own deep copy to read or change."""
+    key = (config_name, tuple(overrides))
+    if key not in _COMPOSED:
+        with initialize_config_module("embodirl.conf", version_base="1.3"):
+            _COMPOSED[key] = compose(config_name, overrides=list(overrides))
+    return copy.deepcopy(_COMPOSED[key])
 
 
 @contextlib.contextmanager

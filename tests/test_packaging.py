@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # pip builds the wheel in a subprocess
 SCRIPTS = {"embodirl-train": "embodirl.cli.train:main", "embodirl-eval": "embodirl.cli.evaluate:main",
            "embodirl-bench": "embodirl.cli.bench:main", "embodirl-report": "embodirl.cli.report:main"}
 

@@ -200,14 +200,11 @@ BAD_INPUTS = [
 # The other cases are the same checks on further keys and run in the slow tier.
 FAST_TIER = {
     "algo=nonexistent", "+experiment=nonexistent", "experiment=ppo_push_cube", "algo.learning_rate=[", "foo",
-    "algo.learning_rate=1e-3,2e-3", "algo.foo=1", "algo.learning_rat=1e-3", "algo.group_size=4", "env.id=Pendulum-v1",
-    "+foo=1", "+logger.wandb.projekt=x", "seed=abc", "algo.learning_rate=abc", "algo.normalize_advantage=maybe",
-    "device=tpu", "device=cuda:7", "objective=nonsense", "hydra.run.dir=/proc/x", "algo.clip_coef=-1",
-    "algo.gamma=1.5", "algo.clip_coef=inf", "algo.lr_schedule=[[500,1e-3],[0,3e-4]]", "algo/optimizer=rmsprop",
-    "algo.n_epochs=2", "trainer.num_eval_envs=4", "algo=grpo algo.group_size=3", "algo=grpo policy=actor_critic",
-    "policy.hidden_sizes=[0]", "env.num_envs=0", "env.num_envs=1e12", "env=push_cube env.max_speed=5",
-    "env=gym env.id=CartPol-v1", "trainer.resume=/nonexistent/last.pt",
-    "trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]", "eval.env_overrides={num_envs: 4}",
+    "algo.foo=1", "algo.learning_rat=1e-3", "algo.group_size=4", "+foo=1", "seed=abc", "device=tpu",
+    "hydra.run.dir=/proc/x", "algo.clip_coef=-1", "algo.clip_coef=inf", "algo.lr_schedule=[[500,1e-3],[0,3e-4]]",
+    "algo/optimizer=rmsprop", "algo.n_epochs=2", "algo=grpo algo.group_size=3", "algo=grpo policy=actor_critic",
+    "env.num_envs=1e12", "env=push_cube env.max_speed=5", "env=gym env.id=CartPol-v1",
+    "trainer.resume=/nonexistent/last.pt", "trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]",
     "eval.video=true eval.video_num_envs=100", "+policy/encoder@policy.encoders.state=cnn", "-m seed=range(0)",
     "-m hydra/launcher=slurm",
 }

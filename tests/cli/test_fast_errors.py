@@ -18,10 +18,15 @@ from embodirl.cli.evaluate import main as evaluate
 """
 
 
+SLOW = pytest.mark.slow  # a fresh Python per case: one case per command stays in the fast tier
+
+
 @pytest.mark.parametrize(("prog", "override", "key"), [
-    ("embodirl-train", "seed=abc", "seed"), ("embodirl-train", "device=cpu:1", "device"),
-    ("embodirl-train", "+colour=blue", "colour"), ("embodirl-train", "algo.optimizer.eps=-1", "algo.optimizer.eps"),
-    ("embodirl-eval", "num_episodes=0", "num_episodes"), ("embodirl-eval", "device=gpu", "device")])
+    ("embodirl-train", "seed=abc", "seed"), pytest.param("embodirl-train", "device=cpu:1", "device", marks=SLOW),
+    pytest.param("embodirl-train", "+colour=blue", "colour", marks=SLOW),
+    pytest.param("embodirl-train", "algo.optimizer.eps=-1", "algo.optimizer.eps", marks=SLOW),
+    ("embodirl-eval", "num_episodes=0", "num_episodes"),
+    pytest.param("embodirl-eval", "device=gpu", "device", marks=SLOW)])
 def test_a_config_error_exits_2_without_importing_torch(tmp_path, prog, override, key):
     done = subprocess.run([sys.executable, "-c", PROBE, prog, override, f"hydra.run.dir={tmp_path / 'run'}"],
                           capture_output=True, text=True, timeout=120)

@@ -19,7 +19,6 @@ from embodirl.cli.help import (
     key_comments,
     key_help,
 )
-from tests.conftest import run_cli
 
 CONF = Path(__file__).resolve().parents[2] / "embodirl" / "conf"
 
@@ -121,20 +120,23 @@ def test_help_page_follows_the_overrides_and_leaves_sweeps_out():
     assert "discount (a float in [0, 1]) [ppo_push_cube: short horizon" in gamma  # the schema's doc, the recipe's why
 
 
-def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path):
+def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path, cli, monkeypatch):
+    # --help in a fresh process: only there can the test see that torch was never imported.
     code = ("import sys; from embodirl.cli.train import main; sys.argv = ['embodirl-train', 'algo=grpo', '--help'];"
             " main(); assert 'torch' not in sys.modules, 'torch imported for --help'")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "policy=actor_only (embodirl.policies.actor_only.ActorOnly)" in result.stdout
-    hydra_help = run_cli("embodirl-train", ["--hydra-help"], tmp_path)
-    assert hydra_help.returncode == 0 and "== Flags ==" in hydra_help.stdout
-    bad = run_cli("embodirl-train", ["--help", "algo=bogus"], tmp_path)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+    monkeypatch.chdir(tmp_path)
+    hydra_help = cli("embodirl-train", ["--hydra-help"])
+    assert hydra_help.code == 0 and "== Flags ==" in hydra_help.out
+    bad = cli("embodirl-train", ["--help", "algo=bogus"])
+    assert bad.code == 2 and bad.err.strip().splitlines() == [
         "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, grpo, ppo (the options in algo/). "
         "Fix: pass algo=a2c (or another of: a2c, grpo, ppo)"]
 
 
+@pytest.mark.slow  # a fresh process per flag, to close its real stdout pipe
 @pytest.mark.parametrize("flag", ["--help", "--cfg=job"])
 def test_a_closed_output_pipe_ends_quietly(tmp_path, flag):
     """``embodirl-train --cfg job | head -1`` printed "error: a file: Broken pipe" before."""

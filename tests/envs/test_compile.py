@@ -3,7 +3,8 @@
 Graph breaks and recompiles are decided by dynamo, whatever the backend, so they are checked with
 ``backend="eager"`` (it runs the traced graph with the same kernels as eager, so its results must equal
 eager's bit for bit). Numerical agreement of generated code is checked with inductor, once per env, because
-a cold inductor compile is by far the slowest step of these tests.
+a cold inductor compile is by far the slowest step of these tests. The
+module is in the slow tier.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from embodirl.config.envs import CartPoleConfig, PushCubeConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.envs.push_cube.env import PushCube
+
+pytestmark = pytest.mark.slow  # dynamo traces every env step (seconds each); inductor compiles
 
 NUM_ENVS = 16
 CONFIGS = {  # short episodes, so that auto-resets happen every few steps
@@ -34,10 +37,6 @@ CONFIGS = {  # short episodes, so that auto-resets happen every few steps
     "push_cube_joint_rgb": (PushCube, {"obs_mode": "rgb", "control_mode": "joint_delta_pos", "image_size": 32,
                                        "max_episode_steps": 8}),
 }
-
-# Tracing every variant takes seconds each: CartPole and the default push_cube stay in the fast tier, the variants
-# (other control modes, goals, cameras) run in the slow one.
-TRACED = [pytest.param(name, marks=() if name in ("cartpole", "push_cube") else pytest.mark.slow) for name in CONFIGS]
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +93,7 @@ def assert_steps_agree(got: StepResult, want: StepResult, tol: float) -> None:
             assert torch.equal(got[key], value), key
 
 
-@pytest.mark.parametrize("name", TRACED)
+@pytest.mark.parametrize("name", CONFIGS)
 def test_step_traces_into_one_graph_without_breaks(name):
     env = make(name)
     explanation = torch._dynamo.explain(env.step)(random_actions(env, 1)[0])
@@ -102,7 +101,7 @@ def test_step_traces_into_one_graph_without_breaks(name):
     assert explanation.graph_count == 1
 
 
-@pytest.mark.parametrize("name", TRACED)
+@pytest.mark.parametrize("name", CONFIGS)
 def test_compiled_step_never_recompiles_and_equals_eager(name):
     """Auto-resets, explicit resets, restored snapshots and eager steps in between: one compilation, and the
     same results as an eager env. Not bit for bit: CartPole's eager CPU path takes cos/sin from the C library
@@ -168,7 +167,6 @@ def test_compiled_step_writes_state_in_place():
     ("push_cube_joint_aligned", {"physics_dtype": "float64", "substeps": 2, "solver_iterations": 2,
                                  "max_speed": 0.3, "max_joint_delta": 0.025}),
 ])
-@pytest.mark.slow
 def test_inductor_step_matches_eager(name, overrides):
     """Generated kernels (fused, FMA-contracted, other trig routines) change float64 results by a few ulp per
     step; with resets every few steps the float32 observations then agree to 1e-6 and every flag exactly."""
