@@ -13,6 +13,8 @@ import json
 import logging
 import math
 import os
+import re
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,6 +121,21 @@ class JsonlLogger:
         self._file.close()
 
 
+def _wait_for_a_later_second(log_dir: Path) -> None:
+    """Return once the clock's second is past every event file's in ``log_dir``.
+
+    TensorBoard reads a directory's event files in the order of their names,
+    ``events.out.tfevents.<second>.<host>.<pid>.<counter>``, and a resumed run's ``purge_step`` hides earlier
+    events only when its file is read after theirs. Within one second the names compare pid and counter as
+    text (``10`` sorts before ``9``), so a run continued within the second could be read first and lose points.
+    """
+    seconds = [int(m.group(1)) for f in log_dir.glob("events.out.tfevents.*")
+               if (m := re.match(r"events\.out\.tfevents\.(\d+)\.", f.name))]
+    latest, now = max(seconds, default=-1), time.time()
+    if int(now) <= latest < now + 2:  # a file stamped by a clock far ahead (another host) is not waited for
+        time.sleep(latest + 1 - now)
+
+
 class TensorBoardLogger:
     """Scalars against ``env_steps`` in TensorBoard event files under ``tb/``.
 
@@ -134,6 +151,7 @@ class TensorBoardLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self._summary, self._value = Summary, Summary.Value
+        _wait_for_a_later_second(Path(log_dir))
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
         events = self.writer.file_writer
         if events is None:  # SummaryWriter opens its event file when it is built

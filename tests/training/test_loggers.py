@@ -3,6 +3,7 @@ test_console.py)."""
 
 import errno
 import json
+import time
 
 import pytest
 
@@ -217,3 +218,16 @@ def test_tensorboard_equals_metrics_jsonl_after_a_crash_and_resume(tmp_path, tin
     _assert_tensorboard_equals_jsonl(tmp_path, [128, 256, 384, 512])
     assert [json.loads(x)["env_steps"] for x in (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()] \
         == [384, 512]
+
+
+def test_a_run_continued_within_the_second_writes_an_event_file_tensorboard_reads_last(tmp_path):
+    # TensorBoard reads event files in name order; within one second the names compare pid and counter as text,
+    # so an earlier file named by pid 99999 would sort after a continued run's, and its purge would hide nothing.
+    import socket
+
+    earlier = tmp_path / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.99999.9"
+    earlier.write_bytes(b"")
+    logger = TensorBoardLogger(tmp_path, purge_step=257)
+    logger.close()
+    files = sorted(p.name for p in tmp_path.glob("events.out.tfevents.*"))
+    assert len(files) == 2 and files[0] == earlier.name, files
