@@ -579,7 +579,7 @@ def _md_header(by_device: dict[str, dict[str, Any]], command: str) -> str:
     notes = ("Written by `embodirl-bench --markdown`; regenerate it rather than edit it. This run: "
              f"`{command}`. Times to solve count from the start of training (after the build), evaluation "
              "included; env step counts are exact for a seed, times vary with the machine's load.")
-    return "## embodirl-bench results\n\n" + notes + "\n\n" + _md_table(["", *DEVICES], rows, numbers_from=3)
+    return "# Benchmark tables\n\n" + notes + "\n\n" + _md_table(["", *DEVICES], rows, numbers_from=3)
 
 
 def _device_rows(by_device: dict[str, dict[str, Any]], key: str, name: str, width: int,
@@ -601,7 +601,7 @@ def _md_env_speed(by_device: dict[str, dict[str, Any]]) -> str:
         return ""
     rows = _device_rows(by_device, "env_speed", "env", len(sizes),
                         lambda r: [f"{r[str(n)]:,.0f}" if str(n) in r else "-" for n in sizes])
-    return ("### Raw env speed (env steps/s, random actions, eager)\n\n"
+    return ("## Raw env speed (env steps/s, random actions, eager)\n\n"
             + _md_table(["env", "device", *(f"{n:,} envs" for n in sizes)], rows))
 
 
@@ -625,7 +625,7 @@ def _md_presets(by_device: dict[str, dict[str, Any]]) -> str:
     rows = _device_rows(by_device, "results", "preset", 8, cells)
     if not rows:
         return ""
-    return ("### Training presets\n\nCollection and update timed apart after the compile warm-up; then one full "
+    return ("## Training presets\n\nCollection and update timed apart after the compile warm-up; then one full "
             "training run per seed (no TensorBoard, no console) until the deterministic evaluation first reaches "
             "the env's solved threshold.\n\n"
             + _md_table(["preset", "device", "num_envs", "collection env steps/s", "update env steps/s", "compile s",
@@ -648,7 +648,7 @@ def _md_cli_runs(by_device: dict[str, dict[str, Any]]) -> str:
                      f"{min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f}",
                      f"{statistics.median(r['e2e_sps'] for r in runs):,.0f}",
                      "-" if solved is None else f"{solved:.2f} s", "-" if steps is None else f"{steps:,.0f}"])
-    return ("### `embodirl-train` as users run it\n\nThe default config (TensorBoard on, console lines) in fresh "
+    return ("## `embodirl-train` as users run it\n\nThe default config (TensorBoard on, console lines) in fresh "
             "processes, one after another.\n\n"
             + _md_table(["device", "num_envs", "runs", "wall time s, min / median / max",
                          "end-to-end env steps/s, median", "time to solve, median", "env steps to solve, median"],
@@ -665,7 +665,7 @@ def _md_costs(by_device: dict[str, dict[str, Any]]) -> str:
     rows = _device_rows(by_device, "step_costs", "env", 8, cells)
     if not rows:
         return ""
-    return ("### Work per step\n\nEager: aten ops dispatched (CPU) or CUDA kernels launched (GPU); compiled: the "
+    return ("## Work per step\n\nEager: aten ops dispatched (CPU) or CUDA kernels launched (GPU); compiled: the "
             "kernels and library calls one call launches. Times: median microseconds per call.\n\n"
             + _md_table(["env (actor-critic policy)", "device", "num_envs", "env.step eager / compiled",
                          "policy.act eager / compiled", "collection step eager / compiled", "env.step us",
@@ -688,7 +688,7 @@ def _md_scaling(by_device: dict[str, dict[str, Any]]) -> str:
                 rows.append([f"`{preset}`", device, f"{r['num_envs']:,}", *speeds])
     if not rows:
         return ""
-    return ("### Training throughput over num_envs\n\nRollouts of 16 steps in 4 minibatches, until memory runs "
+    return ("## Training throughput over num_envs\n\nRollouts of 16 steps in 4 minibatches, until memory runs "
             "out.\n\n" + _md_table(["preset", "device", "num_envs", "collection env steps/s", "update env steps/s",
                                      "training env steps/s", "compile s"], rows))
 

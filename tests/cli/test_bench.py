@@ -84,7 +84,7 @@ def test_bench_writes_its_results_as_a_markdown_page_with_the_machine_and_settin
           "--markdown", str(page_file), "--out", str(out_file), "--", *TINY])
     page, measured = page_file.read_text(), json.loads(out_file.read_text())
     header = {row[0]: row[1:] for row in ([c.strip() for c in line.strip("|").split("|")]
-                                           for line in page.split("###")[0].splitlines() if line.startswith("| "))}
+                                           for line in page.split("\n## ")[0].splitlines() if line.startswith("| "))}
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     assert header["date"] == [datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "not measured"]
     assert header["embodirl / torch"] == [f"{version('embodirl')} / {torch.__version__}", "not measured"]
@@ -136,7 +136,7 @@ def test_bench_puts_a_gpu_run_beside_a_merged_cpu_run(tmp_path):
     page = page_file.read_text()
     rows = _page_rows(page, "`ppo_cartpole`")
     assert "not measured" not in rows["CPU"] and "not measured" not in rows["GPU"]
-    assert "not measured" not in page.split("###")[0]  # both columns of the header describe a run
+    assert "not measured" not in page.split("\n## ")[0]  # both columns of the header describe a run
 
 
 def test_the_page_header_reads_threads_from_overrides_meant_for_a_preset():
