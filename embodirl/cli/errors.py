@@ -27,8 +27,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from embodirl.config.algos import MOVED_KEYS as ALGO_MOVED_KEYS
-from embodirl.config.training import MOVED_KEYS as TRAINING_MOVED_KEYS
+from embodirl.config.run import MOVED_KEYS
 from embodirl.errors import CheckpointError, ConfigError, DivergedError
 
 __all__ = ["check_output_dirs", "exit_code", "fail", "hydra_entry", "message", "one_line"]
@@ -39,10 +38,6 @@ log = logging.getLogger(__name__)
 def one_line(text: str) -> str:
     """``text`` on one line: newlines and runs of whitespace become single spaces."""
     return " ".join(str(text).split())
-
-
-# Keys that moved or were renamed: overriding the old name gets a message naming the new one.
-MOVED_KEYS = {**ALGO_MOVED_KEYS, **TRAINING_MOVED_KEYS}
 
 
 def _moved_key_message(text: str) -> str | None:

@@ -12,11 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from embodirl.config import algos, training
 from embodirl.config.schema import Node, Schema, key, parse
 from embodirl.config.training import VideoConfig
 from embodirl.errors import ConfigError
 
-__all__ = ["MAX_SEED", "EvaluateConfig", "RunConfig", "check_evaluate_config", "check_run_config"]
+__all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "RunConfig", "check_evaluate_config", "check_run_config"]
+
+#: Every key renamed or moved, old full path -> new full path: overriding an old name gets a "renamed to" line,
+#: and a resumed run's stored config is read through it.
+MOVED_KEYS: Mapping[str, str] = {**algos.MOVED_KEYS, **training.MOVED_KEYS}
 
 # Seeds plus the rank and evaluation offsets must stay int64 (torch and numpy seeds); 2^62 leaves room for any
 # number of ranks.

@@ -22,8 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from embodirl.config.algos import MOVED_KEYS as ALGO_MOVED_KEYS
-from embodirl.config.training import MOVED_KEYS as TRAINING_MOVED_KEYS
+from embodirl.config.run import MOVED_KEYS
 from embodirl.errors import CheckpointError
 from embodirl.runtime.files import atomic_write_bytes
 from embodirl.runtime.status import STATUS_FILE, write_status
@@ -128,9 +127,8 @@ _ABSENT = "<absent>"
 
 
 def _renamed(key: str) -> str:
-    """A stored config's key under its name today (the ``MOVED_KEYS`` of :mod:`embodirl.config.algos` and
-    :mod:`embodirl.config.training`)."""
-    for old, new in (*ALGO_MOVED_KEYS.items(), *TRAINING_MOVED_KEYS.items()):
+    """A stored config's key under its name today (:data:`embodirl.config.run.MOVED_KEYS`)."""
+    for old, new in MOVED_KEYS.items():
         if key == old or key.startswith(old + "."):
             return new + key[len(old):]
     return key
