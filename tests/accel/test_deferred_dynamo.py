@@ -1,0 +1,74 @@
+"""An eager run never imports torch._dynamo, and a later torch.compile sees what it would see without embodirl.
+
+Each case runs in a fresh interpreter: the test process itself has long since imported dynamo.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+# One optimizer step, tensordict arithmetic and a zero_grad under torch._dynamo.explain: the graphs,
+# the breaks and their reasons are what the deferral must leave exactly as torch makes them.
+_EXPLAIN = textwrap.dedent("""
+    import json, sys, torch
+    from tensordict import TensorDict
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    def step(x):
+        td = TensorDict({"x": x}, batch_size=[4])
+        loss = net(td["x"] * 2).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+    eager = [step(torch.ones(4, 3)).item() for _ in range(2)]
+    before = "torch._dynamo" in sys.modules
+    import torch._dynamo
+    from torch._dynamo import trace_rules
+    import tensordict.base, tensordict.utils
+    explained = torch._dynamo.explain(step)(torch.ones(4, 3))
+    print(json.dumps({
+        "dynamo_before_compile": before,
+        "eager": eager,
+        "graphs": explained.graph_count,
+        "breaks": explained.graph_break_count,
+        "reasons": sorted(str(r.reason).split("\\n")[0] for r in explained.break_reasons),
+        "tensordict_marked": id(tensordict.base._foreach_copy_compiled) in trace_rules._allowed_callable_ids,
+        "constant_marked": getattr(tensordict.utils._lock_warn, "_dynamo_marked_constant", False),
+    }))
+""")
+
+
+def _run(prelude: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", prelude + _EXPLAIN], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_eager_steps_leave_dynamo_unloaded_and_compile_sees_what_torch_alone_gives():
+    deferred = _run("import embodirl\n")
+    pristine = _run("")
+    assert deferred["dynamo_before_compile"] is False
+    assert pristine["dynamo_before_compile"] is True  # torch alone loads it: the case being deferred
+    assert deferred["eager"] == pristine["eager"]  # the eager steps without dynamo are the same steps
+    for key in ("graphs", "breaks", "reasons", "tensordict_marked", "constant_marked"):
+        assert deferred[key] == pristine[key], key
+    assert deferred["tensordict_marked"] and deferred["constant_marked"]
+
+
+def test_a_default_training_run_never_imports_dynamo(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.argv = ["embodirl-train", "trainer=debug", "logger=none", "hydra.run.dir={tmp_path / 'run'}"]
+        from embodirl.cli.train import main
+        try:
+            main()
+        except SystemExit as stop:
+            assert not stop.code, stop.code
+        print("dynamo loaded:", "torch._dynamo" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "dynamo loaded: False"
