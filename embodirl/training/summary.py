@@ -29,7 +29,8 @@ def end_reason(exc: BaseException, status: str, reason: str | None) -> str:
 
 
 def run_summary(state: TrainState, status: str, reason: str | None, *, env: BatchedEnv, best_metric: str,
-                compile_s: float, run_dir: Path, distributed: dict[str, Any]) -> dict[str, Any]:
+                compile_s: float, run_dir: Path, distributed: dict[str, Any],
+                started_at: float | None = None) -> dict[str, Any]:
     """The run's final record.
 
     Args:
@@ -41,12 +42,14 @@ def run_summary(state: TrainState, status: str, reason: str | None, *, env: Batc
         compile_s: Seconds the compile warm-up took.
         run_dir: The run directory.
         distributed: The ranks' parameter check after training (or just the world size).
+        started_at: When this process's training clock started, in seconds since the epoch (``time.time()``):
+            a launcher that noted when it started the process reads the start-up time from it.
     """
     ckpt_dir = run_dir / "checkpoints"
     out: dict[str, Any] = {"status": status, "stop_reason": reason,
                            "stop_condition": state.stop_condition if reason == "stop_on" else None,
                            "env_steps": state.env_steps, "iterations": state.iteration,
-                           "wall_time_s": state.wall_time_s,
+                           "wall_time_s": state.wall_time_s, "started_at": started_at,
                            "sps": state.env_steps / state.wall_time_s if state.wall_time_s > 0 else None}
     out.update({k: state.last.get(k) for k in SUMMARY_KEYS})
     out.update({k: v for k, v in state.last.items() if k.startswith(("loss/", "diag/"))})

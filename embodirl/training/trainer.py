@@ -92,6 +92,7 @@ class Trainer:
         self.state = TrainState(next_eval=evaluation.cfg.every_env_steps,
                                 next_checkpoint=cfg.checkpoint_every_env_steps)
         self.sync: dict[str, Any] | None = None  # the ranks' parameter check after training
+        self.started_at: float | None = None  # time.time() when train() started its clock
 
     def train(self) -> dict[str, Any]:
         """Train until a stop condition holds; write ``summary.json`` and return the summary.
@@ -104,6 +105,7 @@ class Trainer:
         self._start()
         loggers = self.loggers.open(self.state.env_steps)
         origin = time.perf_counter() - self.state.wall_time_s  # the clock continues a resumed run's wall time
+        self.started_at = time.time()
         status, reason, failed = "running", None, False
         with StopSignals(defer=True) as signals:
             try:
@@ -243,7 +245,8 @@ class Trainer:
         """Write ``summary.json`` and call ``on_end`` (rank 0); also when the run failed (``failed``)."""
         summary = run_summary(self.state, status, reason, env=self.env, best_metric=self.best.metric,
                               compile_s=self.compile_s, run_dir=self.run_dir,
-                              distributed=self.sync or {"world_size": self.dist.world_size})
+                              distributed=self.sync or {"world_size": self.dist.world_size},
+                              started_at=self.started_at)
         if self.dist.is_main:
             write_summary(self.run_dir, summary)
             if failed:

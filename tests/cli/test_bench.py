@@ -48,14 +48,21 @@ def test_bench_counts_work_per_step_and_scales_training_over_num_envs(tmp_path, 
 def test_bench_runs_embodirl_train_itself_in_fresh_processes(tmp_path, capsys):
     import json
 
-    out_file = tmp_path / "bench.json"
-    main(["--presets", "--envs", "--cli-runs", "2", "--out", str(out_file), "--", *TINY])
+    out_file, page_file = tmp_path / "bench.json", tmp_path / "bench.md"
+    main(["--presets", "--envs", "--cli-runs", "2", "--out", str(out_file), "--markdown", str(page_file), "--", *TINY])
     out, err = capsys.readouterr()
     runs = json.loads(out_file.read_text())["cli_runs"]
     assert len(runs) == 2 and all(r["wall_time_s"] > 0 and r["e2e_sps"] > 0 for r in runs)
-    assert all(r["solved_env_steps"] is None for r in runs)  # 256 env steps cannot solve CartPole
-    assert "embodirl-bench [2/2] embodirl-train run 2: " in err
-    assert "| 2 runs, fresh processes | " in out and "| not solved, not solved |" in out
+    # start-up comes first and the process ends last: imports and building, then training, then the exit
+    assert all(0 < r["startup_s"] < r["startup_s"] + r["wall_time_s"] <= r["process_s"] for r in runs)
+    assert all(r["solved_env_steps"] is None and r["enter_to_solved_s"] is None for r in runs)  # 256 steps: unsolved
+    assert "embodirl-bench [2/2] embodirl-train run 2: start-up " in err
+    assert "| 2 runs, fresh processes, min / median / max | " in out and "| not solved, not solved |" in out
+    startup = sorted(r["startup_s"] for r in runs)
+    (cpu_row,) = [row for row in (line.split("|") for line in page_file.read_text().splitlines()) if
+                  len(row) > 4 and row[1].strip() == "CPU" and row[3].strip() == "2"]
+    assert cpu_row[4].strip() == f"{startup[0]:.2f} / {sum(startup) / 2:.2f} / {startup[1]:.2f}"
+    assert cpu_row[5].strip() == "-"  # Enter to solved: not solved
 
 
 def test_a_failing_embodirl_train_run_names_its_error(capsys):
