@@ -712,5 +712,12 @@ def _md_scaling(by_device: dict[str, dict[str, Any]]) -> str:
                                      "training env steps/s", "compile s"], rows))
 
 
+def console() -> None:
+    """The console script: :func:`main`, then a quick end of the process (:mod:`embodirl.cli.process`)."""
+    from embodirl.cli.process import run_console_script
+
+    run_console_script(main)
+
+
 if __name__ == "__main__":
-    main()
+    console()

@@ -208,5 +208,12 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def console() -> None:
+    """The console script: :func:`main`, then a quick end of the process (:mod:`embodirl.cli.process`)."""
+    from embodirl.cli.process import run_console_script
+
+    run_console_script(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

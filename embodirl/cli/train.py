@@ -169,5 +169,12 @@ def main() -> None:
     hydra_entry(PROG, train)
 
 
+def console() -> None:
+    """The console script: :func:`main`, then a quick end of the process (:mod:`embodirl.cli.process`)."""
+    from embodirl.cli.process import run_console_script
+
+    run_console_script(main)
+
+
 if __name__ == "__main__":
-    main()
+    console()
