@@ -108,6 +108,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _no_test_ends_the_process(monkeypatch):
+    """A console script's ``console`` ends its process with ``os._exit``; called in process by mistake it would
+    end the test session with status 0, hiding every result after it. Here it fails the test instead."""
+
+    test_process, real_exit = os.getpid(), os._exit
+
+    def refuse(code: int) -> None:
+        if os.getpid() != test_process:  # a forked child ends itself this way: let it
+            real_exit(code)
+        raise AssertionError(f"os._exit({code}) called in the test process: call the script's main, not console")
+
+    monkeypatch.setattr(os, "_exit", refuse)
+
+
 @pytest.fixture
 def tiny() -> list[str]:
     return list(TINY)

@@ -7,6 +7,7 @@ small budget) or, for commands that would train for long on an unrelated config,
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shlex
@@ -46,12 +47,15 @@ def embodirl_commands(page: Path) -> list[list[str]]:
 
 
 def run_script(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
-    """Run an installed console script in this process, as the shell would; return its exit status."""
+    """Run an installed console script's ``main`` in this process, as the shell would; return its exit status.
+
+    (The script itself, ``console``, ends its process when ``main`` returns: that part is tested in
+    ``tests/cli/test_process.py``.)"""
     (entry,) = entry_points(group="console_scripts", name=argv[0])
     monkeypatch.setattr(sys, "argv", list(argv))
     with in_process_run(timeout_s=300):
         try:
-            status = entry.load()()
+            status = importlib.import_module(entry.module).main()
         except SystemExit as exc:
             status = exc.code
     return 0 if status is None else status

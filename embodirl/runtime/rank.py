@@ -19,6 +19,8 @@ def env_rank() -> int:
 
 def submitit_env() -> Any | None:
     """submitit's job environment when this process is one task of several, else None."""
+    if "SUBMITIT_EXECUTOR" not in os.environ:  # submitit sets it in every job it starts: not a submitit job
+        return None
     try:
         import submitit
 
