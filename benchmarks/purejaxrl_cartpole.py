@@ -51,6 +51,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
+from typing import NamedTuple
 
 T_SCRIPT = time.perf_counter()
 
@@ -112,7 +114,6 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax.linen.initializers import constant, orthogonal  # noqa: E402
 from flax.training.train_state import TrainState  # noqa: E402
-from typing import NamedTuple, Sequence  # noqa: E402
 
 IMPORT_S = time.perf_counter() - t_imp
 
@@ -131,7 +132,7 @@ def process_age_s():
 
 # ---- purejaxrl/wrappers.py (FlattenObservationWrapper, LogWrapper), unchanged but for the jit decorators,
 # redundant inside the jitted functions below.
-class GymnaxWrapper(object):
+class GymnaxWrapper:
     """Base class for Gymnax wrappers."""
 
     def __init__(self, env):
@@ -307,7 +308,7 @@ def make_update_step(config, env, env_params, network):
 
         # UPDATE NETWORK
         update_state = (train_state, traj_batch, advantages, targets, rng)
-        update_state, loss_info = jax.lax.scan(
+        update_state, _loss_info = jax.lax.scan(
             make_update_epoch(config, network), update_state, None, config["UPDATE_EPOCHS"])
         train_state = update_state[0]
         # Only what criterion (a) needs leaves the device.
@@ -381,11 +382,11 @@ def make_update_epoch(config, network):
             "batch size must be equal to number of steps * number of envs")
         permutation = jax.random.permutation(_rng, batch_size)
         batch = (traj_batch, advantages, targets)
-        batch = jax.tree_util.tree_map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
+        batch = jax.tree_util.tree_map(lambda x: x.reshape((batch_size, *x.shape[2:])), batch)
         shuffled_batch = jax.tree_util.tree_map(lambda x: jnp.take(x, permutation, axis=0), batch)
         # Mini-batch Updates
         minibatches = jax.tree_util.tree_map(
-            lambda x: jnp.reshape(x, [config["NUM_MINIBATCHES"], -1] + list(x.shape[1:])),
+            lambda x: jnp.reshape(x, [config["NUM_MINIBATCHES"], -1, *x.shape[1:]]),
             shuffled_batch)
         train_state, total_loss = jax.lax.scan(_update_minbatch, train_state, minibatches)
         update_state = (train_state, traj_batch, advantages, targets, rng)
