@@ -120,6 +120,13 @@ BAD_INPUTS = [
     (["env=push_cube", "env.control_mode=teleport"], ["env.control_mode='teleport'", "ee_delta_pos", "Fix:"]),
     (["env=push_cube", "env.goal_radius=0"], ["env.goal_radius=0", "Fix:"]),
     (["env=push_cube", "env.max_speed=5"], ["env.max_speed=5", "tunnelling", "Fix:"]),
+    (["env.obs_noise={state:-0.1}"], ["env.obs_noise.state=-0.1", "a float >= 0", "Fix: pass env.obs_noise.state="]),
+    (["env.obs_noise={velocity:0.1}"], ["env.obs_noise.velocity=0.1", "one of: state",
+                                        "Fix: pass env.obs_noise={state:0.01}"]),
+    (["env.action_delay=-1"], ["env.action_delay=-1", "an int >= 0", "Fix: pass env.action_delay=0"]),
+    (["env.action_repeat=0"], ["env.action_repeat=0", "an int >= 1", "Fix: pass env.action_repeat=1"]),
+    (["env.action_noise=0.1"], ["env.action_noise=0.1", "Box actions only", "Fix: pass env.action_noise=0"]),
+    (["env=push_cube", "env.action_noise=-0.1"], ["env.action_noise=-0.1", ">= 0", "Fix:"]),
     # --- trainer ---
     (["trainer.total_env_steps=0"], ["trainer.total_env_steps=0", "an int >= 1", "Fix:"]),
     (["trainer.total_env_steps=abc"], ["trainer.total_env_steps='abc'", "int", "Fix:"]),
