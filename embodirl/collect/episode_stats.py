@@ -160,9 +160,9 @@ class EpisodeStats:
         if info is not None:
             self.info.add_steps(info, record)
         if terms is not None and self.reward_terms:
-            sums, carry = fold_sums(terms.to(torch.float64), done, self.running_terms)
-            self.term_sums += (sums * record.unsqueeze(-1).to(torch.float64)).sum(dim=0)
-            self.running_terms.copy_(carry)
+            term_sums, running_terms = fold_sums(terms.to(torch.float64), done, self.running_terms)
+            self.term_sums += (term_sums * record.unsqueeze(-1).to(torch.float64)).sum(dim=0)
+            self.running_terms.copy_(running_terms)
 
     def discard(self) -> None:
         """Drop the partial episodes (a forced reset of every env); the finished ones stay counted."""
