@@ -240,6 +240,9 @@ class GymConfig(EnvConfig):
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the id's registered "
                                          "reward_threshold)", example=400)
     env_kwargs: dict[str, Any] = key(factory=dict, doc="extra keyword arguments for gymnasium.make")
+    info_metrics: list[str] = key(factory=list, doc="info keys logged as episode/metrics/<key> and eval/metrics/<key> "
+                                  "(each episode's value on its last step; numbers or bools per env); each must be in "
+                                  "the info of the reset or the first step", example="[is_success]")
 
     def check(self) -> None:
         super().check()
@@ -266,6 +269,9 @@ class TorchVectorConfig(EnvConfig):
                                                  " / [\"final_obs\"]) | acted_on (Isaac Lab: none given)")
     per_env_seeds: bool = key(False, doc="reset(seed=[s_0, ..., s_N-1]) makes env i's start depend on s_i alone "
                               "(GRPO group-shared resets)")
+    info_metrics: list[str] = key(factory=list, doc="info keys logged as episode/metrics/<key> and eval/metrics/<key> "
+                                  "(each episode's value on its last step; numbers or bools per env); each must be in "
+                                  "the info of the reset or the first step", example="[is_success]")
 
     def check(self) -> None:
         super().check()

@@ -127,6 +127,8 @@ BAD_INPUTS = [
     (["env.action_repeat=0"], ["env.action_repeat=0", "an int >= 1", "Fix: pass env.action_repeat=1"]),
     (["env.action_noise=0.1"], ["env.action_noise=0.1", "Box actions only", "Fix: pass env.action_noise=0"]),
     (["env=push_cube", "env.action_noise=-0.1"], ["env.action_noise=-0.1", ">= 0", "Fix:"]),
+    (["env=gym", "env.info_metrics=[foo]"], ["env.info_metrics='foo'", "a key of the info CartPole-v1 returns",
+                                              "Fix: remove foo from env.info_metrics"]),
     # --- trainer ---
     (["trainer.total_env_steps=0"], ["trainer.total_env_steps=0", "an int >= 1", "Fix:"]),
     (["trainer.total_env_steps=abc"], ["trainer.total_env_steps='abc'", "int", "Fix:"]),
