@@ -336,7 +336,7 @@ def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_
                           loggers=loggers, run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank),
                           num_update_threads=parts.settings.num_update_threads, compile_s=parts.compile_s)
     log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
-             type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,
+             type(parts.policy).__name__, type(parts.algo).__name__, env_label(parts.env),
              parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs, run_dir)
     return trainer
 
@@ -432,9 +432,10 @@ def check_objective_metric(objective: Any, algo: OnPolicyAlgorithm) -> None:
 
 
 def env_label(env: BatchedEnv) -> str:
-    """``GymEnv Pendulum-v1`` or ``PushCube``: the env class, and the gymnasium id when it has one."""
-    env_id = getattr(env, "id", None)
-    return f"{type(env).__name__} {env_id}" if isinstance(env_id, str) else type(env).__name__
+    """``GymEnv Pendulum-v1`` or ``PushCube``: the env class (inside any wrappers), and the gymnasium id when it has
+    one."""
+    env_id, name = getattr(env, "id", None), type(env.unwrapped).__name__
+    return f"{name} {env_id}" if isinstance(env_id, str) else name
 
 
 @contextlib.contextmanager

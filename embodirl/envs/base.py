@@ -154,5 +154,10 @@ class BatchedEnv(ABC):
         """Release resources (subprocesses, files)."""
 
     @property
+    def unwrapped(self) -> BatchedEnv:
+        """The env inside any wrappers (:mod:`embodirl.envs.wrappers`); the env itself when it is none."""
+        return self
+
+    @property
     def is_discrete(self) -> bool:
         return isinstance(self.action_space, gym.spaces.Discrete)

@@ -84,6 +84,10 @@ class EnvWrapper(BatchedEnv):
         return getattr(self.env, name)
 
     @property
+    def unwrapped(self) -> BatchedEnv:
+        return self.env.unwrapped
+
+    @property
     def solved_metric(self) -> str:
         return self.env.solved_metric
 

@@ -179,3 +179,15 @@ def test_observation_noise_on_a_dict_observation_touches_the_float_keys_only():
     assert torch.equal(a["rgb"], b["rgb"]) and not torch.equal(a["state"], b["state"])
     with pytest.raises(ConfigError, match="an image or integer key"):
         wrap_env(make(), WrapperConfig(obs_noise={"rgb": 1.0}), seed=0)
+
+
+def test_a_wrapped_env_reads_as_the_env_inside():
+    from embodirl.app.build import env_label
+
+    inner = PushCube(PushCubeConfig(num_envs=2), device="cpu", seed=0)
+    env = wrap_env(inner, WrapperConfig(action_delay=1, obs_noise=0.1), seed=0)
+    assert env.unwrapped is inner and env_label(env) == "PushCube" and env.seed == inner.seed
+    assert env.info_metrics == inner.info_metrics and env.reward_terms == inner.reward_terms
+    env.override_solved("eval/return_mean", 3.0)
+    assert (inner.solved_metric, inner.solved_threshold) == ("eval/return_mean", 3.0)
+    assert env.is_solved({"eval/return_mean": 3.5})
