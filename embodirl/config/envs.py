@@ -45,12 +45,6 @@ class WrapperConfig(Schema):
     action_repeat: int = key(1, ge=1, doc="env steps per policy step with the same action, rewards summed, stopping at "
                              "the end of an episode; 1 = off")
 
-    @property
-    def enabled(self) -> bool:
-        """Whether any wrapper is on."""
-        noise = [self.obs_noise, self.action_noise]
-        return self.action_delay > 0 or self.action_repeat > 1 or any(_any_positive(std) for std in noise)
-
     def check(self) -> None:
         if isinstance(self.obs_noise, dict):
             for name, std in self.obs_noise.items():
@@ -58,12 +52,6 @@ class WrapperConfig(Schema):
                 if any(value < 0 for value in (std if isinstance(std, list) else [std])):
                     raise ConfigError(f"obs_noise.{name}", std, "a float >= 0 (a standard deviation), or a list "
                                       "of them (one per dimension)", f"pass obs_noise.{name}=0.01, or 0 for no noise")
-
-
-def _any_positive(std: Any) -> bool:
-    if isinstance(std, dict):
-        return any(_any_positive(value) for value in std.values())
-    return any(value > 0 for value in std) if isinstance(std, list) else std > 0
 
 
 #: The keys of :class:`WrapperConfig`: every env takes them; the build wraps the env it made with them.
