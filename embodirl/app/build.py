@@ -28,11 +28,13 @@ from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, res
 from embodirl.algos.base import OnPolicyAlgorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
+from embodirl.config.envs import WRAPPER_KEYS, WrapperConfig
 from embodirl.config.instantiate import check_finite_values, instantiate, to_node
-from embodirl.config.schema import NO_MATCH, Node, Schema, conform
+from embodirl.config.schema import NO_MATCH, Node, Schema, conform, parse
 from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
+from embodirl.envs.wrappers import wrap_env
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
 from embodirl.policies.pretrained import freeze, load_pretrained
@@ -134,14 +136,19 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     ``render_mode`` (gymnasium ids); the native envs always draw.
 
     ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
-    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null.
+    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null. The
+    wrapper keys (``env.obs_noise``, ``env.action_delay``, ``env.action_noise``, ``env.action_repeat``), which every
+    env accepts too, wrap the env (:func:`embodirl.envs.wrappers.wrap_env`).
     """
     node = env_cfg.copy()
     if num_envs is not None:
         node.num_envs = num_envs
     with open_dict(node):
         solved = {key: node.pop(key, None) for key in ENV_BUILD_KEYS}
+        wrapper_keys = {key: node.pop(key) for key in WRAPPER_KEYS if key in node}
     _check_solved(**solved)
+    wrappers = parse(WrapperConfig, {k: OmegaConf.to_object(v) if isinstance(v, DictConfig | ListConfig) else v
+                                     for k, v in wrapper_keys.items()}, "env.")
     runtime: dict[str, Any] = {"device": device, "seed": seed}
     if render and _takes_render_mode(node):
         runtime["render_mode"] = "rgb_array"
@@ -149,7 +156,11 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     for key, value in solved.items():
         if value is not None:
             setattr(env, key, float(value) if key == "solved_threshold" else value)
-    return env
+    try:
+        return wrap_env(env, wrappers, seed)
+    except ConfigError as exc:
+        env.close()
+        raise exc.with_prefix("env.") from None
 
 
 def build_eval_env(env_cfg: DictConfig, evaluation: EvalConfig, device: torch.device, seed: int) -> BatchedEnv:
@@ -325,7 +336,7 @@ def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_
                           loggers=loggers, run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank),
                           num_update_threads=parts.settings.num_update_threads, compile_s=parts.compile_s)
     log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
-             type(parts.policy).__name__, type(parts.algo).__name__, type(parts.env).__name__,
+             type(parts.policy).__name__, type(parts.algo).__name__, env_label(parts.env),
              parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs, run_dir)
     return trainer
 
@@ -421,9 +432,10 @@ def check_objective_metric(objective: Any, algo: OnPolicyAlgorithm) -> None:
 
 
 def env_label(env: BatchedEnv) -> str:
-    """``GymEnv Pendulum-v1`` or ``PushCube``: the env class, and the gymnasium id when it has one."""
-    env_id = getattr(env, "id", None)
-    return f"{type(env).__name__} {env_id}" if isinstance(env_id, str) else type(env).__name__
+    """``GymEnv Pendulum-v1`` or ``PushCube``: the env class (inside any wrappers), and the gymnasium id when it has
+    one."""
+    env_id, name = getattr(env, "id", None), type(env.unwrapped).__name__
+    return f"{name} {env_id}" if isinstance(env_id, str) else name
 
 
 @contextlib.contextmanager

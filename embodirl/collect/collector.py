@@ -85,12 +85,14 @@ class Collector:
         self.recurrent = not initial.is_empty()
         self.rollout = allocate_rollout(n, t, spec, policy.dist.action_shape, policy.dist.action_dtype, dev,
                                         initial if self.recurrent else None)
-        self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()))
+        self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
         # What slot t records besides the rollout: for the episode statistics, and the true final observation of a
         # transition for the critic's bootstrap after the loop (recurrent critics bootstrap inside the step).
+        stats = self.episode_stats
         self.extras = TensorDict({"success": torch.zeros(n, t, dtype=torch.bool, device=dev),
-                                  "info": torch.zeros(n, t, len(self.episode_stats.info.keys), dtype=torch.float64,
-                                                      device=dev)}, batch_size=[n, t], device=dev)
+                                  "info": torch.zeros(n, t, len(stats.info.keys), dtype=torch.float64, device=dev),
+                                  "reward_terms": torch.zeros(n, t, len(stats.reward_terms), dtype=torch.float64,
+                                                              device=dev)}, batch_size=[n, t], device=dev)
         self.bootstraps_final_obs = policy.has_critic and not self.recurrent
         if self.bootstraps_final_obs:
             self.extras.set("final_obs", allocate(spec, (n, t), dev))
@@ -147,7 +149,7 @@ class Collector:
         r, x, steps = self.rollout, self.extras, slice(0, num_steps)
         self.episode_stats.add_steps(r["reward"][:, steps].t(), r["done"][:, steps].t(),
                                      x["success"][:, steps].t() if self.episode_stats.reports_success else None,
-                                     x["info"][:, steps].transpose(0, 1))
+                                     x["info"][:, steps].transpose(0, 1), x["reward_terms"][:, steps].transpose(0, 1))
 
     def _pad(self, start: int) -> None:
         """Fill the slots the collector skipped with harmless padding: ended, zero reward."""

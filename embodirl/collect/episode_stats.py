@@ -18,7 +18,7 @@ from torch import Tensor
 
 from embodirl.collect.info_metrics import InfoMetrics
 
-__all__ = ["EpisodeStats", "fold_steps"]
+__all__ = ["EpisodeStats", "fold_steps", "fold_sums"]
 
 ROWS = ("count", "return", "return_sq", "length", "success_at_end", "success_once")  # EpisodeStats' sums
 
@@ -63,22 +63,50 @@ def fold_steps(reward: Tensor, done: Tensor, success: Tensor, episode_return: Te
     return sums, record, carry
 
 
+def fold_sums(values: Tensor, done: Tensor, running: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-episode sums of ``K`` values over a block of ``S`` steps of ``N`` envs (the reward's terms).
+
+    Args:
+        values: ``[S, N, K]`` float64, each step's values.
+        done: ``[S, N]`` bool, the step ended its env's episode.
+        running: ``[N, K]`` float64, the sums of each env's running episode before the block.
+
+    Returns:
+        ``(sums, carry)``: ``[S, N, K]``, the sums of the episode each step belongs to, up to and including it (at a
+        step that ends an episode: its total); ``[N, K]``, the running sums after the block.
+    """
+    steps = torch.arange(done.shape[0], device=done.device).unsqueeze(1)
+    last_end = torch.cummax(torch.where(done, steps, -1), dim=0).values
+    start = torch.cat([torch.full_like(last_end[:1], -1), last_end[:-1]])  # the previous end (-1: before the block)
+    total = torch.cumsum(values, dim=0) + running
+    before = total.gather(0, start.clamp_min(0).unsqueeze(-1).expand_as(total))
+    sums = total - torch.where((start >= 0).unsqueeze(-1), before, 0.0)
+    return sums, sums[-1].masked_fill(done[-1].unsqueeze(-1), 0.0)
+
+
 class EpisodeStats:
     """Per-env running episodes and on-device sums over the finished episodes each env records.
 
     Every episode is recorded unless :meth:`restart` sets a target (the evaluator: env ``i`` records its first
-    ``target[i]`` episodes). The env's ``info_metrics`` are counted at the same episode ends (:attr:`info`).
+    ``target[i]`` episodes). The env's ``info_metrics`` are counted at the same episode ends (:attr:`info`), and so
+    are the sums of its ``reward_terms`` over each episode (:attr:`term_sums`).
 
     Args:
         num_envs: Number of envs.
         device: Device of the env's tensors.
         info_keys: The env's ``info_metrics`` (:mod:`embodirl.collect.info_metrics`).
+        reward_terms: The env's ``reward_terms`` (each step's ``info["reward/<term>"]``).
     """
 
-    def __init__(self, num_envs: int, device: torch.device | str, info_keys: Sequence[str] = ()) -> None:
+    def __init__(self, num_envs: int, device: torch.device | str, info_keys: Sequence[str] = (),
+                 reward_terms: Sequence[str] = ()) -> None:
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.info = InfoMetrics(info_keys, num_envs, self.device)
+        # The env's reward terms: each one's sum over the running episode and over the recorded ones, per env.
+        self.reward_terms = tuple(reward_terms)
+        self.running_terms = torch.zeros(num_envs, len(self.reward_terms), dtype=torch.float64, device=self.device)
+        self.term_sums = torch.zeros_like(self.running_terms)
         zeros = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
         # The running episode of each env (return, length, a success so far) and the episodes it has ended.
         self.running_return, self.running_length = zeros, zeros.clone()
@@ -97,9 +125,19 @@ class EpisodeStats:
             self.reports_success = True  # a constant store: compiled steps need no guard on it
         if self.info.keys:
             record["info"] = self.info.values(info)
+        if self.reward_terms:
+            record["reward_terms"] = self.term_values(info)
+
+    def term_values(self, info: dict[str, Tensor]) -> Tensor:
+        """This step's reward terms, ``[N, K]`` (``info["reward/<term>"]`` of each of :attr:`reward_terms`)."""
+        missing = [term for term in self.reward_terms if f"reward/{term}" not in info]
+        if missing:
+            raise KeyError(f"the env declares reward_terms {list(self.reward_terms)} but its step() info lacks "
+                           f"{[f'reward/{term}' for term in missing]}: return every term on every step")
+        return torch.stack([info[f"reward/{term}"].reshape(-1) for term in self.reward_terms], dim=1)
 
     def add_steps(self, reward: Tensor, done: Tensor, success: Tensor | None = None,
-                  info: Tensor | None = None) -> None:
+                  info: Tensor | None = None, terms: Tensor | None = None) -> None:
         """Account a block of ``S`` consecutive steps; episodes running at its end continue into the next block.
 
         Args:
@@ -107,6 +145,7 @@ class EpisodeStats:
             done: ``[S, N]`` bool.
             success: ``[S, N]`` bool when the env reports success (None: not reported).
             info: ``[S, N, K]`` values of the env's info metrics (None when it declares none).
+            terms: ``[S, N, K]`` the env's reward terms (None when it declares none).
         """
         if success is not None:
             self.reports_success = True
@@ -120,16 +159,20 @@ class EpisodeStats:
             buffer.copy_(value)
         if info is not None:
             self.info.add_steps(info, record)
+        if terms is not None and self.reward_terms:
+            term_sums, running_terms = fold_sums(terms.to(torch.float64), done, self.running_terms)
+            self.term_sums += (term_sums * record.unsqueeze(-1).to(torch.float64)).sum(dim=0)
+            self.running_terms.copy_(running_terms)
 
     def discard(self) -> None:
         """Drop the partial episodes (a forced reset of every env); the finished ones stay counted."""
-        for buffer in (self.running_return, self.running_length, self.success_once):
+        for buffer in (self.running_return, self.running_length, self.success_once, self.running_terms):
             buffer.zero_()
 
     def restart(self, target: Tensor | None = None) -> None:
         """Forget every episode and sum; then env ``i`` records its first ``target[i]`` episodes (None: all)."""
         self.discard()
-        for buffer in (self.finished, self._sums):
+        for buffer in (self.finished, self._sums, self.term_sums):
             buffer.zero_()
         self.info.zero()
         if target is None:
@@ -157,7 +200,8 @@ class EpisodeStats:
         Returns:
             ``episode/count``, and when at least one episode finished ``episode/return_mean``,
             ``episode/length_mean``, plus ``episode/success_rate`` (success on the last step) if the env reports
-            success; then ``episode/metrics/<key>`` of the env's info metrics.
+            success; then ``episode/metrics/<key>`` of the env's info metrics and ``episode/rewards/<term>`` of its
+            reward terms (the mean of each one's sum over an episode).
         """
         count, ret, _, length, success, _ = self.take(reduce).tolist()
         out = {"episode/count": count}
@@ -167,13 +211,28 @@ class EpisodeStats:
             if self.reports_success:
                 out["episode/success_rate"] = success / count
         out.update(self.info.pop("episode/metrics/", reduce))
+        out.update(self.pop_terms("episode/rewards/", count, reduce))
         return out
+
+    def pop_terms(self, prefix: str, count: float,
+                  reduce: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+        """``{prefix + term: mean episode sum}`` over the ``count`` episodes counted since the last call (none when
+        ``count`` is 0), then clear; ``reduce`` (a sum over ranks) is applied to the sums first."""
+        if not self.reward_terms:
+            return {}
+        sums = self.term_sums.sum(dim=0)
+        totals = (sums if reduce is None else reduce(sums)).tolist()
+        self.term_sums.zero_()
+        if count <= 0:
+            return {}
+        return {prefix + term: total / count for term, total in zip(self.reward_terms, totals, strict=True)}
 
     def state_dict(self) -> dict[str, Tensor]:
         """The running episodes and the sums (to continue a training run exactly)."""
         return {"running_return": self.running_return.clone(), "running_length": self.running_length.clone(),
                 "success_once": self.success_once.clone(), "sums": self._sums.clone(),
-                "info_sums": self.info.sums.clone(), "reports_success": torch.tensor(self.reports_success)}
+                "info_sums": self.info.sums.clone(), "reports_success": torch.tensor(self.reports_success),
+                "running_terms": self.running_terms.clone(), "term_sums": self.term_sums.clone()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         """Load :meth:`state_dict`, or the layout written before evaluation shared these statistics (integer
@@ -182,6 +241,8 @@ class EpisodeStats:
         self.running_length.copy_(state["running_length"])
         self.success_once.copy_(state.get("success_once", torch.zeros_like(self.success_once)))
         self.info.sums.copy_(state.get("info_sums", torch.zeros_like(self.info.sums)))
+        self.running_terms.copy_(state.get("running_terms", torch.zeros_like(self.running_terms)))
+        self.term_sums.copy_(state.get("term_sums", torch.zeros_like(self.term_sums)))
         sums = state["sums"]
         self._sums.zero_()
         if sums.shape[0] == len(ROWS):

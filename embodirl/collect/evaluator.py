@@ -41,7 +41,7 @@ class Evaluator:
     def __init__(self, env: BatchedEnv, policy: Policy, accel: Acceleration = EAGER) -> None:
         self.env, self.policy = env, policy
         n, dev = env.num_envs, env.device
-        self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()))
+        self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
         state = policy.initial_state(n)
         self.recurrent = not state.is_empty()
         # The steps since the last fold of the episode statistics, row by row.
@@ -49,7 +49,10 @@ class Evaluator:
                                  "done": torch.zeros(_BLOCK, n, dtype=torch.bool, device=dev),
                                  "success": torch.zeros(_BLOCK, n, dtype=torch.bool, device=dev),
                                  "info": torch.zeros(_BLOCK, n, len(self.episode_stats.info.keys), dtype=torch.float64,
-                                                     device=dev)}, batch_size=[_BLOCK, n], device=dev)
+                                                     device=dev),
+                                 "reward_terms": torch.zeros(_BLOCK, n, len(self.episode_stats.reward_terms),
+                                                             dtype=torch.float64, device=dev)},
+                                batch_size=[_BLOCK, n], device=dev)
         carry = {"obs": allocate(observation_spec(env.observation_space), (n,), dev), "state": state}
         self.loop = StepLoop(self.step, carry, dict(self.block.items()), dim=0, accel=accel, device=dev,
                              name="evaluation_step")
@@ -71,7 +74,8 @@ class Evaluator:
             ``eval/num_episodes``, and when the env reports ``success``: ``eval/success_at_end`` (success
             on the episode's last step), ``eval/success_once`` (success at any step) and
             ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved"), and
-            ``eval/metrics/<key>`` for the env's ``info_metrics`` (mean of the value on each episode's last step).
+            ``eval/metrics/<key>`` for the env's ``info_metrics`` (mean of the value on each episode's last step) and
+            ``eval/rewards/<term>`` for its ``reward_terms`` (mean of each one's sum over an episode).
         """
         n = self.env.num_envs
         index = torch.arange(n, device=self.env.device)
@@ -93,7 +97,7 @@ class Evaluator:
         block = self.block
         self.episode_stats.add_steps(block["reward"], block["done"],
                                      block["success"] if self.episode_stats.reports_success else None,
-                                     block["info"])
+                                     block["info"], block["reward_terms"])
         self.loop.rewind()
 
     def _metrics(self, num_episodes: int) -> dict[str, float]:
@@ -107,6 +111,7 @@ class Evaluator:
         if self.episode_stats.reports_success:
             metrics.update({"eval/success_rate": at_end, "eval/success_at_end": at_end, "eval/success_once": once})
         metrics.update(self.episode_stats.info.pop("eval/metrics/"))
+        metrics.update(self.episode_stats.pop_terms("eval/rewards/", num_episodes))
         return metrics
 
 

@@ -15,8 +15,8 @@ from embodirl.config.instantiate import check_finite_values
 from embodirl.config.schema import Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "CartPoleConfig", "EnvConfig", "GymConfig",
-           "PushCubeArmConfig", "PushCubeConfig", "TorchVectorConfig"]
+__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig", "GymConfig",
+           "PushCubeArmConfig", "PushCubeConfig", "TorchVectorConfig", "WrapperConfig"]
 
 RewardMode = Literal["normalized_dense", "dense", "sparse"]
 Pair = tuple[float, float]
@@ -27,9 +27,40 @@ CUBE_SPAWN = 0.1  #: cube centre ~ U([-0.1, 0.1]^2)
 TIP_SPAWN_LOW, TIP_SPAWN_HIGH = (-0.30, -0.10), (-0.20, 0.10)  #: tip ~ U(box), >= 5 cm behind the cube
 
 
+Std = float | list[float]  # one standard deviation, or one per dimension
+
+
 @dataclass(frozen=True, kw_only=True)
-class EnvConfig(Schema):
-    """What every env takes: its number of copies and what counts as solved."""
+class WrapperConfig(Schema):
+    """Observation noise, action delay, action noise and action repeat: wrappers around any env, all off by default
+    (:mod:`embodirl.envs.wrappers`; docs/guides/observation-action-wrappers.md)."""
+
+    obs_noise: Std | dict[str, Std] = key(0.0, ge=0, doc="Gaussian noise std added to the observation: one number "
+                                          "for every float key, or {key: std} per key (a std per dimension as a "
+                                          "list); 0 = off", example="{state: 0.01}")
+    action_delay: int = key(0, ge=0, doc="the env executes the action of this many policy steps ago (a new episode "
+                            "pads its history with its first action); 0 = off")
+    action_noise: Std = key(0.0, ge=0, doc="Gaussian noise std added to Box actions before the env clips them, per "
+                            "env step (a list: one per action dimension); 0 = off")
+    action_repeat: int = key(1, ge=1, doc="env steps per policy step with the same action, rewards summed, stopping at "
+                             "the end of an episode; 1 = off")
+
+    def check(self) -> None:
+        if isinstance(self.obs_noise, dict):
+            for name, std in self.obs_noise.items():
+                check_finite_values(f"obs_noise.{name}", std, 0.01)
+                if any(value < 0 for value in (std if isinstance(std, list) else [std])):
+                    raise ConfigError(f"obs_noise.{name}", std, "a float >= 0 (a standard deviation), or a list "
+                                      "of them (one per dimension)", f"pass obs_noise.{name}=0.01, or 0 for no noise")
+
+
+#: The keys of :class:`WrapperConfig`: every env takes them; the build wraps the env it made with them.
+WRAPPER_KEYS = ("obs_noise", "action_delay", "action_noise", "action_repeat")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig(WrapperConfig):
+    """What every env takes: its number of copies, what counts as solved, and the observation and action wrappers."""
 
     num_envs: int = key(256, ge=1, doc="parallel envs on the device")
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own, e.g. "
@@ -197,6 +228,9 @@ class GymConfig(EnvConfig):
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the id's registered "
                                          "reward_threshold)", example=400)
     env_kwargs: dict[str, Any] = key(factory=dict, doc="extra keyword arguments for gymnasium.make")
+    info_metrics: list[str] = key(factory=list, doc="info keys logged as episode/metrics/<key> and eval/metrics/<key> "
+                                  "(each episode's value on its last step; numbers or bools per env); each must be in "
+                                  "the info of the reset or the first step", example="[is_success]")
 
     def check(self) -> None:
         super().check()
@@ -223,6 +257,9 @@ class TorchVectorConfig(EnvConfig):
                                                  " / [\"final_obs\"]) | acted_on (Isaac Lab: none given)")
     per_env_seeds: bool = key(False, doc="reset(seed=[s_0, ..., s_N-1]) makes env i's start depend on s_i alone "
                               "(GRPO group-shared resets)")
+    info_metrics: list[str] = key(factory=list, doc="info keys logged as episode/metrics/<key> and eval/metrics/<key> "
+                                  "(each episode's value on its last step; numbers or bools per env); each must be in "
+                                  "the info of the reset or the first step", example="[is_success]")
 
     def check(self) -> None:
         super().check()

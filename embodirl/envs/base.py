@@ -85,6 +85,9 @@ class BatchedEnv(ABC):
         info_metrics: Keys of ``StepResult.info`` (present on every step, ``[N]`` numbers or bools) logged as
             ``episode/metrics/<key>`` and ``eval/metrics/<key>``: the mean over finished episodes of the value
             on each one's last step (:mod:`embodirl.collect.info_metrics`).
+        reward_terms: Names of the terms the reward is the sum of: every step's info holds ``"reward/<term>"``
+            (``[N]`` float32) and the reward equals their sum. Logged as ``episode/rewards/<term>`` and
+            ``eval/rewards/<term>``: the mean over finished episodes of each one's sum of the term.
     """
 
     num_envs: int
@@ -95,6 +98,7 @@ class BatchedEnv(ABC):
     solved_metric: str = "eval/return_mean"
     solved_threshold: float | None = None
     info_metrics: tuple[str, ...] = ()
+    reward_terms: tuple[str, ...] = ()
 
     @abstractmethod
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
@@ -148,6 +152,11 @@ class BatchedEnv(ABC):
 
     def close(self) -> None:  # noqa: B027 - a default that does nothing, not an abstract method
         """Release resources (subprocesses, files)."""
+
+    @property
+    def unwrapped(self) -> BatchedEnv:
+        """The env inside any wrappers (:mod:`embodirl.envs.wrappers`); the env itself when it is none."""
+        return self
 
     @property
     def is_discrete(self) -> bool:

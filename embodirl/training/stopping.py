@@ -185,7 +185,7 @@ class MetricNames:
 
 
 def metric_names(conditions: Sequence[Threshold | Plateau], best: tuple[str, str],
-                 info_metrics: Iterable[str] = ()) -> MetricNames:
+                 info_metrics: Iterable[str] = (), reward_terms: Iterable[str] = ()) -> MetricNames:
     """The checks of the metric names a run's config uses: its stop conditions and its best metric.
 
     Args:
@@ -193,8 +193,10 @@ def metric_names(conditions: Sequence[Threshold | Plateau], best: tuple[str, str
         best: ``(config key, metric)`` of the best checkpoint's metric (``trainer.best_metric`` or
             ``env.solved_metric``).
         info_metrics: The env's ``info_metrics`` (logged as ``episode/metrics/*`` and ``eval/metrics/*``).
+        reward_terms: The env's ``reward_terms`` (logged as ``episode/rewards/*`` and ``eval/rewards/*``).
     """
     info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in info_metrics]
+    info += [f"{family}/rewards/{term}" for family in ("episode", "eval") for term in reward_terms]
     uses = [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(conditions)] + [best]
     return MetricNames(uses, known=(*ALWAYS_LOGGED, *info), after_record=("loss/", "diag/", "perf/"),
                        after_evaluation=SUCCESS_KEYS)

@@ -86,7 +86,7 @@ class Trainer:
         self.best = BestTracker(cfg.best_metric or self.env.solved_metric, cfg.best_mode)
         best_key = "trainer.best_metric" if cfg.best_metric else "env.solved_metric"
         self.metric_names = metric_names(self.stops.conditions, (best_key, self.best.metric),
-                                         getattr(self.env, "info_metrics", ()))
+                                         getattr(self.env, "info_metrics", ()), getattr(self.env, "reward_terms", ()))
         self.callbacks = Callbacks([instantiate(node, f"trainer.callbacks[{i}].")
                                     for i, node in enumerate(cfg.callbacks)])
         self.state = TrainState(next_eval=evaluation.cfg.every_env_steps,

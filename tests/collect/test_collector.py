@@ -123,6 +123,32 @@ def test_episode_statistics_and_info_metrics_by_hand_across_rollouts():
     assert collector.pop_metrics() == {"episode/count": 0.0}
 
 
+class ScriptedTerms(ScriptedEpisodes):
+    """:class:`ScriptedEpisodes` whose reward is the sum of two terms: ``index`` (the step's index in its episode)
+    and ``base`` (the reward minus that)."""
+
+    reward_terms = ("index", "base")
+
+    def step(self, action):
+        out = super().step(action)
+        index = out.info["dist"]
+        return out._replace(info={**out.info, "reward/index": index, "reward/base": out.reward - index})
+
+
+def test_reward_terms_are_logged_as_their_mean_episode_sums_by_hand():
+    env = ScriptedTerms()
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[4]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    collector = Collector(env, policy, CollectPlan(num_steps=12))
+    collector.collect()
+    collector.collect()  # env 1's first episode (20 steps) runs across both rollouts
+    metrics = collector.pop_metrics()
+    # index sums: env 0's episodes of lengths 3, 2, 4, 4, 4, 4 -> 3, 1, 6, 6, 6, 6; env 1's of 20 and 3 -> 190, 3
+    assert metrics["episode/rewards/index"] == pytest.approx((3 + 1 + 4 * 6 + 190 + 3) / 8, rel=1e-12)
+    assert metrics["episode/rewards/base"] == pytest.approx(EPISODES_IN_24_STEPS["episode/return_mean"]
+                                                            - metrics["episode/rewards/index"], rel=1e-12)
+
+
 def test_first_episode_only_stops_at_the_first_check_after_every_env_ended_one():
     collector = scripted_collector(num_steps=32, first_episode_only=True)
     rollout = collector.collect()

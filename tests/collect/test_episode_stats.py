@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodirl.collect.episode_stats import EpisodeStats, fold_steps
+from embodirl.collect.episode_stats import EpisodeStats, fold_steps, fold_sums
 from embodirl.config.envs import CartPoleConfig
 from embodirl.envs.cartpole import CartPole
 
@@ -101,3 +101,32 @@ def test_with_a_target_each_env_records_only_its_first_episodes_across_blocks():
     count, ret, sq, length, at_end, once = stats.take().tolist()
     assert (count, ret, sq, length, at_end, once) == (3.0, 12.0, 4 + 64 + 4, 7.0, 1.0, 3.0)
     assert stats.take().eq(0).all()  # taken: cleared
+
+
+def test_fold_sums_equals_a_plain_loop_over_episodes():
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(30, 5, 3, generator=gen, dtype=torch.float64)
+    done = torch.rand(30, 5, generator=gen) < 0.2
+    running = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    sums, carry = fold_sums(values, done, running)
+    expected, acc = torch.zeros_like(values), running.clone()
+    for t in range(30):
+        acc = acc + values[t]
+        expected[t] = acc
+        acc = torch.where(done[t].unsqueeze(-1), 0.0, acc)
+    torch.testing.assert_close(sums, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(carry, acc, rtol=1e-12, atol=1e-12)
+
+
+def test_reward_terms_are_summed_per_episode_and_survive_a_snapshot():
+    stats, restored = EpisodeStats(2, "cpu", reward_terms=("a", "b")), EpisodeStats(2, "cpu", reward_terms=("a", "b"))
+    f, t = False, True
+    terms = torch.tensor([[[1.0, 0.5], [2.0, 0.0]], [[1.0, 0.5], [2.0, 1.0]]])  # [S=2, N=2, K=2]
+    stats.add_steps(terms.sum(-1), torch.tensor([[f, f], [t, f]]), terms=terms)
+    restored.load_state_dict(stats.state_dict())
+    for s in (stats, restored):  # env 0 ended an episode (a: 2, b: 1); env 1 ends one now (a: 2 + 2 + 3, b: 1 + 1)
+        s.add_steps(torch.tensor([[1.0, 4.0]]), torch.tensor([[f, t]]), terms=torch.tensor([[[1.0, 0.0], [3.0, 1.0]]]))
+    expected = {"episode/count": 2.0, "episode/return_mean": (3 + 9) / 2, "episode/length_mean": 2.5,
+                "episode/rewards/a": (2 + 7) / 2, "episode/rewards/b": (1 + 2) / 2}
+    assert stats.pop() == restored.pop() == pytest.approx(expected)
+    assert stats.pop() == {"episode/count": 0.0}

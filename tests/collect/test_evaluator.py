@@ -49,3 +49,24 @@ def test_metrics_of_the_first_episodes_of_each_env_by_hand():
         "eval/return_mean": 7.5, "eval/return_std": float(np.std(returns)), "eval/length_mean": 25 / 3,
         "eval/num_episodes": 3.0, "eval/success_rate": 1 / 3, "eval/success_at_end": 1 / 3,
         "eval/success_once": 1.0, "eval/metrics/dist": (2 + 1 + 19) / 3}, rel=1e-12)
+
+
+@pytest.mark.parametrize("repeat", [1, 3])
+def test_push_cube_logs_its_reward_terms_and_they_add_up_to_the_return(repeat):
+    from embodirl.collect.collector import Collector, CollectPlan
+    from embodirl.config.envs import PushCubeConfig, WrapperConfig
+    from embodirl.envs.push_cube.env import PushCube
+    from embodirl.envs.wrappers import wrap_env
+
+    env = wrap_env(PushCube(PushCubeConfig(num_envs=16, max_episode_steps=12), device="cpu", seed=0),
+                   WrapperConfig(action_repeat=repeat), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    collector = Collector(env, policy, CollectPlan(num_steps=12))
+    collector.collect()
+    train = collector.pop_metrics()
+    evaluation = Evaluator(env, policy).evaluate(16, seed=1)
+    for metrics, family in ((train, "episode"), (evaluation, "eval")):
+        terms = [metrics[f"{family}/rewards/{name}"] for name in ("reach", "place", "success")]
+        assert sum(terms) == pytest.approx(metrics[f"{family}/return_mean"], rel=1e-6)
+        assert terms[0] > 0

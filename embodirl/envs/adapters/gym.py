@@ -166,6 +166,8 @@ class GymEnv(BatchedEnv):
             self.action_space = box
             self._action_low, self._action_high, self._action_shape = box.low, box.high, box.shape
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
+        self.info_metrics = tuple(cfg.info_metrics)
+        self._unseen_info = set(self.info_metrics)  # named keys not yet in an info: refused after the first step
         self.seed = seed
         self._num_resets = 0
         self.reset(seed=seed)
@@ -201,7 +203,8 @@ class GymEnv(BatchedEnv):
         seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
                  for i in range(self.num_envs)]
         self._num_resets += 1
-        obs, _ = self._vec.reset(seed=seeds)  # type: ignore[arg-type]  # vector envs take one seed per env too
+        obs, info = self._vec.reset(seed=seeds)  # type: ignore[arg-type]  # vector envs take one seed per env too
+        self._unseen_info.difference_update(info)
         return self._to_tensor(obs)
 
     def step(self, action: Tensor) -> StepResult:
@@ -224,7 +227,30 @@ class GymEnv(BatchedEnv):
         success = self._success(info)
         if success is not None:
             extra["success"] = torch.as_tensor(success).to(self.device)
+        if self.info_metrics:
+            extra.update(self._info_metrics(info))
         return StepResult(self._to_tensor(obs), reward_t, terminated_t, truncated_t, self._to_tensor(final_obs), extra)
+
+    def _info_metrics(self, info: dict[str, Any]) -> dict[str, Tensor]:
+        """``{key: [N] float32}`` of ``env.info_metrics``: a finished episode's value from ``final_info``, the others'
+        from ``info``, 0 where an env's info lacks it. A key that neither the reset's nor the first step's info
+        has is refused."""
+        final_info = info.get("final_info", {})
+        self._unseen_info.difference_update(info, final_info)
+        if self._unseen_info:
+            missing, present = sorted(self._unseen_info)[0], sorted({*info, *final_info} - {"final_info", "final_obs"})
+            raise ConfigError("env.info_metrics", missing, f"a key of the info {self.id} returns (its first step's "
+                              f"has: {', '.join(k for k in present if not k.startswith('_')) or 'none'})",
+                              f"remove {missing} from env.info_metrics, or correct its spelling", absolute=True)
+        out = {}
+        for key in self.info_metrics:
+            value = np.zeros(self.num_envs, dtype=np.float32)
+            for source in (info, final_info):  # final_info last: it holds the step's info of done envs
+                if key in source:
+                    mask = source.get(f"_{key}", np.ones(self.num_envs, dtype=bool))
+                    value = np.where(mask, np.asarray(source[key], dtype=np.float32).reshape(-1), value)
+            out[key] = torch.as_tensor(value).to(self.device)
+        return out
 
     def close(self) -> None:
         self._vec.close()

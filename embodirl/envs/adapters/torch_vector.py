@@ -188,6 +188,8 @@ class TorchVectorEnv(BatchedEnv):
             self.close()
             raise
         self._reports_success = cfg.success_key is not None and cfg.success_key in info
+        self.info_metrics = tuple(cfg.info_metrics)
+        self._unseen_info = set(self.info_metrics) - set(info)  # refused after the first step if still unseen
         self.solved_metric = "eval/success_rate" if self._reports_success else "eval/return_mean"
         spec = _attribute(self._sim, "spec")
         default = DEFAULT_SUCCESS_THRESHOLD if self._reports_success else getattr(spec, "reward_threshold", None)
@@ -309,6 +311,8 @@ class TorchVectorEnv(BatchedEnv):
         done = terminated | truncated
         final_obs = self._final_observation(info, done, next_obs)
         extra = {"success": self._success(info, done)} if self._reports_success else {}
+        if self.info_metrics:
+            extra.update(self._info_metrics(info, done))
         if self.final_obs_source == "acted_on":  # the simulator may reuse its buffers: keep a copy
             self._last_obs = next_obs.clone()
         reward = reward if reward.dtype == torch.float32 else reward.to(torch.float32)
@@ -355,15 +359,39 @@ class TorchVectorEnv(BatchedEnv):
             out.set(key, torch.where(mask.view(-1, *[1] * (b.dim() - 1)), a, b))
         return out
 
+    @staticmethod
+    def _finished_value(key: str, info: Mapping[str, Any], done: Tensor) -> Tensor | None:
+        """``info[key]``, with the finished step's value (``final_info``) where an episode ended; None if absent."""
+        value = info.get(key)
+        final_info = info.get("final_info")
+        if isinstance(final_info, Mapping) and key in final_info:
+            ended = final_info[key]
+            value = ended if value is None else torch.where(info.get("_final_info", done), ended, value)
+        return value
+
+    def _info_metrics(self, info: Mapping[str, Any], done: Tensor) -> dict[str, Tensor]:
+        """``{key: [N] float32}`` of ``env.info_metrics`` (0 where the step's info lacks one); a key that neither the
+        reset's nor the first step's info has is refused."""
+        final_info = info.get("final_info")
+        self._unseen_info.difference_update(info, final_info if isinstance(final_info, Mapping) else ())
+        if self._unseen_info:
+            missing = sorted(self._unseen_info)[0]
+            present = ", ".join(sorted(k for k in info if not k.startswith(("_", "final_")))) or "none"
+            raise ConfigError("env.info_metrics", missing, f"a key of the info {type(self._sim).__name__} returns "
+                              f"(its first step's has: {present})", f"remove {missing} from env.info_metrics, or "
+                              "correct its spelling", absolute=True)
+        out = {}
+        for key in self.info_metrics:
+            value = self._finished_value(key, info, done)
+            out[key] = (torch.zeros(self.num_envs, device=self.device) if value is None
+                        else value.reshape(self.num_envs).to(torch.float32))
+        return out
+
     def _success(self, info: Mapping[str, Any], done: Tensor) -> Tensor:
         """``[N]`` bool: the finished step's flag where an episode ended (``final_info``), the current one elsewhere."""
         key = self.success_key
         assert key is not None  # called only for a simulator that reports success under this key
-        success = info.get(key)
-        final_info = info.get("final_info")
-        if isinstance(final_info, Mapping) and key in final_info:
-            ended = final_info[key]
-            success = ended if success is None else torch.where(info.get("_final_info", done), ended, success)
+        success = self._finished_value(key, info, done)
         if success is None:
             raise TypeError(f"{type(self._sim).__name__}.step returned an info without {key!r}, which its reset "
                             f"reported; pass env.success_key=null if the simulator has no success notion")

@@ -58,7 +58,8 @@ class PushCubeArm(BatchedEnv):
 
     Reward: :func:`~embodirl.envs.push_cube.arm_scene.staged_reward` ``r`` (reach the push point behind the
     cube, then place, with the cube on the table; 3 on success); ``normalized_dense`` returns ``r / 3`` (1 iff
-    success), ``dense`` ``r``, ``sparse`` the success flag. Episodes are truncated after ``max_episode_steps``
+    success), ``dense`` ``r``, ``sparse`` the success flag; each step's info holds its terms ``reward/reach``,
+    ``reward/place`` and ``reward/success``, summing to it exactly. Episodes are truncated after ``max_episode_steps``
     and by default do not end on success: see the hover trap in :class:`~embodirl.envs.push_cube.env.PushCube`.
 
     The keys (:class:`~embodirl.config.envs.PushCubeArmConfig`) set the task, the physics step and the engine:
@@ -74,6 +75,7 @@ class PushCubeArm(BatchedEnv):
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
     info_metrics = ("dist_to_goal", "is_reached", "on_table")  # logged as episode/metrics/* and eval/metrics/*
+    reward_terms = ("reach", "place", "success")  # info["reward/<term>"]: episode/rewards/* and eval/rewards/*
 
     def __init__(self, cfg: PushCubeArmConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
         num_envs = cfg.num_envs
@@ -166,7 +168,7 @@ class PushCubeArm(BatchedEnv):
         steps = self._steps + 1
         points, axis = self._kinematics()
         final_obs = self._observe(points, axis, steps)
-        reward, success, reached, on_table, dist_to_goal = self._reward(points[:, -1])
+        reward, terms, success, reached, on_table, dist_to_goal = self._reward(points[:, -1])
         terminated = success if self.terminate_on_success else torch.zeros_like(success)
         time_up = steps >= self.max_episode_steps
         truncated = time_up & ~terminated
@@ -183,24 +185,28 @@ class PushCubeArm(BatchedEnv):
         self._ever_success = once & ~done
         info = {"success": success, "success_once": once, "success_at_end": success & done,
                 "dist_to_goal": dist_to_goal.float(), "is_reached": reached, "on_table": on_table,
-                "elapsed_steps": steps}
+                "elapsed_steps": steps, **{f"reward/{name}": term for name, term in terms.items()}}
         return StepResult(self._obs, reward, terminated, truncated, final_obs, info)
 
     def _kinematics(self) -> tuple[Tensor, Tensor]:
         """Arm points ``[N, 8, 3]`` and rod axis ``[N, 3]`` of the current joint angles."""
         return scene.forward_kinematics(self._sim["qpos"][:, :scene.NUM_JOINTS], self.geometry)
 
-    def _reward(self, tcp: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def _reward(self, tcp: Tensor) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor, Tensor, Tensor]:
+        """The reward of ``reward_mode`` and its terms (float32 ``[N]``; the reward is their sum, exactly), then the
+        success, reached and on-table flags and the cube's distance to the goal."""
         qpos = self._sim["qpos"]
         cos_t, sin_t = scene.yaw_of(qpos[:, 9:13])
-        reward, success, reached, on_table, dist = scene.staged_reward(
+        terms, success, reached, on_table, dist = scene.staged_reward(
             tcp, qpos[:, 6:9], cos_t, sin_t, self._goal, self.geometry.cube_half_size, self.geometry.rod_radius,
             self.goal_radius)
         if self.reward_mode == "normalized_dense":
-            reward = reward * (1.0 / scene.SUCCESS_REWARD)
+            terms = {name: term * (1.0 / scene.SUCCESS_REWARD) for name, term in terms.items()}
         elif self.reward_mode == "sparse":
-            reward = success.to(reward.dtype)
-        return reward.float(), success, reached, on_table, dist
+            zero = torch.zeros_like(terms["reach"])
+            terms = {"reach": zero, "place": zero, "success": success.to(zero.dtype)}
+        terms = {name: term.float() for name, term in terms.items()}
+        return terms["reach"] + terms["place"] + terms["success"], terms, success, reached, on_table, dist
 
     def _observe(self, points: Tensor, axis: Tensor, steps: Tensor) -> Tensor:
         """``[N, obs_dim]`` float32 observations of the current simulations (see the class docstring)."""

@@ -156,14 +156,15 @@ def spawn_scenes(u: Tensor, joint_noise: Tensor, goal_offset: float,
 
 
 def staged_reward(tcp: Tensor, cube: Tensor, cos_t: Tensor, sin_t: Tensor, goal: Tensor, half_size: float,
-                  rod_radius: float, goal_radius: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The planar task's staged reward in 3D (maximum :data:`SUCCESS_REWARD`).
+                  rod_radius: float, goal_radius: float) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor]:
+    """The planar task's staged reward in 3D (maximum :data:`SUCCESS_REWARD`), as the terms it sums.
 
     Push point ``p*``: the planar one (:func:`~embodirl.envs.push_cube.physics.push_point`, behind the cube on
     the line from the goal, one rod radius off its face) at the height of the cube's centre ``h``.
     ``reach = 1 - tanh(5 |tcp - p*|)``, ``place = 1 - tanh(5 |c_xy - g|)``, on the table ``|c_z - h| < 5 mm``,
     ``r = reach + place [|tcp - p*| < 1.5 cm] [on table]``; ``r = 3`` on success (``|c_xy - g| < goal_radius``
-    and on the table).
+    and on the table). The terms: ``reach``, ``place`` (``place [reached] [on table]``) and ``success`` (3 on success,
+    where the other two are 0), so ``r = reach + place + success``.
 
     Args:
         tcp: ``[N, 3]`` the rod's tip.
@@ -176,7 +177,8 @@ def staged_reward(tcp: Tensor, cube: Tensor, cos_t: Tensor, sin_t: Tensor, goal:
         goal_radius: Success radius.
 
     Returns:
-        Reward ``[N]`` in ``[0, 3]``, success, reached and on-table flags ``[N]`` bool, and ``|c_xy - g|`` ``[N]``.
+        The terms ``{"reach", "place", "success"}`` (each ``[N]``; they sum to the reward in ``[0, 3]``), success,
+        reached and on-table flags ``[N]`` bool, and ``|c_xy - g|`` ``[N]``.
     """
     p_star, dist_to_goal = planar.push_point(cube[:, 0:2].T, goal.T, cos_t, sin_t, half_size, rod_radius)
     offset = torch.stack((tcp[:, 0] - p_star[0], tcp[:, 1] - p_star[1], tcp[:, 2] - half_size), dim=1)
@@ -186,8 +188,10 @@ def staged_reward(tcp: Tensor, cube: Tensor, cos_t: Tensor, sin_t: Tensor, goal:
     success = (dist_to_goal < goal_radius) & on_table
     reach = 1.0 - torch.tanh(planar.TANH_SCALE * d_reach)
     place = 1.0 - torch.tanh(planar.TANH_SCALE * dist_to_goal)
-    reward = torch.where(success, SUCCESS_REWARD, reach + place * (reached & on_table))
-    return reward, success, reached, on_table, dist_to_goal
+    place = place * (reached & on_table)
+    terms = {"reach": reach.masked_fill(success, 0.0), "place": place.masked_fill(success, 0.0),
+             "success": success.to(reach.dtype) * SUCCESS_REWARD}
+    return terms, success, reached, on_table, dist_to_goal
 
 
 # --- drawing (numpy, host side) -------------------------------------------------------------------------

@@ -54,7 +54,9 @@ class PushCube(BatchedEnv):
 
     Reward: :func:`~embodirl.envs.push_cube.physics.staged_reward` ``r`` (reach the push point, then place;
     3 on success, ``|c - g| < goal_radius``); ``normalized_dense`` returns ``r / 3`` (1 iff success),
-    ``dense`` returns ``r``, ``sparse`` the success flag.
+    ``dense`` returns ``r``, ``sparse`` the success flag. Each step's info holds the reward's terms,
+    ``reward/reach``, ``reward/place`` and ``reward/success`` (in the reward's units; they sum to it exactly), logged
+    as ``episode/rewards/<term>`` (their sums over an episode).
 
     **Hover trap.** With ``terminate_on_success=True`` and a short horizon (gamma 0.8), hovering at the push
     point (about 0.41 per step, worth 2.06) beats pushing to success and ending the episode (about 1.8):
@@ -80,6 +82,7 @@ class PushCube(BatchedEnv):
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
     info_metrics = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
+    reward_terms = ("reach", "place", "success")  # info["reward/<term>"]: episode/rewards/* and eval/rewards/*
 
     def __init__(self, cfg: PushCubeConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
         self.num_envs, self.max_episode_steps = cfg.num_envs, cfg.max_episode_steps
@@ -197,8 +200,9 @@ class PushCube(BatchedEnv):
             :class:`StepResult`; ``info`` holds ``success`` (bool, cube within ``goal_radius`` now),
             ``success_once`` (bool, at any step of this episode so far), ``success_at_end`` (bool, success
             on the step that ends the episode), ``dist_to_goal`` (float), ``is_reached`` (bool, tip within 1.5 cm of
-            the push point) and
-            ``elapsed_steps`` (int64, steps into the episode that this step belongs to), all ``[N]``.
+            the push point), ``elapsed_steps`` (int64, steps into the episode that this step belongs to) and the
+            reward's terms ``reward/reach``, ``reward/place``, ``reward/success`` (float32, summing to the reward), all
+            ``[N]``.
         """
         if action.shape != (self.num_envs, 2):
             raise ValueError(f"PushCube.step: action has shape {tuple(action.shape)}, expected ({self.num_envs}, 2)")
@@ -206,18 +210,15 @@ class PushCube(BatchedEnv):
         cos_t, sin_t = state[6].cos(), state[6].sin()
         steps = self._steps + 1
         final_parts = self._observe(state, steps, cos_t, sin_t)
-        reward, success, reached, dist_to_goal = phys.staged_reward(
+        terms, success, reached, dist_to_goal = phys.staged_reward(
             state[0:2], state[4:6], state[10:12], cos_t, sin_t, self.half_size, self.radius, self.goal_radius)
         terminated = success if self.terminate_on_success else torch.zeros_like(success)
         if self.fail_on_leaving_workspace:
             left = (state[4].abs() > self.table_half_size[0]) | (state[5].abs() > self.table_half_size[1])
             terminated = terminated | left
-            reward = reward.masked_fill(left, 0.0)
-        if self.reward_mode == "normalized_dense":
-            reward = reward * (1.0 / phys.SUCCESS_REWARD)
-        elif self.reward_mode == "sparse":
-            reward = success.to(reward.dtype)
-        reward, dist_to_goal = reward.to(torch.float32), dist_to_goal.to(torch.float32)
+            terms = {name: term.masked_fill(left, 0.0) for name, term in terms.items()}
+        reward, terms = self._reward(terms, success)
+        dist_to_goal = dist_to_goal.to(torch.float32)
         time_up = steps >= self.max_episode_steps
         truncated = time_up & ~terminated
         done = terminated | time_up
@@ -231,8 +232,19 @@ class PushCube(BatchedEnv):
         once = self._ever_success | success
         torch.logical_and(once, ~done, out=self._ever_success)
         info = {"success": success, "success_once": once, "success_at_end": success & done,
-                "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps}
+                "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps,
+                **{f"reward/{name}": term for name, term in terms.items()}}
         return StepResult(obs, reward, terminated, truncated, final_obs, info)
+
+    def _reward(self, terms: dict[str, Tensor], success: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The reward of ``reward_mode`` and its terms (float32 ``[N]``; the reward is their sum, exactly)."""
+        if self.reward_mode == "normalized_dense":
+            terms = {name: term * (1.0 / phys.SUCCESS_REWARD) for name, term in terms.items()}
+        elif self.reward_mode == "sparse":
+            zero = torch.zeros_like(terms["reach"])
+            terms = {"reach": zero, "place": zero, "success": success.to(zero.dtype)}
+        terms = {name: term.to(torch.float32) for name, term in terms.items()}
+        return terms["reach"] + terms["place"] + terms["success"], terms
 
     def _physics(self, action: Tensor) -> Tensor:
         """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions; return the new ``[16, N]``.

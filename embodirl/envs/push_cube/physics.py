@@ -239,11 +239,13 @@ def push_point(p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, h
 
 
 def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
-                  radius: float, goal_radius: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """ManiSkill's staged PushCube reward in the plane (maximum :data:`SUCCESS_REWARD`).
+                  radius: float, goal_radius: float) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
+    """ManiSkill's staged PushCube reward in the plane (maximum :data:`SUCCESS_REWARD`), as the terms it sums.
 
     ``reach = 1 - tanh(5 |p - p*|)`` (see :func:`push_point`), ``place = 1 - tanh(5 |c - g|)``,
     ``r = reach + place [|p - p*| < REACH_TOLERANCE]``, and ``r = 3`` on success (``|c - g| < goal_radius``).
+    The terms: ``reach``, ``place`` (``place [reached]``) and ``success`` (3 on success, where the other two are 0),
+    so ``r = reach + place + success``.
 
     Args:
         p: Tip position.
@@ -256,15 +258,18 @@ def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, 
         goal_radius: Success radius.
 
     Returns:
-        Reward ``[N]`` in ``[0, 3]``, success ``[N]`` bool, reached ``[N]`` bool and ``|c - g|`` ``[N]``.
+        The terms ``{"reach", "place", "success"}`` (each ``[N]``; they sum to the reward in ``[0, 3]``), success
+        ``[N]`` bool, reached ``[N]`` bool and ``|c - g|`` ``[N]``.
     """
     p_star, dist_to_goal = push_point(p_cube, goal, cos_t, sin_t, half_size, radius)
     d_reach = _norm(p[0] - p_star[0], p[1] - p_star[1])
     reached = d_reach < REACH_TOLERANCE
     success = dist_to_goal < goal_radius
     reach = 1.0 - torch.tanh(TANH_SCALE * d_reach)
-    place = 1.0 - torch.tanh(TANH_SCALE * dist_to_goal)
-    return torch.where(success, SUCCESS_REWARD, reach + place * reached), success, reached, dist_to_goal
+    place = (1.0 - torch.tanh(TANH_SCALE * dist_to_goal)) * reached
+    terms = {"reach": reach.masked_fill(success, 0.0), "place": place.masked_fill(success, 0.0),
+             "success": success.to(reach.dtype) * SUCCESS_REWARD}
+    return terms, success, reached, dist_to_goal
 
 
 def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,

@@ -338,3 +338,20 @@ def test_square_frame_keeps_the_aspect_ratio():
     out = square_frame(picture, 10)
     assert out.shape == (10, 10, 3)
     assert (out[:2] == 0).all() and (out[-3:] == 0).all() and (out[3:7] == 200).all()
+
+
+def test_named_info_keys_become_info_metrics_with_the_finished_steps_value():
+    env = GymEnv(GymConfig(id="EmbodirlTest/Success-v0", num_envs=3, info_metrics=["is_success"]))
+    assert env.info_metrics == ("is_success",)
+    for t in range(3):
+        step = env.step(torch.tensor([1, 0, 1]) if t == 2 else torch.zeros(3, dtype=torch.int64))
+        assert step.info["is_success"].dtype == torch.float32
+    assert step.terminated.all() and step.info["is_success"].tolist() == [1.0, 0.0, 1.0]
+    env.close()
+
+
+def test_an_info_key_the_env_never_returns_is_refused_at_the_first_step():
+    env = GymEnv(GymConfig(id="EmbodirlTest/Success-v0", num_envs=2, info_metrics=["is_sucess"]))
+    with pytest.raises(ConfigError, match=r"^env.info_metrics='is_sucess' is invalid.*has: is_success.*Fix: remove"):
+        env.step(torch.zeros(2, dtype=torch.int64))
+    env.close()

@@ -363,3 +363,13 @@ def test_ppo_and_grpo_learn_the_fake_task_through_the_adapter(tmp_path, algo, ov
                           *overrides])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved" and summary["eval/success_rate"] >= 0.9
+
+
+def test_named_info_keys_become_info_metrics_and_an_unknown_one_is_refused():
+    env = make_env(num_envs=2, adapter={"info_metrics": ["elapsed_steps"]}, max_episode_steps=3)
+    steps = [env.step(torch.zeros(2, 2)) for _ in range(3)]
+    assert steps[-1].truncated.all() and steps[-1].info["elapsed_steps"].tolist() == [3.0, 3.0]  # the finished step's
+    assert steps[0].info["elapsed_steps"].dtype == torch.float32
+    bad = make_env(num_envs=2, adapter={"info_metrics": ["elapsed"]})
+    with pytest.raises(ConfigError, match=r"^env.info_metrics='elapsed' is invalid.*elapsed_steps.*Fix: remove"):
+        bad.step(torch.zeros(2, 2))

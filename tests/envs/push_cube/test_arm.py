@@ -123,6 +123,9 @@ def test_scripted_push_moves_the_cube_into_the_goal():
     at_end = result.info["success_at_end"]
     assert once.all() and at_end.float().mean() >= 0.95, (once.float().mean(), at_end.float().mean())
     assert torch.equal(result.reward == 1.0, result.info["success"])  # normalised reward is 1 exactly on success
+    terms = [result.info[f"reward/{name}"] for name in env.reward_terms]
+    assert torch.equal(terms[0] + terms[1] + terms[2], result.reward)  # the reward is exactly its terms' sum
+    assert torch.equal(terms[2] == 1.0, result.info["success"]) and terms[0][result.info["success"]].eq(0).all()
     assert (result.truncated | result.terminated).all(), "the episode ended at the time limit"
 
 
@@ -146,7 +149,10 @@ def test_staged_reward_hand_computed_values():
     goal = torch.tensor([[0.2, 0.0]] * 4 + [[0.2, 0.0]])
     cos_t, sin_t = torch.ones(5), torch.zeros(5)
     cube[4, 2] = H - 0.006  # sunk (fallen off the table's plane): not on the table
-    reward, success, reached, on_table, dist = scene.staged_reward(tcp, cube, cos_t, sin_t, goal, H, ROD, 0.1)
+    terms, success, reached, on_table, dist = scene.staged_reward(tcp, cube, cos_t, sin_t, goal, H, ROD, 0.1)
+    reward = terms["reach"] + terms["place"] + terms["success"]
+    torch.testing.assert_close(terms["success"], torch.tensor([0.0, 0.0, 0.0, 3.0, 0.0]))
+    torch.testing.assert_close(terms["place"], torch.tensor([1 - math.tanh(5 * 0.2), 0, 0, 0, 0]))
     place = 1 - math.tanh(5 * 0.2)  # = 0.2384
     expected = [1 + place,  # at the push point: reach 1, place gated in
                 1 - math.tanh(5 * 0.1),  # 10 cm above it: reach only (0.5379)

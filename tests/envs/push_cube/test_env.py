@@ -692,3 +692,36 @@ def test_info_reports_success_once_and_at_end():
         assert (info["success_once"] >= once_seen).all()  # latched
         once_seen = info["success_once"].clone()
     assert done.all() and info["success_once"].float().mean() >= 0.95
+
+
+def test_reward_terms_hand_computed_values():
+    """Tip at the push point behind a cube 0.2 m from its goal: reach 1, place 1 - tanh(5 * 0.2), no success.
+    The cube 5 cm from the goal: success, and the whole reward (3) is the success term."""
+    cos_t, sin_t = torch.ones(2), torch.zeros(2)
+    cube = (torch.tensor([0.0, 0.15]), torch.zeros(2))
+    tip = (torch.tensor([-H - R, 0.15 - H - R]), torch.zeros(2))  # p* = c - (h + r) u, u = +x
+    goal = (torch.tensor([0.2, 0.2]), torch.zeros(2))
+    terms, success, reached, _ = phys.staged_reward(tip, cube, goal, cos_t, sin_t, H, R, 0.1)
+    assert success.tolist() == [False, True] and reached.tolist() == [True, True]
+    torch.testing.assert_close(terms["reach"], torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(terms["place"], torch.tensor([1 - math.tanh(1.0), 0.0]))
+    torch.testing.assert_close(terms["success"], torch.tensor([0.0, 3.0]))
+
+
+@pytest.mark.parametrize("mode", ["normalized_dense", "dense", "sparse"])
+def test_the_reward_is_exactly_the_sum_of_its_terms(mode):
+    env = PushCube(PushCubeConfig(num_envs=64, reward_mode=mode, fail_on_leaving_workspace=True,
+                                  table_half_size=(0.15, 0.15), max_episode_steps=20), device="cpu", seed=0)
+    env.reset(seed=0)
+    gen, seen_success = torch.Generator().manual_seed(0), False
+    for _ in range(40):
+        action = torch.rand(64, 2, generator=gen) * 2 - 1
+        action[:32] = torch.tensor([1.0, 0.0])  # half the envs push straight ahead: successes
+        out = env.step(action)
+        terms = [out.info[f"reward/{name}"] for name in env.reward_terms]
+        assert all(t.dtype == torch.float32 and t.shape == (64,) for t in terms)
+        assert torch.equal(terms[0] + terms[1] + terms[2], out.reward)
+        success = out.info["success"]
+        seen_success |= bool(success.any())
+        assert torch.equal(out.info["reward/success"] > 0, success & (out.reward > 0))  # 0 off the table
+    assert seen_success
