@@ -364,7 +364,8 @@ def _typed(value: Any) -> str:
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:
     """Parse schemas and nodes nested in ``annotation`` (one, or a list or mapping of them)."""
-    for arg in (annotation, *typing.get_args(annotation)):
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)  # X | None: try each member
+    for arg in (annotation, *(typing.get_args(annotation) if union else ())):
         if _is_schema(arg) and isinstance(value, Mapping):
             return parse(arg, value, f"{path}.")
         if arg is Node and _is_node_value(value):

@@ -51,13 +51,17 @@ def hash_key(seed: int, key: Tensor) -> Tensor:
     return _lowbias32(_lowbias32(torch.full_like(key, seed & _MASK32, dtype=torch.int64)) ^ key.to(torch.int64))
 
 
-def uniform_from_key(key_hash: Tensor, counter: Tensor, num: int, low: float = 0.0, high: float = 1.0) -> Tensor:
+def uniform_from_key(key_hash: Tensor, counter: Tensor, num: int, low: float = 0.0, high: float = 1.0,
+                     first: int = 0) -> Tensor:
     """:func:`hash_uniform` from a precomputed :func:`hash_key`; ``key_hash`` and ``counter`` are ``[N]`` int64.
+
+    Components ``first .. first + num - 1`` are drawn: each is independent of the others, so a caller can
+    reserve a block (domain randomization draws from component 64 on) without changing the draws below it.
 
     Returns:
         ``[N, num]`` float64 values in ``[low, high)``.
     """
-    component = torch.arange(num, device=key_hash.device, dtype=torch.int64)
+    component = torch.arange(first, first + num, device=key_hash.device, dtype=torch.int64)
     h = _lowbias32(key_hash ^ counter.to(torch.int64))
     h = _lowbias32(h.unsqueeze(-1) ^ component)
     # 32 random bits -> [0, 1) with 2**-32 resolution.

@@ -267,7 +267,7 @@ def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, 
     return torch.where(success, SUCCESS_REWARD, reach + place * reached), success, reached, dist_to_goal
 
 
-def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
+def spawn_scenes(u: Tensor, goal_offset: float | Tensor, goal_direction: str,
                  randomize_yaw: bool) -> tuple[Vec2, Vec2, Tensor, Vec2]:
     """Start scenes from uniforms (ManiSkill's PushCube distribution in the plane).
 
@@ -277,7 +277,7 @@ def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
 
     Args:
         u: ``[4, M]`` (or ``[6, M]`` with ``randomize_yaw`` or a random direction) uniforms in ``[0, 1)``.
-        goal_offset: Goal distance from the cube.
+        goal_offset: Goal distance from the cube (a float, or ``[M]`` per scene).
         goal_direction: ``fixed``, ``random`` or ``random_aligned``.
         randomize_yaw: Draw the yaw.
 
