@@ -180,6 +180,7 @@ class StartCache:
         self.period = depth * min_length  # steps between eager refills
         self._slots = torch.arange(1, depth + 1, device=stream.env_ids.device)
         self._shift = torch.zeros_like(stream.episode)  # memo index of env i's next start = episode[i] + shift[i]
+        self._last = stream.env_ids * depth + (depth - 1)  # env i's last memo row
         self._memo = tuple(t.clone() for t in draw(*self._rows(stream.episode)))
         self.age = self.period  # steps since the last refill; period = stale
 
@@ -201,7 +202,10 @@ class StartCache:
         if self.age >= self.period:
             self._refill()
         self.age += 1
-        slot = stream.episode + self._shift
+        # Every env reads a row, done or not. A memo refilled mid-episode (a restored state, a new randomization
+        # range) is out of phase with the episode ends: an env that already started `depth` episodes since would
+        # read past its rows (past the memo, for the last env). Only done envs' rows are used, and those are in range.
+        slot = torch.minimum(stream.episode + self._shift, self._last)
         stream.episode += done
         return tuple(torch.index_select(memo, dim, slot) for memo, dim in zip(self._memo, self.dims, strict=True))
 
