@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from embodirl.errors import ConfigError
 
 __all__ = ["NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema", "cli_text", "conform", "describe_type",
-           "key", "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
+           "entry_docs", "entry_schema", "key", "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
 
 NO_MATCH = object()
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
@@ -497,6 +497,31 @@ class KeyDoc:
     default: Any
     bounds: str
     doc: str
+
+
+def entry_schema(cls: type[Schema], name: str) -> type[Schema] | None:
+    """The schema of each entry of key ``name`` when it is a mapping of schemas (``env.randomize``), else None."""
+    annotation = _hints(cls).get(name)
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (dict, Mapping) and len(args) == 2 and _is_schema(args[1]):
+        return args[1]
+    return None
+
+
+def entry_docs(cls: type[Schema], node: Mapping[str, Any], prefix: str = "") -> list[KeyDoc]:
+    """The rows of the entries a node holds under its mapping-of-schemas keys: ``env.randomize.<name>`` (its
+    schema's summary) and ``env.randomize.<name>.range`` (that key's doc)."""
+    rows = []
+    for name, entries in node.items():
+        entry = entry_schema(cls, str(name)) if isinstance(entries, Mapping) else None
+        if entry is None:
+            continue
+        summary = (entry.__doc__ or "").strip().splitlines()[0] if entry.__doc__ else entry.__name__
+        for entry_name in entries:
+            path = f"{prefix}{name}.{entry_name}"
+            rows.append(KeyDoc(path, f"a {entry.__name__} mapping", MISSING, "", summary))
+            rows.extend(key_docs(entry, f"{path}."))
+    return rows
 
 
 def key_docs(cls: type[Schema], prefix: str = "") -> list[KeyDoc]:
