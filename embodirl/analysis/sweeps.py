@@ -88,6 +88,7 @@ def plot_sweep(groups: list[list[Run]], labels: list[str], key: SweepKey) -> byt
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import FormatStrFormatter, NullFormatter
     except ImportError as exc:
         raise ReportError("matplotlib is not installed, so no sweep can be drawn. Fix: pip install matplotlib") from exc
     metric = sweep_metric([s for runs in groups for r in runs if (s := find_sweeps(r).get(key))])
@@ -108,8 +109,12 @@ def plot_sweep(groups: list[list[Run]], labels: list[str], key: SweepKey) -> byt
         drawn = True
     if not drawn:
         return None
-    if all(v > 0 for line in ax.get_lines() for v in line.get_xdata()):
+    ticks = sorted({float(v) for line in ax.get_lines() for v in line.get_xdata()})
+    if ticks and ticks[0] > 0:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # 0.5, 1, 2 rather than 5 x 10^-1
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(ticks)
     ax.set_xlabel(f"{key[0]} ({key[1]})")
     ax.set_ylabel(metric)
     ax.set_title(f"held-out sweep of {key[0]}: mean over seeds (bold), each seed (thin)", fontsize=10)
