@@ -231,6 +231,16 @@ class PushCubeArmConfig(EnvConfig):
     num_threads: int = key(0, ge=0, doc="threads of the CPU engine; 0 = one per core")
     warp_nconmax: int = key(16, ge=1, doc="contacts allocated per world (warp engine)")
     warp_njmax: int = key(64, ge=1, doc="constraint rows allocated per world (warp engine)")
+    randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset (engine="
+                                                "batch): cube_mass, cube_friction, joint_damping (guides/"
+                                                "domain-randomization.md)",
+                                                example={"cube_friction": {"range": [0.5, 2.0]}})
+    randomizable: ClassVar[RandomizableParams] = {
+        "cube_mass": ("the cube body's mass (kg), its inertia scaled with it", False),
+        "cube_friction": ("the cube geom's sliding friction, 0.3 (a contact takes the larger of its two geoms': "
+                          "below x1 nothing changes)", True),
+        "joint_damping": ("the damping of the arm's 6 joints", True),
+    }
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
                                     "eval/success_rate)", example="eval/success_rate")
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
@@ -238,6 +248,11 @@ class PushCubeArmConfig(EnvConfig):
 
     def check(self) -> None:
         super().check()
+        check_randomize(self.randomize, self.randomizable)
+        if self.randomize and self.engine == "warp":
+            raise ConfigError("engine", self.engine, "engine=batch or auto on a CPU device with env.randomize "
+                              "(per-world model fields are set through mujoco.batch)",
+                              "pass engine=batch device=cpu, or drop env.randomize")
         if len(self.joint_noise) != 6:
             raise ConfigError("joint_noise", list(self.joint_noise), "6 numbers in [0, 0.2] (rad, one per joint; "
                               "larger offsets can start the rod inside the table or the cube)",

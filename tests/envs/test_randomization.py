@@ -167,3 +167,68 @@ def test_relative_extremes_hold_for_the_geometry_rules():
     assert cfg.randomized_extremes("pusher_radius") == (0.005, 0.01)
     assert cfg.randomized_extremes("actuator_gain") == (1.0, 1.0)
     assert math.isclose(cfg.randomized_extremes("cube_mass")[1], 0.064)
+
+
+# --- push_cube_arm (MuJoCo, the CPU engine: per-simulation model fields) ----------------------------------------
+def arm(randomize: dict, num_envs: int = 4, seed: int = 0):
+    from embodirl.config.envs import PushCubeArmConfig
+    from embodirl.envs.push_cube.arm import PushCubeArm
+
+    return PushCubeArm(PushCubeArmConfig(num_envs=num_envs, num_threads=1, randomize=randomize), seed=seed)
+
+
+def arm_actions(num_steps: int, num_envs: int = 4) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return [torch.rand(num_envs, 6, generator=gen) * 2 - 1 for _ in range(num_steps)]
+
+
+def test_arm_x1_draws_reproduce_the_nominal_simulation_bit_for_bit():
+    ones = {name: spec(1.0, 1.0) for name in ("cube_mass", "cube_friction", "joint_damping")}
+    nominal, randomized = arm({}), arm(ones)
+    for action in arm_actions(60):  # an auto-reset at step 50 redraws (the same) values
+        assert torch.equal(nominal.step(action).obs, randomized.step(action).obs)
+
+
+def test_arm_values_are_written_into_each_simulation_and_redrawn_at_resets_only():
+    env = arm({"cube_mass": spec(0.5, 2.0, dist="log_uniform"), "cube_friction": spec(0.25, 2.0)})
+    mass_field = env.engine.model_field("body_mass")[:, env.model.body("cube").id]
+    friction_field = env.engine.model_field("geom_friction")[:, env.model.geom("cube").id, 0]
+    first = env.randomization.values.clone()
+    assert torch.equal(mass_field, first[0]) and torch.equal(friction_field, first[1])
+    assert first[0].unique().numel() == 4
+    for t, action in enumerate(arm_actions(50)):
+        out = env.step(action)
+        assert torch.equal(out.info["randomize/cube_mass"].double(), first[0].float().double())
+        if t < 49:
+            assert torch.equal(env.randomization.values, first)
+    assert (env.randomization.values != first).all() and torch.equal(mass_field, env.randomization.values[0])
+
+
+def test_arm_joint_damping_slows_the_arm():
+    nominal, damped = arm({}), arm({"joint_damping": spec(50.0, 50.0)})
+    action = torch.ones(4, 6)
+    for _ in range(3):
+        nominal.step(action)
+        damped.step(action)
+    speed = [env.state_dict()["sim.qvel"][:, :6].abs().mean() for env in (nominal, damped)]
+    assert speed[1] < 0.9 * speed[0]  # the position servo is stiff: x50 damping slows the joints by about 20 %
+
+
+def test_arm_restored_state_continues_with_the_restored_values():
+    randomize = {"cube_friction": spec(0.25, 2.0), "joint_damping": spec(0.5, 4.0)}
+    original = arm(randomize)
+    actions = arm_actions(80)
+    for action in actions[:20]:
+        original.step(action)
+    restored = arm(randomize, seed=5)  # other draws until the snapshot is loaded
+    restored.load_state_dict(original.state_dict())
+    for action in actions[20:]:
+        assert torch.equal(original.step(action).obs, restored.step(action).obs)
+
+
+def test_arm_randomization_needs_the_cpu_engine():
+    from embodirl.config.envs import PushCubeArmConfig
+    from embodirl.config.schema import parse
+
+    with pytest.raises(ConfigError, match=r"engine='warp'.*engine=batch"):
+        parse(PushCubeArmConfig, {"engine": "warp", "randomize": {"cube_mass": {"range": [0.5, 2.0]}}})
