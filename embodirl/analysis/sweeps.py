@@ -95,7 +95,7 @@ def plot_sweep(groups: list[list[Run]], labels: list[str], key: SweepKey) -> byt
     fig = Figure(figsize=(7, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    drawn = False
+    ticks: set[float] = set()
     for i, (runs, label) in enumerate(zip(groups, labels, strict=True)):
         per_value = _per_value(runs, key, metric)
         if not per_value:
@@ -106,15 +106,14 @@ def plot_sweep(groups: list[list[Run]], labels: list[str], key: SweepKey) -> byt
             ax.plot(sorted(own), [own[x][0] for x in sorted(own)], color=f"C{i % 10}", alpha=0.3, linewidth=0.8)
         ax.plot(xs, [statistics.fmean(per_value[x]) for x in xs], color=f"C{i % 10}", linewidth=2, marker="o",
                 label=label)
-        drawn = True
-    if not drawn:
+        ticks.update(xs)
+    if not ticks:
         return None
-    ticks = sorted({float(v) for line in ax.get_lines() for v in line.get_xdata()})
-    if ticks and ticks[0] > 0:
+    if min(ticks) > 0:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # 0.5, 1, 2 rather than 5 x 10^-1
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(ticks)
+    ax.set_xticks(sorted(ticks))
     ax.set_xlabel(f"{key[0]} ({key[1]})")
     ax.set_ylabel(metric)
     ax.set_title(f"held-out sweep of {key[0]}: mean over seeds (bold), each seed (thin)", fontsize=10)

@@ -175,7 +175,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     policy = _restored_policy(train_cfg.policy, env, device, state["policy"], path)
     check_video(video, env, count_key="env.num_envs")
     log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
-    extra = {}
+    extra: dict[str, Any] = {}
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
         if video.video:

@@ -69,13 +69,13 @@ class Randomization:
         self.specs = dict(specs)
         self.nominal = {name: float(nominal[name]) for name in self.names}
         count = len(self.names)
-        as_column = {"dtype": torch.float64, "device": device}
+        f64 = torch.float64
         self.factor = torch.tensor([self.nominal[n] if specs[n].scale == "relative" else 1.0 for n in self.names],
-                                   **as_column).view(count, 1)
+                                   dtype=f64, device=device).view(count, 1)
         self.log_uniform = torch.tensor([specs[n].dist == "log_uniform" for n in self.names],
                                         device=device).view(count, 1)
-        self.low = torch.zeros(count, 1, **as_column)  # the ranges as given (multipliers when relative)
-        self.high = torch.zeros(count, 1, **as_column)
+        self.low = torch.zeros(count, 1, dtype=f64, device=device)  # the ranges as given (multipliers if relative)
+        self.high = torch.zeros(count, 1, dtype=f64, device=device)
         self.ranges: dict[str, tuple[float, float]] = {}
         for name in self.names:
             self.set_range(name, *specs[name].range)
@@ -111,7 +111,7 @@ class Randomization:
         self.high[row] = high
         self.ranges[name] = (float(low), float(high))
 
-    def row(self, name: str, default: float) -> Tensor | float:
+    def row(self, name: str, default: Tensor | float) -> Tensor | float:
         """``name``'s ``[N]`` current values, or ``default`` (the nominal float) when it is not randomized."""
         index = self.index(name)
         return default if index is None else self.values[index]

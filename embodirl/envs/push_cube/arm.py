@@ -74,7 +74,7 @@ class PushCubeArm(BatchedEnv):
 
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
-    info_metrics = ("dist_to_goal", "is_reached", "on_table")  # logged as episode/metrics/* and eval/metrics/*
+    info_metrics: tuple[str, ...] = ("dist_to_goal", "is_reached", "on_table")  # episode/metrics/*, eval/metrics/*
 
     def __init__(self, cfg: PushCubeArmConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
         num_envs = cfg.num_envs
@@ -181,7 +181,7 @@ class PushCubeArm(BatchedEnv):
                 "joint_damping": self._nominal_fields["joint_damping"] * damping}
         for name, (field, index) in self._fields.items():
             field[index] = torch.as_tensor(rows[name], dtype=field.dtype).expand_as(field[index])
-        if "cube_mass" in rand.names:
+        if "cube_mass" in rand.names and isinstance(self.engine, BatchEngine):
             self.engine.set_const()  # the body's derived constants (subtree masses, ...) follow its mass
 
     # --- stepping ------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ updated in place, no host syncs); every tensor it returns is freshly allocated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -80,7 +82,7 @@ class PushCube(BatchedEnv):
 
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
-    info_metrics = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
+    info_metrics: tuple[str, ...] = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
 
     def __init__(self, cfg: PushCubeConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
         self.num_envs, self.max_episode_steps = cfg.num_envs, cfg.max_episode_steps
@@ -262,7 +264,7 @@ class PushCube(BatchedEnv):
                 "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps, **randomized}
         return StepResult(obs, reward, terminated, truncated, final_obs, info)
 
-    def _constants(self) -> dict[str, Tensor | float]:
+    def _constants(self) -> dict[str, Any]:
         """The physics constants of this step: the nominal floats, or ``[N]`` per-env tensors where randomized
         (with the terms that follow from them: inertia, the friction's per-substep losses, the contact margin)."""
         if self.randomization is None:
@@ -280,7 +282,7 @@ class PushCube(BatchedEnv):
                 "friction_dw": friction_dv * phys.MEAN_LEVER_ARM * half * mass / inertia, "gain": gain,
                 "solver": solver}
 
-    def _physics(self, action: Tensor, constants: dict) -> Tensor:
+    def _physics(self, action: Tensor, constants: dict[str, Any]) -> Tensor:
         """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions under :meth:`_constants`; return
         the new ``[16, N]``.
 
