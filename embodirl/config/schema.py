@@ -516,7 +516,8 @@ def entry_docs(cls: type[Schema], node: Mapping[str, Any], prefix: str = "") -> 
         entry = entry_schema(cls, str(name)) if isinstance(entries, Mapping) else None
         if entry is None:
             continue
-        summary = (entry.__doc__ or "").strip().splitlines()[0] if entry.__doc__ else entry.__name__
+        first = (entry.__doc__ or entry.__name__).strip().split("\n\n")[0]  # the docstring's first paragraph
+        summary = " ".join(first.split()).replace("``", "")
         for entry_name in entries:
             path = f"{prefix}{name}.{entry_name}"
             rows.append(KeyDoc(path, f"a {entry.__name__} mapping", MISSING, "", summary))
