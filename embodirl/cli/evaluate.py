@@ -203,16 +203,17 @@ def _check_sweep(sweep: SweepConfig, env_cfg: DictConfig) -> None:
     Raises:
         ConfigError: Naming ``eval.sweep.param``, the env's parameters and a fix.
     """
-    from embodirl.config.schema import schema_for
+    from embodirl.config.schema import schema_for, suggest
 
     if sweep.param is None:
         return
-    params = getattr(schema_for(str(env_cfg.get("_target_"))), "randomizable", {})
+    params = list(getattr(schema_for(str(env_cfg.get("_target_"))), "randomizable", {}))
     if sweep.param not in params:
         names = ", ".join(params)
+        close = suggest(sweep.param, params) or (params[0] if params else None)
         raise ConfigError("eval.sweep.param", sweep.param, f"a parameter {env_cfg.get('_target_')} randomizes "
                           f"(one of: {names or 'none: this env takes no env.randomize'})",
-                          f"pass eval.sweep.param={next(iter(params))}" if params else "drop eval.sweep.param")
+                          f"pass eval.sweep.param={close}" if close else "drop eval.sweep.param")
 
 
 def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, device: torch.device, seed: int,

@@ -72,7 +72,8 @@ def check_randomize(randomize: Mapping[str, RandomizeConfig], params: Randomizab
     for name, entry in randomize.items():
         if name not in params:
             close = suggest(name, list(params))
-            fix = f"rename randomize.{name} to randomize.{close}" if close else f"use one of: {names}"
+            fix = f"use one of those names (the closest to {name} is {close})" if close else \
+                f"use one of those names instead of {name}"
             raise ConfigError(f"randomize.{name}", {"range": list(entry.range)}, f"a parameter this env randomizes "
                               f"(one of: {names})", fix)
         if entry.range[0] == 0 and not params[name][1]:

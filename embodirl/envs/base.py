@@ -148,7 +148,7 @@ class BatchedEnv(ABC):
         """
         if self.randomization is None:
             raise ConfigError("param", name, f"a parameter in env.randomize ({type(self).__name__} randomizes none "
-                              "here)", f"add env.randomize.{name}.range=[1,1] to the training env")
+                              "here)", f"add +env.randomize.{name}.range=[1,1] to the training env")
         self.randomization.set_range(name, low, high)
         self.randomization_changed()
 

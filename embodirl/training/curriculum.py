@@ -43,7 +43,8 @@ class Curriculum:
             if entry.param not in names:
                 raise ConfigError(f"trainer.curriculum.{name}.param", entry.param,
                                   f"a parameter in env.randomize (randomized here: {', '.join(names) or 'none'})",
-                                  f"add env.randomize.{entry.param}.range=[1,1] (level 0 replaces it)",
+                                  f"add +env.randomize.{entry.param}.range=[1,1] (level 0 replaces it), or name "
+                                  "a randomized parameter",
                                   absolute=True)
             for i, (low, high) in enumerate(entry.levels):  # refused now, not when the level is reached
                 try:

@@ -121,8 +121,9 @@ BAD_INPUTS = [
     (["env=push_cube", "env.goal_radius=0"], ["env.goal_radius=0", "Fix:"]),
     (["env=push_cube", "env.max_speed=5"], ["env.max_speed=5", "tunnelling", "Fix:"]),
     # --- env.randomize (domain randomization) ---
-    (["+env.randomize.frction={range: [0.5, 2]}"], ["env.randomize.frction=", "a parameter this env randomizes",
-                                                    "pole_length", "Fix:"]),
+    (["env=push_cube", "+env.randomize.frction={range: [0.5, 2]}"],
+     ["env.randomize.frction=", "a parameter this env randomizes", "table_friction",
+      "Fix: use one of those names (the closest to frction is"]),
     (["+env.randomize.pole_length={range: [2, 0.5]}"], ["env.randomize.pole_length.range=[2, 0.5]", "low <= high",
                                                         "Fix: pass env.randomize.pole_length.range=[0.5,2]"]),
     (["+env.randomize.pole_length={range: [0, 2], dist: log_uniform}"],
@@ -133,7 +134,8 @@ BAD_INPUTS = [
      ["env.randomize.actuator_gain.range=[0.5, 3]", "tunnel", "Fix: narrow the range, or raise substeps to 8"]),
     # --- trainer.curriculum ---
     (["+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], every_env_steps: 100}"],
-     ["trainer.curriculum.c.param='pole_length'", "randomized here: none", "Fix: add env.randomize.pole_length"]),
+     ["trainer.curriculum.c.param='pole_length'", "randomized here: none",
+      "Fix: add +env.randomize.pole_length.range=[1,1]"]),
     (["+env.randomize.pole_length.range=[1,1]",
       "+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], metric: eval/retrun_mean, threshold: 1}"],
      ["trainer.curriculum.c.metric='eval/retrun_mean'", "eval/return_mean", "Fix:"]),
@@ -225,7 +227,7 @@ FAST_TIER = {
     "env.num_envs=1e12", "env=push_cube env.max_speed=5", "env=gym env.id=CartPol-v1",
     "trainer.resume=/nonexistent/last.pt", "trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]",
     "eval.video=true eval.video_num_envs=100", "+policy/encoder@policy.encoders.state=cnn", "-m seed=range(0)",
-    "-m hydra/launcher=slurm", "+env.randomize.frction={range: [0.5, 2]}",
+    "-m hydra/launcher=slurm", "env=push_cube +env.randomize.frction={range: [0.5, 2]}",
     "+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], every_env_steps: 100}",
 }
 CASES = [pytest.param(overrides, fragments, id=" ".join(overrides),
