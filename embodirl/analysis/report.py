@@ -36,7 +36,7 @@ import os
 import re
 import statistics
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -516,7 +516,7 @@ def run_table(runs: list[Run], keys: list[str]) -> str:
 
 
 def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | None = None,
-                  frames: dict[str, str] | None = None) -> tuple[str, str, str]:
+                  frames: dict[str, str] | None = None, sections: Sequence[str] = ()) -> tuple[str, str, str]:
     """``(report.md text, grouped table, per-run table)`` for ``runs`` found under ``root``.
 
     Args:
@@ -524,6 +524,7 @@ def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | No
         runs: The loaded runs.
         images: ``{caption: file name}`` of curve PNGs to embed, relative to the report.
         frames: ``{video path: file name}`` of video frame strips to embed, relative to the report.
+        sections: More Markdown sections, placed before the runs (the held-out sweeps).
     """
     groups = group_runs(runs)
     keys, common = varying_keys(groups)
@@ -552,5 +553,6 @@ def render_report(root: str | Path, runs: list[Run], images: dict[str, str] | No
     if frames:
         lines += ["## Evaluation videos", "", "Frames of each run's latest evaluation video, first to last.", ""]
         lines += [f"{md_code(video)}:\n\n![frames of the video]({name})\n" for video, name in frames.items()]
+    lines += [section for section in sections if section]
     lines += ["## Runs", "", "Final values once a run ended; the latest ones while it runs.", "", per_run, ""]
     return "\n".join(lines), grouped, per_run

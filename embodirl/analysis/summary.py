@@ -9,7 +9,7 @@ from rich.table import Table
 
 from embodirl.training.console import output_console
 
-__all__ = ["print_eval", "print_summary"]
+__all__ = ["print_eval", "print_summary", "print_sweep"]
 
 
 def _fmt(value: Any) -> str:
@@ -59,5 +59,19 @@ def print_eval(result: dict[str, Any], console: Console | None = None) -> None:
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     for key, value in result.items():
-        table.add_row(key, _fmt(value))
+        if key != "sweep":
+            table.add_row(key, _fmt(value))
+    console.print(table)
+    if result.get("sweep"):
+        print_sweep(result["sweep"], console)
+
+
+def print_sweep(sweep: dict[str, Any], console: Console | None = None) -> None:
+    """Print a held-out sweep (``eval.json``'s ``sweep``): one row per value, its success rate and return."""
+    console = console or output_console()
+    table = Table(title=f"held-out sweep of {sweep['param']} ({sweep['scale']})", title_justify="left")
+    for column in ("value", "eval/success_rate", "eval/return_mean"):
+        table.add_column(column, justify="right")
+    for row in sweep["bins"]:
+        table.add_row(_fmt(row["value"]), _fmt(row.get("eval/success_rate")), _fmt(row.get("eval/return_mean")))
     console.print(table)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from embodirl.config.randomize import SweepConfig
 from embodirl.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:  # the command line imports torch only once the config is checked
@@ -31,6 +32,7 @@ log = logging.getLogger("embodirl.eval")  # into the evaluation directory's eval
 
 PROG = "embodirl-eval"
 NAMED = ("best", "last")  # checkpoint=best|last: checkpoints/best.pt or last.pt of run=RUN_DIR
+SWEEP_METRICS = ("eval/success_rate", "eval/return_mean")  # logged per bin of a sweep (eval.json keeps them all)
 
 
 def as_run(run: Any, checkpoint: Any) -> tuple[Any, Any]:
@@ -157,8 +159,8 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     from embodirl.app.build import build_env, check_video, configure_torch, resolve_device
     from embodirl.cli.containers import plain_dict
     from embodirl.collect.evaluator import evaluate_policy
+    from embodirl.config.run import EvaluateEvalConfig
     from embodirl.config.schema import parse
-    from embodirl.config.training import VideoConfig
     from embodirl.training.video import record_episode, save_video
 
     path, state, train_cfg, overrides = _checkpoint_config(cfg)
@@ -166,13 +168,14 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         raise ConfigError("num_episodes", cfg.num_episodes, "an int >= 1", "pass num_episodes=100")
     configure_torch(cfg.seed, cfg.num_threads)
     device = resolve_device(cfg.device)
-    video = parse(VideoConfig, plain_dict(cfg.eval), "eval.")
+    video = parse(EvaluateEvalConfig, plain_dict(cfg.eval), "eval.")
+    _check_sweep(video.sweep, train_cfg.env)
     num_envs = overrides.get("num_envs", _eval_num_envs(state["config"]))
     env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=video.video)
     policy = _restored_policy(train_cfg.policy, env, device, state["policy"], path)
     check_video(video, env, count_key="env.num_envs")
     log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
-    extra = {}
+    extra: dict[str, Any] = {}
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
         if video.video:
@@ -180,6 +183,9 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             extra["video"] = str(save_video(frames, out_dir / f"video.{video.video_format}", video.video_fps))
     finally:
         env.close()
+    if video.sweep.param is not None:
+        extra["sweep"] = evaluate_sweep(video.sweep, train_cfg.env, policy, device, cfg.seed, num_envs,
+                                        cfg.num_episodes)
     solved = env.is_solved(metrics)
     trained = state["trainer"].get("env_steps") if isinstance(state["trainer"], dict) else None
     owner = _owning_run(cfg.run, cfg.checkpoint)
@@ -189,6 +195,61 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "env": train_cfg.env._target_,
             "num_envs": env.num_envs, "env_steps_trained": trained if isinstance(trained, int) else None, **metrics,
             "solved_metric": env.solved_metric, "solved_threshold": env.solved_threshold, "solved": solved, **extra}
+
+
+def _check_sweep(sweep: SweepConfig, env_cfg: DictConfig) -> None:
+    """``eval.sweep.param`` is a parameter the checkpoint's env randomizes.
+
+    Raises:
+        ConfigError: Naming ``eval.sweep.param``, the env's parameters and a fix.
+    """
+    from embodirl.config.schema import schema_for, suggest
+
+    if sweep.param is None:
+        return
+    params = list(getattr(schema_for(str(env_cfg.get("_target_"))), "randomizable", {}))
+    if sweep.param not in params:
+        names = ", ".join(params)
+        close = suggest(sweep.param, params) or (params[0] if params else None)
+        raise ConfigError("eval.sweep.param", sweep.param, f"a parameter {env_cfg.get('_target_')} randomizes "
+                          f"(one of: {names or 'none: this env takes no env.randomize'})",
+                          f"pass eval.sweep.param={close}" if close else "drop eval.sweep.param")
+
+
+def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, device: torch.device, seed: int,
+                   num_envs: int | None, num_episodes: int) -> dict[str, Any]:
+    """Evaluate ``policy`` once per value of ``sweep.param``, fixed at that value for every episode of its bin.
+
+    Each bin's env is the checkpoint's env with ``randomize`` replaced by the swept parameter alone (range
+    ``[value, value]``): the other parameters are at their nominal values, whatever the training randomized.
+
+    Returns:
+        ``{"param", "scale", "bins": [{"value", "eval/success_rate", "eval/return_mean", ...}, ...]}``.
+
+    Raises:
+        ConfigError: A value the env refuses (keyed ``eval.sweep.values[i]``).
+    """
+    from embodirl.app.build import build_env
+    from embodirl.collect.evaluator import evaluate_policy
+
+    bins = []
+    for i, value in enumerate(sweep.values):
+        node = env_cfg.copy()
+        with open_dict(node):
+            node.randomize = {sweep.param: {"range": [value, value], "scale": sweep.scale}}
+        try:
+            env = build_env(node, device, seed, num_envs=num_envs)
+        except ConfigError as exc:
+            raise ConfigError(f"eval.sweep.values[{i}]", value, exc.expected, "drop this value or narrow the "
+                              "sweep", absolute=True) from None
+        try:
+            metrics = evaluate_policy(env, policy, num_episodes, seed=seed)
+        finally:
+            env.close()
+        log.info("sweep %s=%g (%s): %s", sweep.param, value, sweep.scale,
+                 ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k in SWEEP_METRICS))
+        bins.append({"value": value, **metrics})
+    return {"param": sweep.param, "scale": sweep.scale, "bins": bins}
 
 
 def _eval_num_envs(config: dict[str, Any]) -> Any:

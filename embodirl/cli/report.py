@@ -86,9 +86,26 @@ def write_report(root: Path, out: Path, metrics: Sequence[str] = (), num_frames:
             atomic_write_bytes(out / name, png)
             embedded[caption] = name
             written.append(out / name)
-    text, grouped, per_run = render_report(root, runs, images, frames)
+    text, grouped, per_run = render_report(root, runs, images, frames, [_sweeps(groups, labels, out, written)])
     atomic_write_bytes(out / "report.md", text.encode())
     return grouped, per_run, [out / "report.md", *written]
+
+
+def _sweeps(groups: list[list[Run]], labels: list[str], out: Path, written: list[Path]) -> str:
+    """Draw ``sweep_<param>.png`` for each held-out sweep the runs hold (adding them to ``written``); the report's
+    section on them."""
+    from embodirl.analysis.sweeps import find_sweeps, plot_sweep, sweep_section
+    from embodirl.runtime.files import atomic_write_bytes
+
+    images = {}
+    for key in dict.fromkeys(k for runs in groups for run in runs for k in find_sweeps(run)):
+        png = plot_sweep(groups, labels, key)
+        if png is not None:
+            name = f"sweep_{slug(key[0])}_{key[1]}.png"
+            atomic_write_bytes(out / name, png)
+            images[key] = name
+            written.append(out / name)
+    return sweep_section(groups, labels, images)
 
 
 def slug(text: str) -> str:

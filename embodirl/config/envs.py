@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from embodirl.config.instantiate import check_finite_values
+from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
 from embodirl.config.schema import Schema, key
 from embodirl.errors import ConfigError
 
@@ -85,6 +86,20 @@ class CartPoleConfig(EnvConfig):
                                                        "float32 is a little faster on GPUs")
     hide_velocities: bool = key(False, doc="observe only cart position and pole angle (partially observed: needs "
                                 "policy=actor_critic_rnn)")
+    randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset: "
+                                                "pole_length, pole_mass, cart_mass, force_mag (guides/"
+                                                "domain-randomization.md)",
+                                                example={"pole_length": {"range": [0.5, 2.0]}})
+    randomizable: ClassVar[RandomizableParams] = {
+        "pole_length": ("the pole's half-length, gymnasium's length (0.5 m)", False),
+        "pole_mass": ("gymnasium's masspole (0.1 kg)", False),
+        "cart_mass": ("gymnasium's masscart (1.0 kg)", False),
+        "force_mag": ("the push's force (10 N)", True),
+    }
+
+    def check(self) -> None:
+        super().check()
+        check_randomize(self.randomize, self.randomizable)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +148,20 @@ class PushCubeConfig(EnvConfig):
                                                          "the goal is drawn) | state_rgb (both)")
     image_size: int = key(64, ge=8, le=1024, doc="pixels per side of the rgb observation (uint8 [H, W, 3], the "
                           "videos' picture)")
+    randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset: "
+                                                "cube_mass, table_friction, push_friction, cube_half_size, "
+                                                "pusher_radius, goal_offset, actuator_gain (guides/"
+                                                "domain-randomization.md)",
+                                                example={"table_friction": {"range": [0.5, 2.0]}})
+    randomizable: ClassVar[RandomizableParams] = {
+        "cube_mass": ("cube_mass, kg (the inertia follows)", False),
+        "table_friction": ("table_friction, cube-table Coulomb coefficient", True),
+        "push_friction": ("push_friction, tip-cube Coulomb coefficient", True),
+        "cube_half_size": ("cube_half_size, m (the inertia follows)", False),
+        "pusher_radius": ("pusher_radius, m", False),
+        "goal_offset": ("goal_offset, m from the cube's start", False),
+        "actuator_gain": ("multiplier of max_speed (ee mode) or max_joint_delta (joint mode), nominal 1", False),
+    }
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
                                     "eval/success_rate)", example="eval/success_rate")
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
@@ -172,6 +201,38 @@ class PushCubeConfig(EnvConfig):
         if not half * math.sqrt(2.0) + radius < clearance:
             raise ConfigError("cube_half_size", half, f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube "
                               "and tip never overlap at the start)", "pass cube_half_size=0.02 (the default)")
+        check_randomize(self.randomize, self.randomizable)
+        self._check_randomized_geometry(clearance)
+
+    def randomized_extremes(self, name: str) -> tuple[float, float]:
+        """The smallest and largest value of parameter ``name`` (its nominal value twice when not randomized)."""
+        nominal = 1.0 if name == "actuator_gain" else float(getattr(self, name))
+        entry = self.randomize.get(name)
+        return extremes(entry, nominal) if entry is not None else (nominal, nominal)
+
+    def _check_randomized_geometry(self, clearance: float) -> None:
+        """The no-tunnelling and start-clearance rules hold at the extremes of the randomized ranges."""
+        radius_low, radius_high = self.randomized_extremes("pusher_radius")
+        gain_high = self.randomized_extremes("actuator_gain")[1]
+        half_high = self.randomized_extremes("cube_half_size")[1]
+        joint = self.control_mode == "joint_delta_pos"  # joint mode: the tip's travel must stay below the half-size
+        travel = (self.max_tip_speed() if joint else self.max_speed) * gain_high * self.substep_dt
+        limit, what = (self.randomized_extremes("cube_half_size")[0], "cube_half_size") if joint else \
+            (radius_low, "pusher_radius")
+        moved = self.randomize.keys() & {"pusher_radius", "actuator_gain", "cube_half_size"}
+        if moved and not travel < limit:
+            name = "actuator_gain" if "actuator_gain" in self.randomize else sorted(moved)[0]
+            raise ConfigError(f"randomize.{name}.range", list(self.randomize[name].range),
+                              f"a tip step per substep below the smallest {what} (largest step {travel:g} m, smallest "
+                              f"{what} {limit:g} m: the tip would tunnel through the cube)",
+                              f"narrow the range, or raise substeps to "
+                              f"{math.floor(self.substeps * travel / limit) + 1}")
+        if self.randomize.keys() & {"pusher_radius", "cube_half_size"} and \
+                not half_high * math.sqrt(2.0) + radius_high < clearance:
+            name = "cube_half_size" if "cube_half_size" in self.randomize else "pusher_radius"
+            raise ConfigError(f"randomize.{name}.range", list(self.randomize[name].range),
+                              f"sqrt(2) cube_half_size + pusher_radius < {clearance} at the largest values (cube and "
+                              "tip never overlap at the start)", "narrow the range, e.g. range=[0.5,2.0]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +262,16 @@ class PushCubeArmConfig(EnvConfig):
     num_threads: int = key(0, ge=0, doc="threads of the CPU engine; 0 = one per core")
     warp_nconmax: int = key(16, ge=1, doc="contacts allocated per world (warp engine)")
     warp_njmax: int = key(64, ge=1, doc="constraint rows allocated per world (warp engine)")
+    randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset (engine="
+                                                "batch): cube_mass, cube_friction, joint_damping (guides/"
+                                                "domain-randomization.md)",
+                                                example={"cube_friction": {"range": [0.5, 2.0]}})
+    randomizable: ClassVar[RandomizableParams] = {
+        "cube_mass": ("the cube body's mass (kg), its inertia scaled with it", False),
+        "cube_friction": ("the cube geom's sliding friction, 0.3 (a contact takes the larger of its two geoms': "
+                          "below x1 nothing changes)", True),
+        "joint_damping": ("the damping of the arm's 6 joints", True),
+    }
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
                                     "eval/success_rate)", example="eval/success_rate")
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
@@ -208,6 +279,11 @@ class PushCubeArmConfig(EnvConfig):
 
     def check(self) -> None:
         super().check()
+        check_randomize(self.randomize, self.randomizable)
+        if self.randomize and self.engine == "warp":
+            raise ConfigError("engine", self.engine, "engine=batch or auto on a CPU device with env.randomize "
+                              "(per-world model fields are set through mujoco.batch)",
+                              "pass engine=batch device=cpu, or drop env.randomize")
         if len(self.joint_noise) != 6:
             raise ConfigError("joint_noise", list(self.joint_noise), "6 numbers in [0, 0.2] (rad, one per joint; "
                               "larger offsets can start the rod inside the table or the cube)",

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from embodirl.config.run import RunConfig
-from embodirl.config.schema import KeyDoc, Schema, cli_text, key_docs, schema_for
+from embodirl.config.schema import KeyDoc, Schema, cli_text, entry_docs, key_docs, schema_for
 
 __all__ = ["documented_keys", "main", "reference_markdown", "summary"]
 
@@ -45,6 +45,8 @@ def _node_keys(node: Mapping[str, Any], prefix: str) -> dict[str, KeyDoc]:
     target = node.get("_target_")
     schema = schema_for(target) if isinstance(target, str) else None
     rows = {row.path: row for row in key_docs(schema, prefix)} if schema is not None else {}
+    if schema is not None:  # the entries of env.randomize, trainer.curriculum, ...
+        rows.update({row.path: row for row in entry_docs(schema, node, prefix)})
     for key, value in node.items():
         if isinstance(value, Mapping):
             rows.update(_node_keys(value, f"{prefix}{key}."))

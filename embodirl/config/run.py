@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from embodirl.config import algos, training
+from embodirl.config.randomize import SweepConfig
 from embodirl.config.schema import Node, Schema, key, parse
 from embodirl.config.training import VideoConfig
 from embodirl.errors import ConfigError
 
-__all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "RunConfig", "check_evaluate_config", "check_run_config"]
+__all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "EvaluateEvalConfig", "RunConfig", "check_evaluate_config",
+           "check_run_config"]
 
 #: Every key renamed or moved, old full path -> new full path: overriding an old name gets a "renamed to" line,
 #: and a resumed run's stored config is read through it.
@@ -66,6 +68,14 @@ def check_device(device: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EvaluateEvalConfig(VideoConfig):
+    """``embodirl-eval``'s ``eval`` node: its video and a held-out sweep of one randomizable env parameter."""
+
+    sweep: SweepConfig = key(factory=SweepConfig, doc="held-out conditions: one evaluation per value of one env "
+                             "parameter (guides/domain-randomization.md)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class EvaluateConfig(Schema):
     """The config of ``embodirl-eval`` (``eval.yaml``): which checkpoint, how many episodes, where and how to film."""
 
@@ -81,7 +91,7 @@ class EvaluateConfig(Schema):
     num_threads: int = key(1, ge=1, doc="torch intra-op threads")
     env: dict[str, Any] = key(factory=dict, doc="env keys changed for evaluation: num_envs (null = the run's "
                               "evaluation envs), others with +env.KEY=VALUE (checked by the env's schema)")
-    eval: VideoConfig = key(factory=VideoConfig, doc="evaluation videos")
+    eval: EvaluateEvalConfig = key(factory=EvaluateEvalConfig, doc="evaluation videos and the held-out sweep")
 
     def check(self) -> None:
         check_device(self.device)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from embodirl.errors import ConfigError
 
 __all__ = ["NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema", "cli_text", "conform", "describe_type",
-           "key", "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
+           "entry_docs", "entry_schema", "key", "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
 
 NO_MATCH = object()
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
@@ -364,7 +364,8 @@ def _typed(value: Any) -> str:
 
 def _nested(annotation: Any, value: Any, path: str) -> Any:
     """Parse schemas and nodes nested in ``annotation`` (one, or a list or mapping of them)."""
-    for arg in (annotation, *typing.get_args(annotation)):
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)  # X | None: try each member
+    for arg in (annotation, *(typing.get_args(annotation) if union else ())):
         if _is_schema(arg) and isinstance(value, Mapping):
             return parse(arg, value, f"{path}.")
         if arg is Node and _is_node_value(value):
@@ -496,6 +497,32 @@ class KeyDoc:
     default: Any
     bounds: str
     doc: str
+
+
+def entry_schema(cls: type[Schema], name: str) -> type[Schema] | None:
+    """The schema of each entry of key ``name`` when it is a mapping of schemas (``env.randomize``), else None."""
+    annotation = _hints(cls).get(name)
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (dict, Mapping) and len(args) == 2 and _is_schema(args[1]):
+        return args[1]
+    return None
+
+
+def entry_docs(cls: type[Schema], node: Mapping[str, Any], prefix: str = "") -> list[KeyDoc]:
+    """The rows of the entries a node holds under its mapping-of-schemas keys: ``env.randomize.<name>`` (its
+    schema's summary) and ``env.randomize.<name>.range`` (that key's doc)."""
+    rows = []
+    for name, entries in node.items():
+        entry = entry_schema(cls, str(name)) if isinstance(entries, Mapping) else None
+        if entry is None:
+            continue
+        first = (entry.__doc__ or entry.__name__).strip().split("\n\n")[0]  # the docstring's first paragraph
+        summary = " ".join(first.split()).replace("``", "")
+        for entry_name in entries:
+            path = f"{prefix}{name}.{entry_name}"
+            rows.append(KeyDoc(path, f"a {entry.__name__} mapping", MISSING, "", summary))
+            rows.extend(key_docs(entry, f"{path}."))
+    return rows
 
 
 def key_docs(cls: type[Schema], prefix: str = "") -> list[KeyDoc]:

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Literal
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["MOVED_KEYS", "DivergenceConfig", "EvalConfig", "LoggerConfig", "PlateauConfig", "StopOnConfig",
-           "TrainerConfig", "VideoConfig", "WandbConfig"]
+__all__ = ["MOVED_KEYS", "CurriculumConfig", "DivergenceConfig", "EvalConfig", "LoggerConfig", "PlateauConfig",
+           "StopOnConfig", "TrainerConfig", "VideoConfig", "WandbConfig"]
 
 #: Keys that moved to another node (old full path -> new full path): the evaluation cadence and sizes left
 #: ``trainer`` for ``eval``. Refused with a "renamed to" line; a resumed run's stored config is read through it.
@@ -80,6 +80,37 @@ class StopOnConfig(Schema):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CurriculumConfig(Schema):
+    """One ``trainer.curriculum`` entry: moves an ``env.randomize`` range through ``levels``, on a schedule
+    (``every_env_steps``) or when a logged metric reaches ``threshold`` (one level per crossing)."""
+
+    param: str = key(doc="the env.randomize entry whose range moves, e.g. goal_offset")
+    levels: list[tuple[float, float]] = key(doc="its range at each level, [[low, high], ...] in the entry's scale; "
+                                            "level 0 replaces env.randomize's range at the start")
+    every_env_steps: int | None = key(None, ge=1, doc="schedule: one level up every this many env steps")
+    metric: str | None = key(None, doc="threshold: one level up each time this logged metric is >= threshold, "
+                             "e.g. eval/success_rate or episode/success_rate", example="eval/success_rate")
+    threshold: float | None = key(None, doc="threshold: the metric's value that moves one level up", example=0.8)
+
+    def check(self) -> None:
+        if not self.levels:
+            raise ConfigError("levels", [], "at least one [low, high] range", "pass levels=[[1,1],[0.5,2]]")
+        for i, (low, high) in enumerate(self.levels):
+            if not 0 <= low <= high:
+                raise ConfigError(f"levels[{i}]", [low, high], "[low, high] with 0 <= low <= high",
+                                  f"pass [{min(abs(low), abs(high)):g},{max(abs(low), abs(high)):g}]")
+        scheduled, triggered = self.every_env_steps is not None, self.metric is not None or self.threshold is not None
+        if scheduled == triggered:
+            raise ConfigError("every_env_steps", self.every_env_steps, "either every_env_steps (a schedule) or "
+                              "metric and threshold (a trigger), not both and not neither",
+                              "pass every_env_steps=500000, or metric=eval/success_rate threshold=0.8")
+        if triggered and (self.metric is None or self.threshold is None):
+            missing = "metric" if self.metric is None else "threshold"
+            raise ConfigError(missing, None, "metric and threshold together",
+                              "pass metric=eval/success_rate threshold=0.8")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainerConfig(Schema):
     """The training loop: its budget and stop conditions, checkpoints, the best checkpoint, callbacks, resuming."""
 
@@ -102,6 +133,10 @@ class TrainerConfig(Schema):
                              "of its own (which wins)")
     allow_config_change: bool = key(False, doc="continue a run directory whose checkpoint was trained with other "
                                     "algo/env/policy/seed values")
+    curriculum: dict[str, CurriculumConfig] = key(factory=dict, doc="randomization ranges moved during training, "
+                                                  "logged as curriculum/<name> (guides/domain-randomization.md)",
+                                                  example={"goal": {"param": "goal_offset", "every_env_steps": 500000,
+                                                                    "levels": [[1, 1], [0.75, 1.5]]}})
     divergence: DivergenceConfig | None = key(factory=DivergenceConfig, doc="fail the run as diverged when an "
                                               "update's metric exceeds its limit; null = no check")
 

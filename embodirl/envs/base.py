@@ -19,12 +19,17 @@ syncs with the host.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
+
+from embodirl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from embodirl.envs.randomization import Randomization
 
 __all__ = ["BatchedEnv", "StepResult", "env_mode", "mark_static"]
 
@@ -99,6 +104,7 @@ class BatchedEnv(ABC):
     solved_threshold: float | None = None
     info_metrics: tuple[str, ...] = ()
     reward_terms: tuple[str, ...] = ()
+    randomization: Randomization | None = None  # env.randomize's parameters (embodirl.envs.randomization)
 
     @abstractmethod
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor:
@@ -136,6 +142,22 @@ class BatchedEnv(ABC):
         """Whether deterministic-eval metrics meet the task's solved criterion."""
         value = eval_metrics.get(self.solved_metric)
         return self.solved_threshold is not None and value is not None and value >= self.solved_threshold
+
+    def set_randomize_range(self, name: str, low: float, high: float) -> None:
+        """Draw randomized parameter ``name`` from ``[low, high]`` (in its entry's scale) from the next resets on:
+        what a curriculum moves (:mod:`embodirl.training.curriculum`).
+
+        Raises:
+            ConfigError: ``name`` is not in ``env.randomize``, or the range is invalid.
+        """
+        if self.randomization is None:
+            raise ConfigError("param", name, f"a parameter in env.randomize ({type(self).__name__} randomizes none "
+                              "here)", f"add +env.randomize.{name}.range=[1,1] to the training env")
+        self.randomization.set_range(name, low, high)
+        self.randomization_changed()
+
+    def randomization_changed(self) -> None:  # noqa: B027 - a default that does nothing
+        """Called after a range changed: an env that memoises future draws drops them here."""
 
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         """RGB frames of the given envs (all when None) as uint8 ``[k, size, size, 3]``, drawn without a

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -41,10 +41,11 @@ from torch import Tensor
 
 from embodirl.config.envs import CartPoleConfig
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.randomization import make_randomization
 from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
 from embodirl.errors import CheckpointError, check, is_int
 
-__all__ = ["CartPole", "episode_ends", "euler_step"]
+__all__ = ["NOMINAL", "CartPole", "Physics", "episode_ends", "euler_step"]
 
 # gymnasium CartPoleEnv constants, computed with the same Python arithmetic (same float64 values).
 GRAVITY = 9.8
@@ -65,14 +66,28 @@ _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed"}
 HOST_MAX_ENVS = 8192
 
 
-def euler_step(state: Any, force: Any, costheta: Any, sintheta: Any, stack: Callable) -> Any:
+class Physics(NamedTuple):
+    """The masses and length of :func:`euler_step`: floats, or ``[N]`` per-env tensors (domain randomization)."""
+
+    masspole: Any = MASSPOLE
+    total_mass: Any = TOTAL_MASS
+    length: Any = LENGTH  # half the pole's length
+    polemass_length: Any = POLEMASS_LENGTH
+
+
+NOMINAL = Physics()  #: gymnasium's constants
+
+
+def euler_step(state: Any, force: Any, costheta: Any, sintheta: Any, stack: Callable,
+               physics: Physics = NOMINAL) -> Any:
     """One Euler step of 0.02 s of ``[N, 4]`` states (x, x_dot, theta, theta_dot) under ``force`` ``[N]``: the
     operations of gymnasium's ``CartPoleEnv.step`` in its order (bit-identical in float64), on torch tensors
-    (``stack=torch.stack``) or numpy arrays (``stack=np.stack``) alike."""
+    (``stack=torch.stack``) or numpy arrays (``stack=np.stack``) alike; ``physics`` gives the masses and length."""
     _, x_dot, _, theta_dot = state.T
-    temp = (force + POLEMASS_LENGTH * theta_dot**2 * sintheta) / TOTAL_MASS
-    thetaacc = (GRAVITY * sintheta - costheta * temp) / (LENGTH * (4.0 / 3.0 - MASSPOLE * costheta**2 / TOTAL_MASS))
-    xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+    masspole, total_mass, length, polemass_length = physics
+    temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
+    thetaacc = (GRAVITY * sintheta - costheta * temp) / (length * (4.0 / 3.0 - masspole * costheta**2 / total_mass))
+    xacc = temp - polemass_length * thetaacc * costheta / total_mass
     return state + stack((x_dot, xacc, theta_dot, thetaacc), 1) * TAU
 
 
@@ -115,6 +130,10 @@ class CartPole(BatchedEnv):
         self.action_space = gym.spaces.Discrete(2)
 
         n, dev, dtype = num_envs, self.device, self.physics_dtype
+        nominal = {"pole_length": LENGTH, "pole_mass": MASSPOLE, "cart_mass": MASSCART, "force_mag": FORCE_MAG}
+        self.randomization = make_randomization(cfg.randomize, nominal, n, dev, dtype)
+        if self.randomization is not None:  # each episode's values are logged as episode/metrics/randomize/<name>
+            self.info_metrics = self.randomization.metric_keys
         self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=dtype, device=dev)
         self._force_right = torch.full((n,), FORCE_MAG, dtype=dtype, device=dev)
         self._force_left = torch.full((n,), -FORCE_MAG, dtype=dtype, device=dev)
@@ -124,13 +143,16 @@ class CartPole(BatchedEnv):
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
         # Eager memo of the next starts. A refill is ~25 small ops whatever N, so small N memoises 64 episodes;
         # the depth keeps a refill's int64 working set cache-resident for large N.
-        self._starts = StartCache(self._resets, self._draw_starts, dims=(0,), depth=max(1, min(64, (1 << 14) // n)),
-                                  min_length=1)
+        self._starts = StartCache(self._resets, self._draw_starts, dims=(0,) if self.randomization is None else (0, 1),
+                                  depth=max(1, min(64, (1 << 14) // n)), min_length=1)
         mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
                     self._force_right, self._force_left, self._zeros)
+        if self.randomization is not None:
+            mark_static(dev, self.randomization.values, self.randomization.low, self.randomization.high)
         # Eager CPU steps run in numpy on views of these buffers (they share memory: in-place updates stay seen).
         self._host = (self._state.numpy(), self._steps.numpy(), self._limits.numpy(), self._force_right.numpy(),
-                      self._force_left.numpy()) if dev.type == "cpu" and n <= HOST_MAX_ENVS else None
+                      self._force_left.numpy()) if dev.type == "cpu" and n <= HOST_MAX_ENVS and \
+            self.randomization is None else None
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
@@ -149,7 +171,10 @@ class CartPole(BatchedEnv):
         Returns:
             ``[N, 4]`` float32 first observations (``[N, 2]`` with ``hide_velocities``).
         """
-        self._state.copy_(self._draw_starts(*self._resets.explicit(seed, group_size))[0])
+        state, *params = self._draw_starts(*self._resets.explicit(seed, group_size))
+        self._state.copy_(state)
+        if self.randomization is not None:
+            self.randomization.values.copy_(params[0])
         self._steps.zero_()
         self._starts.invalidate()
         return self._observe(self._state)
@@ -160,9 +185,11 @@ class CartPole(BatchedEnv):
             return state[:, 0::2].to(torch.float32, copy=True)  # x, theta
         return state.to(torch.float32, copy=True)
 
-    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor]:
-        """``[M, 4]`` start states of rows ``(key_hash, counter)`` in the physics dtype."""
-        return (uniform_from_key(key_hash, counter, 4, RESET_LOW, RESET_HIGH).to(self.physics_dtype),)
+    def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor, ...]:
+        """``[M, 4]`` start states of rows ``(key_hash, counter)`` in the physics dtype (and ``[P, M]`` randomized
+        parameters with ``env.randomize``)."""
+        state = uniform_from_key(key_hash, counter, 4, RESET_LOW, RESET_HIGH).to(self.physics_dtype)
+        return (state,) if self.randomization is None else (state, self.randomization.draw(key_hash, counter))
 
     def step(self, action: Tensor) -> StepResult:
         """Advance every env by one Euler step of 0.02 s and auto-reset the finished ones.
@@ -178,19 +205,40 @@ class CartPole(BatchedEnv):
                              f"or ({self.num_envs}, 1): one action per env")
         if self._host is not None and not in_graph(self.device):
             return self._step_on_host(action)
-        force = torch.where(action.view(self.num_envs) == 1, self._force_right, self._force_left)
-        state = euler_step(self._state, force, *self._cos_sin(self._state[:, 2]), torch.stack)
+        physics, force_right, force_left = self._physics()
+        force = torch.where(action.view(self.num_envs) == 1, force_right, force_left)
+        state = euler_step(self._state, force, *self._cos_sin(self._state[:, 2]), torch.stack, physics)
         self._steps += 1
         terminated, truncated, done = episode_ends(state, self._steps, self._limits, self.max_episode_steps)
         final_obs = self._observe(state)
 
-        (init,) = self._starts.next(done)
+        init, *params = self._starts.next(done)
+        info = {}
+        if self.randomization is not None:  # the ended episodes' values go into info, then the new ones are drawn
+            info = self.randomization.info()
+            torch.where(done, params[0], self.randomization.values, out=self.randomization.values)
         torch.where(done.unsqueeze(1), init, state, out=self._state)
         self._steps.masked_fill_(done, 0)
         obs = self._observe(self._state)
 
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        return StepResult(obs, reward, terminated, truncated, final_obs, {})
+        return StepResult(obs, reward, terminated, truncated, final_obs, info)
+
+    def _physics(self) -> tuple[Physics, Tensor, Tensor]:
+        """:class:`Physics` and the right and left forces ``[N]`` of this step: gymnasium's, or the per-env
+        randomized values."""
+        rand = self.randomization
+        if rand is None:
+            return NOMINAL, self._force_right, self._force_left
+        masspole, length = rand.row("pole_mass", MASSPOLE), rand.row("pole_length", LENGTH)
+        total_mass = masspole + rand.row("cart_mass", MASSCART)
+        force = rand.row("force_mag", FORCE_MAG)
+        if not isinstance(force, Tensor):
+            return Physics(masspole, total_mass, length, masspole * length), self._force_right, self._force_left
+        return Physics(masspole, total_mass, length, masspole * length), force, -force
+
+    def randomization_changed(self) -> None:
+        self._starts.invalidate()  # the memoised starts were drawn from the old ranges
 
     def _cos_sin(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         if self.device.type == "cpu" and not in_graph(self.device):
@@ -234,6 +282,8 @@ class CartPole(BatchedEnv):
         state = {"state": self._state.clone(), "obs": self._observe(self._state),
                  "steps": self._steps.clone()}
         state.update(self._resets.state_dict())
+        if self.randomization is not None:
+            state.update(self.randomization.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -247,6 +297,8 @@ class CartPole(BatchedEnv):
         self._resets.load_state_dict(state)
         self._state.copy_(state["state"])
         self._steps.copy_(state["steps"])
+        if self.randomization is not None:
+            self.randomization.load_state_dict(state)
         self._starts.invalidate()
 
 

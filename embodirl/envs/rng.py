@@ -51,13 +51,17 @@ def hash_key(seed: int, key: Tensor) -> Tensor:
     return _lowbias32(_lowbias32(torch.full_like(key, seed & _MASK32, dtype=torch.int64)) ^ key.to(torch.int64))
 
 
-def uniform_from_key(key_hash: Tensor, counter: Tensor, num: int, low: float = 0.0, high: float = 1.0) -> Tensor:
+def uniform_from_key(key_hash: Tensor, counter: Tensor, num: int, low: float = 0.0, high: float = 1.0,
+                     first: int = 0) -> Tensor:
     """:func:`hash_uniform` from a precomputed :func:`hash_key`; ``key_hash`` and ``counter`` are ``[N]`` int64.
+
+    Components ``first .. first + num - 1`` are drawn: each is independent of the others, so a caller can
+    reserve a block (domain randomization draws from component 64 on) without changing the draws below it.
 
     Returns:
         ``[N, num]`` float64 values in ``[low, high)``.
     """
-    component = torch.arange(num, device=key_hash.device, dtype=torch.int64)
+    component = torch.arange(first, first + num, device=key_hash.device, dtype=torch.int64)
     h = _lowbias32(key_hash ^ counter.to(torch.int64))
     h = _lowbias32(h.unsqueeze(-1) ^ component)
     # 32 random bits -> [0, 1) with 2**-32 resolution.
@@ -176,6 +180,7 @@ class StartCache:
         self.period = depth * min_length  # steps between eager refills
         self._slots = torch.arange(1, depth + 1, device=stream.env_ids.device)
         self._shift = torch.zeros_like(stream.episode)  # memo index of env i's next start = episode[i] + shift[i]
+        self._last = stream.env_ids * depth + (depth - 1)  # env i's last memo row
         self._memo = tuple(t.clone() for t in draw(*self._rows(stream.episode)))
         self.age = self.period  # steps since the last refill; period = stale
 
@@ -197,7 +202,10 @@ class StartCache:
         if self.age >= self.period:
             self._refill()
         self.age += 1
-        slot = stream.episode + self._shift
+        # Every env reads a row, done or not. A memo refilled mid-episode (a restored state, a new randomization
+        # range) is out of phase with the episode ends: an env that already started `depth` episodes since would
+        # read past its rows (past the memo, for the last env). Only done envs' rows are used, and those are in range.
+        slot = torch.minimum(stream.episode + self._shift, self._last)
         stream.episode += done
         return tuple(torch.index_select(memo, dim, slot) for memo, dim in zip(self._memo, self.dims, strict=True))
 

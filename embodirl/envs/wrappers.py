@@ -77,6 +77,7 @@ class EnvWrapper(BatchedEnv):
         self.max_episode_steps = env.max_episode_steps
         self.info_metrics = tuple(getattr(env, "info_metrics", ()))
         self.reward_terms = tuple(getattr(env, "reward_terms", ()))
+        self.randomization = env.randomization  # the same draws: BatchedEnv's class default would hide them
 
     def __getattr__(self, name: str) -> Any:
         if name == "env":  # not set yet (unpickling): no recursion
@@ -86,6 +87,9 @@ class EnvWrapper(BatchedEnv):
     @property
     def unwrapped(self) -> BatchedEnv:
         return self.env.unwrapped
+
+    def set_randomize_range(self, name: str, low: float, high: float) -> None:
+        self.env.set_randomize_range(name, low, high)
 
     @property
     def solved_metric(self) -> str:

@@ -185,8 +185,9 @@ class MetricNames:
 
 
 def metric_names(conditions: Sequence[Threshold | Plateau], best: tuple[str, str],
-                 info_metrics: Iterable[str] = (), reward_terms: Iterable[str] = ()) -> MetricNames:
-    """The checks of the metric names a run's config uses: its stop conditions and its best metric.
+                 info_metrics: Iterable[str] = (), reward_terms: Iterable[str] = (),
+                 more: Sequence[tuple[str, str]] = ()) -> MetricNames:
+    """The checks of the metric names a run's config uses: its stop conditions, its best metric and ``more``.
 
     Args:
         conditions: The ``trainer.stop_on`` conditions.
@@ -194,9 +195,10 @@ def metric_names(conditions: Sequence[Threshold | Plateau], best: tuple[str, str
             ``env.solved_metric``).
         info_metrics: The env's ``info_metrics`` (logged as ``episode/metrics/*`` and ``eval/metrics/*``).
         reward_terms: The env's ``reward_terms`` (logged as ``episode/rewards/*`` and ``eval/rewards/*``).
+        more: Further ``(config key, metric)`` uses, e.g. the curriculum's thresholds.
     """
     info = [f"{family}/metrics/{key}" for family in ("episode", "eval") for key in info_metrics]
     info += [f"{family}/rewards/{term}" for family in ("episode", "eval") for term in reward_terms]
-    uses = [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(conditions)] + [best]
+    uses = [(f"trainer.stop_on[{i}].metric", c.metric) for i, c in enumerate(conditions)] + [best, *more]
     return MetricNames(uses, known=(*ALWAYS_LOGGED, *info), after_record=("loss/", "diag/", "perf/"),
                        after_evaluation=SUCCESS_KEYS)

@@ -30,6 +30,7 @@ from embodirl.runtime.status import fate_of
 from embodirl.training.best import BestTracker
 from embodirl.training.callbacks import Callbacks
 from embodirl.training.checkpointing import Checkpointer
+from embodirl.training.curriculum import Curriculum
 from embodirl.training.divergence import check_divergence
 from embodirl.training.evaluation import PeriodicEvaluation
 from embodirl.training.loggers import Loggers, MetricLoggers
@@ -85,8 +86,12 @@ class Trainer:
         self.stops = StopConditions(stop_conditions(cfg.stop_on))
         self.best = BestTracker(cfg.best_metric or self.env.solved_metric, cfg.best_mode)
         best_key = "trainer.best_metric" if cfg.best_metric else "env.solved_metric"
+        self.curriculum = Curriculum(cfg.curriculum, self.env)
+        thresholds = [(f"trainer.curriculum.{name}.metric", entry.metric)
+                      for name, entry in cfg.curriculum.items() if entry.metric is not None]
         self.metric_names = metric_names(self.stops.conditions, (best_key, self.best.metric),
-                                         getattr(self.env, "info_metrics", ()), getattr(self.env, "reward_terms", ()))
+                                         getattr(self.env, "info_metrics", ()), getattr(self.env, "reward_terms", ()),
+                                         thresholds)
         self.callbacks = Callbacks([instantiate(node, f"trainer.callbacks[{i}].")
                                     for i, node in enumerate(cfg.callbacks)])
         self.state = TrainState(next_eval=evaluation.cfg.every_env_steps,
@@ -129,12 +134,13 @@ class Trainer:
     def _start(self) -> None:
         """Continue from a checkpoint, or reset the envs for a fresh start."""
         resumed = self.checkpointer.resume(self.seed)
-        if resumed is None:
-            self.collector.reset(seed=self.seed)
-        else:
+        if resumed is not None:
             self.stops.resumed(resumed)  # a changed trainer.stop_on forgets the condition that held
             self.best.resumed(resumed)  # a changed trainer.best_metric forgets the best value
             self.state = resumed
+        self.curriculum.start(self.state.curriculum)  # level 0, or where the checkpoint left it
+        if resumed is None:
+            self.collector.reset(seed=self.seed)
         self._first_iteration = self.state.iteration + 1
         for part in (self.collector, self.algo, self.evaluation.evaluator):
             part.use_cuda_graphs()  # recorded at their next calls; every buffer they read is final by now
@@ -156,6 +162,8 @@ class Trainer:
         if self.evaluation.due(self.state, final=self._final(origin)) and self.dist.is_main:
             # evaluate: rank 0 only, at most once per iteration; its stop decision reaches the others in _agreed_stop
             record.update(self.evaluation.run(self.state, lambda: time.perf_counter() - origin, loggers))
+        record.update(self.curriculum.update(self.state.env_steps, record))  # curriculum: move ranges when due
+        self.state.curriculum = dict(self.curriculum.levels)
         record.update(self._timing(origin, steps, t0, t1, t2))
         self.state.last.update({k: v for k, v in record.items() if v is not None})  # the summary's last values
         loggers.log(record)  # log: metrics.jsonl, the console, TensorBoard, wandb

@@ -129,6 +129,27 @@ BAD_INPUTS = [
     (["env=push_cube", "env.action_noise=-0.1"], ["env.action_noise=-0.1", ">= 0", "Fix:"]),
     (["env=gym", "env.info_metrics=[foo]"], ["env.info_metrics='foo'", "a key of the info CartPole-v1 returns",
                                               "Fix: remove foo from env.info_metrics"]),
+    # --- env.randomize (domain randomization) ---
+    (["env=push_cube", "+env.randomize.frction={range: [0.5, 2]}"],
+     ["env.randomize.frction=", "a parameter this env randomizes", "table_friction",
+      "Fix: use one of those names (the closest to frction is"]),
+    (["+env.randomize.pole_length={range: [2, 0.5]}"], ["env.randomize.pole_length.range=[2, 0.5]", "low <= high",
+                                                        "Fix: pass env.randomize.pole_length.range=[0.5,2]"]),
+    (["+env.randomize.pole_length={range: [0, 2], dist: log_uniform}"],
+     ["env.randomize.pole_length.range=[0, 2]", "low > 0 with dist=log_uniform", "Fix:"]),
+    (["+env.randomize.pole_length={range: [1, 2], dist: normal}"],
+     ["env.randomize.pole_length.dist='normal'", "uniform, log_uniform", "Fix:"]),
+    (["env=push_cube", "+env.randomize.actuator_gain={range: [0.5, 3]}"],
+     ["env.randomize.actuator_gain.range=[0.5, 3]", "tunnel", "Fix: narrow the range, or raise substeps to 8"]),
+    # --- trainer.curriculum ---
+    (["+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], every_env_steps: 100}"],
+     ["trainer.curriculum.c.param='pole_length'", "randomized here: none",
+      "Fix: add +env.randomize.pole_length.range=[1,1]"]),
+    (["+env.randomize.pole_length.range=[1,1]",
+      "+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], metric: eval/retrun_mean, threshold: 1}"],
+     ["trainer.curriculum.c.metric='eval/retrun_mean'", "eval/return_mean", "Fix:"]),
+    (["+env.randomize.pole_length.range=[1,1]", "+trainer.curriculum.c={param: pole_length, levels: [[1, 1]]}"],
+     ["trainer.curriculum.c.every_env_steps=None", "metric and threshold", "Fix:"]),
     # --- trainer ---
     (["trainer.total_env_steps=0"], ["trainer.total_env_steps=0", "an int >= 1", "Fix:"]),
     (["trainer.total_env_steps=abc"], ["trainer.total_env_steps='abc'", "int", "Fix:"]),
@@ -215,7 +236,8 @@ FAST_TIER = {
     "env.num_envs=1e12", "env=push_cube env.max_speed=5", "env=gym env.id=CartPol-v1",
     "trainer.resume=/nonexistent/last.pt", "trainer.stop_on=[{metric: eval/retrun_mean, op: '>=', value: 1}]",
     "eval.video=true eval.video_num_envs=100", "+policy/encoder@policy.encoders.state=cnn", "-m seed=range(0)",
-    "-m hydra/launcher=slurm",
+    "-m hydra/launcher=slurm", "env=push_cube +env.randomize.frction={range: [0.5, 2]}",
+    "+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], every_env_steps: 100}",
 }
 CASES = [pytest.param(overrides, fragments, id=" ".join(overrides),
                       marks=() if " ".join(overrides) in FAST_TIER else pytest.mark.slow)

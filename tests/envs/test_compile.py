@@ -15,6 +15,7 @@ import torch._dynamo
 import torch._inductor.config
 
 from embodirl.config.envs import CartPoleConfig, PushCubeConfig
+from embodirl.config.randomize import RandomizeConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.envs.push_cube.env import PushCube
@@ -36,6 +37,14 @@ CONFIGS = {  # short episodes, so that auto-resets happen every few steps
                                        "max_episode_steps": 8}),
     "push_cube_joint_rgb": (PushCube, {"obs_mode": "rgb", "control_mode": "joint_delta_pos", "image_size": 32,
                                        "max_episode_steps": 8}),
+    "cartpole_randomized": (CartPole, {"max_episode_steps": 20, "randomize": {
+        name: RandomizeConfig(range=(0.5, 2.0), dist="log_uniform") for name in CartPoleConfig.randomizable}}),
+    "push_cube_randomized": (PushCube, {"max_episode_steps": 8, "randomize": {
+        "cube_mass": RandomizeConfig(range=(0.5, 2.0), dist="log_uniform"),
+        "table_friction": RandomizeConfig(range=(0.0, 2.0)), "push_friction": RandomizeConfig(range=(0.5, 2.0)),
+        "cube_half_size": RandomizeConfig(range=(0.75, 1.5)), "pusher_radius": RandomizeConfig(range=(1.0, 1.5)),
+        "goal_offset": RandomizeConfig(range=(0.1, 0.3), scale="absolute"),
+        "actuator_gain": RandomizeConfig(range=(0.5, 1.5))}}),
 }
 
 
@@ -134,6 +143,24 @@ def test_compiled_step_never_recompiles_and_equals_eager(name):
         run(2 * limit)
 
 
+@pytest.mark.parametrize("name", ["cartpole_randomized", "push_cube_randomized"])
+def test_a_moved_randomization_range_needs_no_recompile_and_equals_eager(name):
+    """A curriculum moves a range between compiled steps: the ranges are tensors updated in place, so the
+    compiled step reads the new ones without a recompile and draws what the eager env draws."""
+    compiled_env, eager_env = make(name), make(name)
+    step = torch.compile(compiled_env.step, fullgraph=True, backend="eager")
+    actions = iter(random_actions(eager_env, 6 * compiled_env.max_episode_steps))
+    param = next(iter(compiled_env.randomization.names))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for low, high in ((0.5, 2.0), (1.0, 1.0), (0.25, 3.0)):
+            for env in (compiled_env, eager_env):
+                env.set_randomize_range(param, low, high)
+            for _ in range(2 * compiled_env.max_episode_steps):
+                action = next(actions)
+                assert_steps_agree(step(action), eager_env.step(action), tolerance(name))
+    assert compiled_env.randomization.ranges[param] == (0.25, 3.0)
+
+
 def test_compiled_step_writes_state_in_place():
     """A CUDA graph replays fixed addresses: stepping must update the env's tensors, never rebind them."""
     env = make("push_cube_random_terminate")
@@ -166,6 +193,7 @@ def test_compiled_step_writes_state_in_place():
     # bodies, hence the generated code per substep, are the same.
     ("push_cube_joint_aligned", {"physics_dtype": "float64", "substeps": 2, "solver_iterations": 2,
                                  "max_speed": 0.3, "max_joint_delta": 0.025}),
+    ("push_cube_randomized", {"physics_dtype": "float64", "substeps": 2, "solver_iterations": 2, "max_speed": 0.2}),
 ])
 def test_inductor_step_matches_eager(name, overrides):
     """Generated kernels (fused, FMA-contracted, other trig routines) change float64 results by a few ulp per

@@ -192,3 +192,18 @@ def test_a_wrapped_env_reads_as_the_env_inside():
     env.override_solved("eval/return_mean", 3.0)
     assert (inner.solved_metric, inner.solved_threshold) == ("eval/return_mean", 3.0)
     assert env.is_solved({"eval/return_mean": 3.5})
+
+
+def test_a_wrapped_env_randomizes_and_its_curriculum_moves_the_inner_envs_ranges():
+    from embodirl.config.randomize import RandomizeConfig
+
+    inner = CartPole(CartPoleConfig(num_envs=4, randomize={"pole_length": RandomizeConfig(range=[0.5, 2.0])}),
+                     seed=0)
+    env = wrap_env(inner, WrapperConfig(action_delay=1), seed=0)
+    assert env.randomization is inner.randomization is not None
+    env.set_randomize_range("pole_length", 1.5, 1.5)  # what trainer.curriculum calls on the training env
+    env.reset(seed=0)
+    for _ in range(inner.max_episode_steps):
+        env.step(torch.zeros(4, dtype=torch.int64))
+    # every episode has ended since: each env now draws from [1.5, 1.5] x gymnasium's nominal (half) pole length 0.5
+    assert torch.equal(inner.randomization.row("pole_length", 0.5), torch.full((4,), 0.75, dtype=torch.float64))

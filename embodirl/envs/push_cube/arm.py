@@ -28,7 +28,8 @@ from embodirl.config.envs import PushCubeArmConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.push_cube import arm_scene as scene
 from embodirl.envs.push_cube.mujoco_engine import STATE_FIELDS, BatchEngine, WarpEngine
-from embodirl.envs.rng import ResetStream, hash_uniform
+from embodirl.envs.randomization import make_randomization
+from embodirl.envs.rng import ResetStream, hash_key, hash_uniform
 from embodirl.errors import CheckpointError, check, is_int
 
 __all__ = ["PushCubeArm"]
@@ -74,7 +75,7 @@ class PushCubeArm(BatchedEnv):
 
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
-    info_metrics = ("dist_to_goal", "is_reached", "on_table")  # logged as episode/metrics/* and eval/metrics/*
+    info_metrics: tuple[str, ...] = ("dist_to_goal", "is_reached", "on_table")  # episode/metrics/*, eval/metrics/*
     reward_terms = ("reach", "place", "success")  # info["reward/<term>"]: episode/rewards/* and eval/rewards/*
 
     def __init__(self, cfg: PushCubeArmConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
@@ -108,6 +109,7 @@ class PushCubeArm(BatchedEnv):
         self._ever_success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._resets = ResetStream(num_envs, self.device, seed)  # keys, counters and seed of the resets
         self._renderer: Any = None  # MuJoCo's renderer once made; False when no OpenGL context can be made
+        self._set_randomization(cfg)
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
@@ -132,6 +134,8 @@ class PushCubeArm(BatchedEnv):
 
     def _start(self, mask: Tensor, key: Tensor, counter: Tensor) -> None:
         """Write start states drawn from rows ``(key, counter)`` into the ``mask`` envs' simulations."""
+        if self.randomization is not None:
+            self._draw_parameters(mask, key, counter)
         u = hash_uniform(self._resets.seed, key, counter, 9)
         joints, cube, yaw, goal = scene.spawn_scenes(u, self._joint_noise, self.goal_offset, self.randomize_yaw)
         dtype, half = self.engine.dtype, self.geometry.cube_half_size
@@ -143,6 +147,44 @@ class PushCubeArm(BatchedEnv):
             value = start.get(name, torch.zeros((), dtype=dtype, device=self.device))
             field.copy_(torch.where(mask.view(-1, *([1] * (field.dim() - 1))), value, field))
         self._goal.copy_(torch.where(mask[:, None], goal.to(dtype), self._goal))
+
+    def _set_randomization(self, cfg: PushCubeArmConfig) -> None:
+        """``env.randomize``: the per-simulation model fields it writes (the batch engine's) and their nominal
+        values; none without entries."""
+        model, cube = self.model, self.model.body("cube").id
+        cube_geom, dofs = self.model.geom("cube").id, slice(0, scene.NUM_JOINTS)
+        nominal = {"cube_mass": float(model.body_mass[cube]),
+                   "cube_friction": float(model.geom_friction[cube_geom, 0]),
+                   "joint_damping": 1.0}  # joint damping: a multiplier of each joint's own value
+        self.randomization = make_randomization(cfg.randomize, nominal, self.num_envs, self.device, torch.float64)
+        if self.randomization is None:
+            return
+        check(isinstance(self.engine, BatchEngine), "engine", cfg.engine, f"the CPU engine (mujoco.batch) with "
+              f"env.randomize (device is {self.device})", fix="pass device=cpu engine=batch, or drop env.randomize")
+        assert isinstance(self.engine, BatchEngine)
+        self.info_metrics = (*type(self).info_metrics, *self.randomization.metric_keys)
+        self._fields = {"cube_mass": (self.engine.model_field("body_mass"), (slice(None), cube)),
+                        "cube_inertia": (self.engine.model_field("body_inertia"), (slice(None), cube)),
+                        "cube_friction": (self.engine.model_field("geom_friction"), (slice(None), cube_geom, 0)),
+                        "joint_damping": (self.engine.model_field("dof_damping"), (slice(None), dofs))}
+        self._nominal_fields = {name: field[index].clone() for name, (field, index) in self._fields.items()}
+
+    def _draw_parameters(self, mask: Tensor, key: Tensor, counter: Tensor) -> None:
+        """Draw the ``mask`` envs' randomized values and write them into their simulations' model fields."""
+        rand = self.randomization
+        assert rand is not None
+        drawn = rand.draw(hash_key(self._resets.seed, key), counter)
+        torch.where(mask, drawn, rand.values, out=rand.values)
+        mass = rand.row("cube_mass", self._nominal_fields["cube_mass"])
+        scale = torch.as_tensor(mass / self._nominal_fields["cube_mass"]).view(-1, 1)  # the inertia follows the mass
+        damping = torch.as_tensor(rand.row("joint_damping", 1.0)).view(-1, 1)
+        rows = {"cube_mass": mass, "cube_inertia": self._nominal_fields["cube_inertia"] * scale,
+                "cube_friction": rand.row("cube_friction", self._nominal_fields["cube_friction"]),
+                "joint_damping": self._nominal_fields["joint_damping"] * damping}
+        for name, (field, index) in self._fields.items():
+            field[index] = torch.as_tensor(rows[name], dtype=field.dtype).expand_as(field[index])
+        if "cube_mass" in rand.names and isinstance(self.engine, BatchEngine):
+            self.engine.set_const()  # the body's derived constants (subtree masses, ...) follow its mass
 
     # --- stepping ------------------------------------------------------------------------------------
     def step(self, action: Tensor) -> StepResult:
@@ -174,6 +216,7 @@ class PushCubeArm(BatchedEnv):
         truncated = time_up & ~terminated
         done = terminated | time_up
 
+        randomized = self.randomization.info() if self.randomization is not None else {}  # the ending episodes'
         self._resets.episode += done
         self._steps = steps.masked_fill(done, 0)
         if self.device.type != "cpu" or bool(done.any()):  # CPU: skip the masked writes when no env ends
@@ -185,7 +228,7 @@ class PushCubeArm(BatchedEnv):
         self._ever_success = once & ~done
         info = {"success": success, "success_once": once, "success_at_end": success & done,
                 "dist_to_goal": dist_to_goal.float(), "is_reached": reached, "on_table": on_table,
-                "elapsed_steps": steps, **{f"reward/{name}": term for name, term in terms.items()}}
+                "elapsed_steps": steps, **{f"reward/{name}": term for name, term in terms.items()}, **randomized}
         return StepResult(self._obs, reward, terminated, truncated, final_obs, info)
 
     def _kinematics(self) -> tuple[Tensor, Tensor]:
@@ -276,6 +319,8 @@ class PushCubeArm(BatchedEnv):
         state.update({"steps": self._steps.clone(), "goal": self._goal.clone(),
                       "ever_success": self._ever_success.clone()})
         state.update(self._resets.state_dict())
+        if self.randomization is not None:
+            state.update(self.randomization.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -294,4 +339,8 @@ class PushCubeArm(BatchedEnv):
         self._steps.copy_(state["steps"])
         self._ever_success.copy_(state["ever_success"])
         self._resets.load_state_dict(state)
+        if self.randomization is not None and "randomize_values" in state:
+            self.randomization.load_state_dict(state)
+            self._draw_parameters(torch.zeros(self.num_envs, dtype=torch.bool), self._resets.env_ids,
+                                  self._resets.episode)  # write the restored values into the simulations
         self._obs = self._observe(*self._kinematics(), self._steps)

@@ -24,6 +24,8 @@ updated in place, no host syncs); every tensor it returns is freshly allocated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -34,6 +36,7 @@ from embodirl.config.envs import PushCubeConfig
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.push_cube import physics as phys
 from embodirl.envs.push_cube.view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
+from embodirl.envs.randomization import make_randomization
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
 from embodirl.errors import CheckpointError, check, is_int
 
@@ -81,7 +84,7 @@ class PushCube(BatchedEnv):
 
     solved_metric = "eval/success_rate"
     solved_threshold = 0.9
-    info_metrics = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
+    info_metrics: tuple[str, ...] = ("dist_to_goal", "is_reached")  # logged as episode/metrics/* and eval/metrics/*
     reward_terms = ("reach", "place", "success")  # info["reward/<term>"]: episode/rewards/* and eval/rewards/*
 
     def __init__(self, cfg: PushCubeConfig, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
@@ -98,6 +101,10 @@ class PushCube(BatchedEnv):
         self._set_spaces(cfg)
 
         n, dev, dtype = cfg.num_envs, self.device, self.physics_dtype
+        nominal = {name: getattr(cfg, name) for name in cfg.randomizable if name != "actuator_gain"}
+        self.randomization = make_randomization(cfg.randomize, {**nominal, "actuator_gain": 1.0}, n, dev, dtype)
+        if self.randomization is not None:  # each episode's values are logged as episode/metrics/randomize/<name>
+            self.info_metrics = (*type(self).info_metrics, *self.randomization.metric_keys)
         self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._ever_success = torch.zeros(n, dtype=torch.bool, device=dev)  # success at some step of this episode
@@ -106,10 +113,13 @@ class PushCube(BatchedEnv):
         self._view = self._top_view(cfg.image_size)
         # Eager memo of the next starts (state columns, observation rows); episodes last at least `min_length`.
         min_length = 1 if cfg.terminate_on_success or cfg.fail_on_leaving_workspace else cfg.max_episode_steps
-        self._starts = StartCache(self._resets, self._draw_starts, dims=(1,) + (0,) * len(self._parts),
-                                  depth=max(1, min(16, 4096 // n)), min_length=min_length)
+        dims = (1,) + (0,) * len(self._parts) + ((1,) if self.randomization is not None else ())
+        self._starts = StartCache(self._resets, self._draw_starts, dims=dims, depth=max(1, min(16, 4096 // n)),
+                                  min_length=min_length)
         mark_static(dev, self._state, self._steps, self._ever_success, self._resets.episode, self._resets.key_hash,
                     self._view.background, self._view.offsets)
+        if self.randomization is not None:
+            mark_static(dev, self.randomization.values, self.randomization.low, self.randomization.high)
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
@@ -135,6 +145,8 @@ class PushCube(BatchedEnv):
         self._delta = delta
         self._friction_dv = cfg.table_friction * cfg.gravity * delta  # speed lost per substep, then the angular one:
         self._friction_dw = self._friction_dv * phys.MEAN_LEVER_ARM * cfg.cube_half_size * self.mass / self.inertia
+        self._table_friction = float(cfg.table_friction)
+        self._gravity, self._speculative = float(cfg.gravity), (cfg.max_tip_speed() * delta, cfg.speculative_slack)
 
     def _set_spaces(self, cfg: PushCubeConfig) -> None:
         """The observation space of ``obs_mode`` (with the order of its pieces) and the action space."""
@@ -161,17 +173,27 @@ class PushCube(BatchedEnv):
             The first observations: ``[N, obs_dim]`` float32 (``obs_mode=state``) or a TensorDict with
             ``state`` and/or ``rgb`` (``uint8`` ``[N, S, S, 3]``).
         """
-        self._state.copy_(self._initial_states(*self._resets.explicit(seed, group_size)))
+        rows = self._resets.explicit(seed, group_size)
+        params = None
+        if self.randomization is not None:
+            params = self.randomization.draw(*rows)
+            self.randomization.values.copy_(params)
+        self._state.copy_(self._initial_states(*rows, params))
         self._steps.zero_()
         self._ever_success.zero_()
         self._starts.invalidate()
         return self._pack(self._observe(self._state, self._steps))
 
-    def _initial_states(self, key_hash: Tensor, counter: Tensor) -> Tensor:
-        """``[16, M]`` start states for rows ``(key_hash, counter)`` (drawn in float64, stored in ``physics_dtype``)."""
+    def _initial_states(self, key_hash: Tensor, counter: Tensor, params: Tensor | None = None) -> Tensor:
+        """``[16, M]`` start states for rows ``(key_hash, counter)`` (drawn in float64, stored in ``physics_dtype``);
+        ``params`` ``[P, M]``: their randomized values (the goal distance may be one)."""
         num = 6 if self.randomize_yaw or self.goal_direction != "fixed" else 4
         u = uniform_from_key(key_hash, counter, num).T  # [num, M] in [0, 1)
-        tip, cube, yaw, goal = phys.spawn_scenes(u, self.goal_offset, self.goal_direction, self.randomize_yaw)
+        offset: Tensor | float = self.goal_offset
+        row = self.randomization.index("goal_offset") if self.randomization is not None else None
+        if params is not None and row is not None:
+            offset = params[row].double()
+        tip, cube, yaw, goal = phys.spawn_scenes(u, offset, self.goal_direction, self.randomize_yaw)
         dtype, (low, high) = self.physics_dtype, self.workspace
         tip = (tip[0].clamp(low[0], high[0]).to(dtype), tip[1].clamp(low[1], high[1]).to(dtype))
         zero = torch.zeros_like(yaw, dtype=dtype)
@@ -186,8 +208,9 @@ class PushCube(BatchedEnv):
     def _draw_starts(self, key_hash: Tensor, counter: Tensor) -> tuple[Tensor, ...]:
         """``[16, M]`` start states and the pieces of the first observations (:meth:`_observe`) of rows
         ``(key_hash, counter)``."""
-        state = self._initial_states(key_hash, counter)
-        return state, *self._observe(state, torch.zeros_like(counter))
+        params = self.randomization.draw(key_hash, counter) if self.randomization is not None else None
+        state = self._initial_states(key_hash, counter, params)
+        return state, *self._observe(state, torch.zeros_like(counter)), *(() if params is None else (params,))
 
     # --- stepping ------------------------------------------------------------------------------------
     def step(self, action: Tensor) -> StepResult:
@@ -206,12 +229,14 @@ class PushCube(BatchedEnv):
         """
         if action.shape != (self.num_envs, 2):
             raise ValueError(f"PushCube.step: action has shape {tuple(action.shape)}, expected ({self.num_envs}, 2)")
-        state = self._physics(action.to(self._state.dtype).clamp(-1.0, 1.0).T)
+        constants = self._constants()
+        state = self._physics(action.to(self._state.dtype).clamp(-1.0, 1.0).T, constants)
         cos_t, sin_t = state[6].cos(), state[6].sin()
         steps = self._steps + 1
         final_parts = self._observe(state, steps, cos_t, sin_t)
         terms, success, reached, dist_to_goal = phys.staged_reward(
-            state[0:2], state[4:6], state[10:12], cos_t, sin_t, self.half_size, self.radius, self.goal_radius)
+            state[0:2], state[4:6], state[10:12], cos_t, sin_t, constants["half_size"], constants["radius"],
+            self.goal_radius)
         terminated = success if self.terminate_on_success else torch.zeros_like(success)
         if self.fail_on_leaving_workspace:
             left = (state[4].abs() > self.table_half_size[0]) | (state[5].abs() > self.table_half_size[1])
@@ -224,6 +249,11 @@ class PushCube(BatchedEnv):
         done = terminated | time_up
 
         start, *start_parts = self._starts.next(done)
+        randomized = {}
+        if self.randomization is not None:  # the ended episodes' values go into info, then the new episodes' are drawn
+            randomized = self.randomization.info()
+            *start_parts, params = start_parts
+            torch.where(done, params, self.randomization.values, out=self.randomization.values)
         torch.where(done, start, state, out=self._state)
         obs = self._pack([torch.where(done.view(-1, *[1] * (final.dim() - 1)), first, final)
                           for first, final in zip(start_parts, final_parts, strict=True)])
@@ -233,7 +263,7 @@ class PushCube(BatchedEnv):
         torch.logical_and(once, ~done, out=self._ever_success)
         info = {"success": success, "success_once": once, "success_at_end": success & done,
                 "dist_to_goal": dist_to_goal, "is_reached": reached, "elapsed_steps": steps,
-                **{f"reward/{name}": term for name, term in terms.items()}}
+                **{f"reward/{name}": term for name, term in terms.items()}, **randomized}
         return StepResult(obs, reward, terminated, truncated, final_obs, info)
 
     def _reward(self, terms: dict[str, Tensor], success: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
@@ -246,16 +276,37 @@ class PushCube(BatchedEnv):
         terms = {name: term.to(torch.float32) for name, term in terms.items()}
         return terms["reach"] + terms["place"] + terms["success"], terms
 
-    def _physics(self, action: Tensor) -> Tensor:
-        """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions; return the new ``[16, N]``.
+    def _constants(self) -> dict[str, Any]:
+        """The physics constants of this step: the nominal floats, or ``[N]`` per-env tensors where randomized
+        (with the terms that follow from them: inertia, the friction's per-substep losses, the contact margin)."""
+        if self.randomization is None:
+            return {"half_size": self.half_size, "radius": self.radius, "friction_dv": self._friction_dv,
+                    "friction_dw": self._friction_dw, "gain": 1.0, "solver": self._solver}
+        rand = self.randomization
+        half, mass = rand.row("cube_half_size", self.half_size), rand.row("cube_mass", self.mass)
+        gain = rand.row("actuator_gain", 1.0)
+        inertia = mass * (2 * half) ** 2 / 6
+        friction_dv = rand.row("table_friction", self._table_friction) * (self._gravity * self._delta)
+        travel, slack = self._speculative
+        solver = {**self._solver, "mass": mass, "inertia": inertia, "friction": rand.row("push_friction",
+                  self.push_friction), "margin": gain * travel + slack}
+        return {"half_size": half, "radius": rand.row("pusher_radius", self.radius), "friction_dv": friction_dv,
+                "friction_dw": friction_dv * phys.MEAN_LEVER_ARM * half * mass / inertia, "gain": gain,
+                "solver": solver}
+
+    def _physics(self, action: Tensor, constants: dict[str, Any]) -> Tensor:
+        """Run the substeps from ``self._state`` for ``[2, N]`` clipped actions under :meth:`_constants`; return
+        the new ``[16, N]``.
 
         Works on ``[N]`` components only (see :mod:`.push_cube_physics`), so a compiled step fuses."""
         s = self._state
         p, c, theta, v, omega, q = (s[0], s[1]), (s[4], s[5]), s[6], (s[7], s[8]), s[9], (s[12], s[13])
-        h, r, delta = self.half_size, self.radius, self._delta
+        h, r, delta = constants["half_size"], constants["radius"], self._delta
         (x_low, y_low), (x_high, y_high) = self.workspace
         phi, n, r_c = phys.box_contact(p, c, theta.cos(), theta.sin(), h, r)
         step = self.max_joint_delta / self.substeps if self.joint_mode else self.max_speed * delta
+        if self.randomization is not None:
+            step = constants["gain"] * step
         d = (action[0] * step, action[1] * step)  # joint (joint mode) or tip (ee mode) motion per substep
         q_start = q
         for _ in range(self.substeps):
@@ -268,9 +319,9 @@ class PushCube(BatchedEnv):
             else:
                 p_new = ((p[0] + d[0]).clamp(x_low, x_high), (p[1] + d[1]).clamp(y_low, y_high))
             v_p = ((p_new[0] - p[0]) * (1.0 / delta), (p_new[1] - p[1]) * (1.0 / delta))
-            v, omega = phys.table_friction(v, omega, self._friction_dv, self._friction_dw)
+            v, omega = phys.table_friction(v, omega, constants["friction_dv"], constants["friction_dw"])
             v, omega = phys.solve_contact(v_p, v, omega, phi, n, r_c, iterations=self._solver_iterations,
-                                          **self._solver)
+                                          **constants["solver"])
             c = (c[0] + v[0] * delta, c[1] + v[1] * delta)
             theta = theta + omega * delta
             p = p_new
@@ -339,6 +390,8 @@ class PushCube(BatchedEnv):
         state = {"state": self._state.clone(), "obs": self._features(self._state, self._steps),
                  "steps": self._steps.clone(), "ever_success": self._ever_success.clone()}
         state.update(self._resets.state_dict())
+        if self.randomization is not None:
+            state.update(self.randomization.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -356,4 +409,9 @@ class PushCube(BatchedEnv):
         self._state.copy_(state["state"])
         self._steps.copy_(state["steps"])
         self._ever_success.copy_(state["ever_success"])
+        if self.randomization is not None:
+            self.randomization.load_state_dict(state)
         self._starts.invalidate()
+
+    def randomization_changed(self) -> None:
+        self._starts.invalidate()  # the memoised starts were drawn from the old ranges

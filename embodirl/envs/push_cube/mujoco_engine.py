@@ -52,6 +52,15 @@ class BatchEngine:
         naming the simulations that failed; those keep their previous state)."""
         self._batch.step(nstep=nstep)
 
+    def model_field(self, name: str) -> Tensor:
+        """Model field ``name`` per simulation, ``[N, ...]`` float64, aliasing the batch's memory: writes change
+        the next steps (domain randomization). Call :meth:`set_const` after writing masses or inertias."""
+        return torch.from_numpy(self._batch.expand(name))
+
+    def set_const(self) -> None:
+        """Recompute the constants derived from the model fields (``mj_setConst``) of every simulation."""
+        self._batch.set_const()
+
 
 class WarpEngine:
     """``num_envs`` worlds of ``model`` on ``mujoco_warp`` (float32) on a CUDA device (or warp's CPU device).

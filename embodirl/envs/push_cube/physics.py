@@ -37,6 +37,7 @@ __all__ = [
     "TIP_SPAWN_HIGH",
     "TIP_SPAWN_LOW",
     "YAW_SPAWN",
+    "Scalar",
     "Vec2",
     "arm_forward",
     "arm_inverse",
@@ -53,6 +54,7 @@ __all__ = [
 
 Vec2 = tuple[Tensor, Tensor]  #: a 2-vector per env: ``(x, y)``, each ``[N]``
 Vec2Like = Vec2 | Sequence[Tensor] | Tensor  # also accepted as input: a [2, N] tensor
+Scalar = float | Tensor  #: a constant, or ``[N]`` per-env values (domain randomization)
 
 #: Mean distance of a uniformly loaded unit half-size square's points from its centre:
 #: ``(sqrt(2) + ln(1 + sqrt(2))) / 3`` (times ``h``), the lever arm of the table's friction torque.
@@ -83,8 +85,8 @@ def rotate(cos_t: Tensor, sin_t: Tensor, vec: Vec2Like) -> Vec2:
     return x * cos_t - y * sin_t, x * sin_t + y * cos_t
 
 
-def box_contact(p: Vec2Like, c: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
-                radius: float) -> tuple[Tensor, Vec2, Vec2]:
+def box_contact(p: Vec2Like, c: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: Scalar,
+                radius: Scalar) -> tuple[Tensor, Vec2, Vec2]:
     """Signed distance, normal and contact lever arm of a disk against an oriented square.
 
     In the cube frame the pusher is at ``q = R^T (p - c)``; with per-axis excess ``a = |q| - h``:
@@ -126,7 +128,7 @@ def box_contact(p: Vec2Like, c: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_siz
     return phi, rotate(cos_t, sin_t, normal), rotate(cos_t, sin_t, arm)
 
 
-def table_friction(v: Vec2Like, omega: Tensor, dv: float, domega: float) -> tuple[Vec2, Tensor]:
+def table_friction(v: Vec2Like, omega: Tensor, dv: Scalar, domega: Scalar) -> tuple[Vec2, Tensor]:
     """Coulomb table friction over one substep, at velocity level, stopping exactly (no reversal).
 
     ``v <- v max(0, 1 - dv / |v|)`` and ``omega <- omega max(0, 1 - domega / |omega|)`` (the decoupled
@@ -150,7 +152,7 @@ def table_friction(v: Vec2Like, omega: Tensor, dv: float, domega: float) -> tupl
 
 
 def solve_contact(v_p: Vec2Like, v: Vec2Like, omega: Tensor, phi: Tensor, n: Vec2Like, r_c: Vec2Like, *,
-                  mass: float, inertia: float, friction: float, dt: float, baumgarte: float, margin: float,
+                  mass: Scalar, inertia: Scalar, friction: Scalar, dt: float, baumgarte: float, margin: Scalar,
                   iterations: int) -> tuple[Vec2, Tensor]:
     """Sequential normal + friction impulses between the (infinitely heavy) pusher and the cube.
 
@@ -210,8 +212,8 @@ def solve_contact(v_p: Vec2Like, v: Vec2Like, omega: Tensor, phi: Tensor, n: Vec
     return v, omega
 
 
-def push_point(p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
-               radius: float) -> tuple[Vec2, Tensor]:
+def push_point(p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: Scalar,
+               radius: Scalar) -> tuple[Vec2, Tensor]:
     """Where the pusher touches the cube when approaching it along the push direction ``u``.
 
     ``u = (g - c) / |g - c|``, support distance ``s = h (|cos(angle(u) - theta)| + |sin(angle(u) - theta)|)
@@ -238,8 +240,8 @@ def push_point(p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, h
     return (p_cube[0] - ux * support, p_cube[1] - uy * support), dist
 
 
-def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: float,
-                  radius: float, goal_radius: float) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
+def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, sin_t: Tensor, half_size: Scalar,
+                  radius: Scalar, goal_radius: float) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
     """ManiSkill's staged PushCube reward in the plane (maximum :data:`SUCCESS_REWARD`), as the terms it sums.
 
     ``reach = 1 - tanh(5 |p - p*|)`` (see :func:`push_point`), ``place = 1 - tanh(5 |c - g|)``,
@@ -272,7 +274,7 @@ def staged_reward(p: Vec2Like, p_cube: Vec2Like, goal: Vec2Like, cos_t: Tensor, 
     return terms, success, reached, dist_to_goal
 
 
-def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
+def spawn_scenes(u: Tensor, goal_offset: float | Tensor, goal_direction: str,
                  randomize_yaw: bool) -> tuple[Vec2, Vec2, Tensor, Vec2]:
     """Start scenes from uniforms (ManiSkill's PushCube distribution in the plane).
 
@@ -282,7 +284,7 @@ def spawn_scenes(u: Tensor, goal_offset: float, goal_direction: str,
 
     Args:
         u: ``[4, M]`` (or ``[6, M]`` with ``randomize_yaw`` or a random direction) uniforms in ``[0, 1)``.
-        goal_offset: Goal distance from the cube.
+        goal_offset: Goal distance from the cube (a float, or ``[M]`` per scene).
         goal_direction: ``fixed``, ``random`` or ``random_aligned``.
         randomize_yaw: Draw the yaw.
 
