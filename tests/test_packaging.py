@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # pip builds the wheel in a subprocess
 SCRIPTS = {"embodirl-train": "embodirl.cli.train:main", "embodirl-eval": "embodirl.cli.evaluate:main",
-           "embodirl-bench": "embodirl.cli.bench:main", "embodirl-report": "embodirl.cli.report:main"}
+           "embodirl-bench": "embodirl.cli.bench:main", "embodirl-report": "embodirl.cli.report:main",
+           "embodirl-export": "embodirl.cli.export:main"}
 
 
 def _setuptools_builds_wheels() -> bool:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import hydra
 from omegaconf import DictConfig
 
-from embodirl import __version__
+import embodirl
 from embodirl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path
     else:
         action.update(num_actions=int(space.n))
     control_dt = getattr(env, "control_dt", None)
-    return {"format": fmt, "file": file, "embodirl_version": __version__,
+    return {"format": fmt, "file": file, "embodirl_version": embodirl.__version__,
             "run": str(run.resolve()) if run is not None else None, "checkpoint": str(checkpoint.resolve()),
             "env": train_cfg.env._target_, "policy": train_cfg.policy._target_,
             "batch_axis": "every input and output has a leading batch dimension of any size; shapes are per sample",
@@ -150,9 +150,16 @@ def _export(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The ``embodirl-export`` console script."""
-    from embodirl.cli.errors import hydra_entry
+    """The ``embodirl-export`` console script (``--help``: :func:`embodirl.cli.help.export_help_page`)."""
+    import sys
 
+    from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.help import export_help_page, help_request
+
+    overrides = help_request(sys.argv[1:])
+    if overrides is not None:
+        hydra_entry(PROG, lambda: print(export_help_page(overrides, PROG)), config_name="export")
+        return
     hydra_entry(PROG, _export, config_name="export")
 
 

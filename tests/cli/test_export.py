@@ -136,3 +136,10 @@ def test_onnx_without_its_packages_names_the_extra_before_loading_anything(expor
     assert result.code == 2
     assert ("format='onnx' is invalid: expected onnx with the packages onnx, onnxscript installed (missing: "
             "onnxscript), or torchscript. Fix: pip install 'embodirl[export]'") in result.err
+
+
+def test_help_lists_every_key_with_its_comment(export):
+    result = export(["--help"])
+    assert result.code == 0 and "Usage: embodirl-export run=RUN_DIR" in result.out
+    for key in ("run", "checkpoint", "format", "out", "overwrite", "trusted_targets"):
+        assert f"\n  {key}=" in result.out
