@@ -1,11 +1,12 @@
 """A policy's deterministic actor as a function of plain tensors, written as ONNX or TorchScript for a robot.
 
 :class:`DeterministicActor` wraps any policy (the :class:`~embodirl.policies.base.Policy` contract): it takes one
-tensor per observation key (in :func:`~embodirl.envs.observations.observation_spec` order) and, for a recurrent
-policy, one tensor per state entry the actor updates; it returns the action and the new state. Inside it are
-what the env would otherwise need from embodirl: the observation normaliser's running statistics (the policy's
-own ``encode``), the distribution's deterministic action (``policy.mode``: the Gaussian's mean, the Beta's mean,
-the Categorical's argmax) and the clip to the ``Box``'s bounds that every embodirl env applies to an action.
+tensor per observation key the actor reads (in :func:`~embodirl.envs.observations.observation_spec` order; a
+privileged key only the critic reads is no input: a robot may not have it) and, for a recurrent policy, one tensor
+per state entry the actor updates; it returns the action and the new state. Inside it is what the env would
+otherwise need from embodirl: the observation normaliser's running statistics (the policy's own ``encode``), the
+distribution's deterministic action (``policy.mode``: the Gaussian's mean, the Beta's mean, the Categorical's
+argmax) and the clip to the ``Box``'s bounds that every embodirl env applies to an action.
 
 A state entry that ``mode`` passes through unchanged (the critic's memory of
 :class:`~embodirl.policies.recurrent.ActorCriticRNN`, which the actor never reads) is no input: it is the
@@ -87,8 +88,12 @@ class DeterministicActor(nn.Module):
         super().__init__()
         self.policy = policy
         spec = observation_spec(observation_space)
-        self.obs_keys: list[ObsKey] = list(spec)
-        self.inputs = [TensorSpec(f"obs.{key_name(k)}", shape, dtype) for k, (shape, dtype) in spec.items()]
+        read = getattr(policy, "actor_keys", None)  # the shipped policies' actor keys; None: every key
+        self.obs_keys: list[ObsKey] = [k for k in spec if read is None or key_name(k) in read]
+        self.inputs = [TensorSpec(f"obs.{key_name(k)}", *spec[k]) for k in self.obs_keys]
+        # Keys the actor never reads (a privileged critic's) are zeros inside, never read.
+        self.unread = {k: torch.zeros(1, *shape, dtype=dtype) for k, (shape, dtype) in spec.items()
+                       if k not in self.obs_keys}
         example = TensorDict({k: torch.zeros(1, *shape, dtype=dtype) for k, (shape, dtype) in spec.items()},
                              batch_size=[1])
         template = policy.initial_state(1).cpu()
@@ -112,7 +117,8 @@ class DeterministicActor(nn.Module):
         """``tensors``: the observations in :attr:`inputs` order, then the state in :attr:`state` order."""
         num_obs = len(self.obs_keys)
         batch = tensors[0].shape[0]
-        obs = TensorDict(dict(zip(self.obs_keys, tensors[:num_obs], strict=True)), batch_size=[batch])
+        obs = TensorDict({**{k: v.expand(batch, *v.shape[1:]) for k, v in self.unread.items()},
+                          **dict(zip(self.obs_keys, tensors[:num_obs], strict=True))}, batch_size=[batch])
         # A batch of the initial state (the inputs replace what mode updates). Under torch.jit.trace, batch is a
         # traced size, which apply() passes to Tensor.expand and TensorDict.expand would refuse.
         state = self.initial.apply(lambda t: t.expand(batch, *t.shape[1:]), batch_size=[batch])

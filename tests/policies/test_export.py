@@ -39,8 +39,10 @@ def trained_like(overrides: list[str], obs_scale: float = 3.0, action_gain: floa
 
 
 def observations(actor: DeterministicActor, num: int, scale: float = 3.0) -> list[torch.Tensor]:
+    """``num`` random observations of each input: floats spread by ``scale``, images uniform over 0..255."""
     generator = torch.Generator().manual_seed(1)
-    return [(torch.randn(num, *s.shape, generator=generator) * scale).to(s.dtype) for s in actor.inputs]
+    return [torch.randint(0, 256, (num, *s.shape), generator=generator, dtype=torch.uint8) if s.dtype == torch.uint8
+            else (torch.randn(num, *s.shape, generator=generator) * scale).to(s.dtype) for s in actor.inputs]
 
 
 def torch_actions(policy, actor: DeterministicActor, obs: list[torch.Tensor], space) -> torch.Tensor:
@@ -71,6 +73,7 @@ FEEDFORWARD = {
     "cartpole": ["env=cartpole"],
     "push_cube": ["env=push_cube"],
     "push_cube-beta": ["env=push_cube", "policy=actor_only", "+policy/distribution@policy.distribution=beta"],
+    "push_cube-pixels": ["+experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 pictures through a CNN
 }
 
 
@@ -80,6 +83,8 @@ def test_an_exported_mlp_acts_as_the_torch_policy_on_1000_observations(tmp_path,
     export, run, name = runner
     policy, env = trained_like(overrides)
     actor = DeterministicActor(policy, env.observation_space, env.action_space)
+    if "+experiment=ppo_push_cube_rgb" in overrides:  # the critic's privileged state is no input of the actor
+        assert [(s.name, s.dtype) for s in actor.inputs] == [("obs.rgb", torch.uint8)]
     export(actor, tmp_path / name)
     obs = observations(actor, 1000)
     expected = torch_actions(policy, actor, obs, env.action_space)
