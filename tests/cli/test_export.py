@@ -143,3 +143,34 @@ def test_help_lists_every_key_with_its_comment(export):
     assert result.code == 0 and "Usage: embodirl-export run=RUN_DIR" in result.out
     for key in ("run", "checkpoint", "format", "out", "overwrite", "trusted_targets"):
         assert f"\n  {key}=" in result.out
+
+
+@needs_onnx
+def test_a_recurrent_run_exports_with_its_state_named_in_the_manifest(tmp_path, export, monkeypatch):
+    import onnxruntime
+
+    from embodirl.cli import train
+
+    run = tmp_path / "rnn"
+    monkeypatch.setattr(sys, "argv", ["embodirl-train", *TINY, "policy=actor_critic_rnn", "policy.core=lstm",
+                                      "policy.core_size=16", "algo.seq_len=8", "logger.tensorboard=false",
+                                      f"hydra.run.dir={run}"])
+    with in_process_run(timeout_s=300):
+        train.main()
+    result = export([f"run={run}", "checkpoint=last"])
+    assert result.code == 0, result.err
+    assert result.out.strip().endswith("(obs.state [4] float32, state.actor.h [16] float32, state.actor.c [16] "
+                                       "float32) -> (action [] int64, next_state.actor.h [16] float32, "
+                                       "next_state.actor.c [16] float32)")
+    manifest = json.loads((run / "export" / "onnx" / "manifest.json").read_text())
+    assert manifest["recurrent"] and [s["name"] for s in manifest["state"]] == ["state.actor.h", "state.actor.c"]
+    session = onnxruntime.InferenceSession(str(run / "export" / "onnx" / "policy.onnx"))
+    assert [i.name for i in session.get_inputs()] == ["obs.state", "state.actor.h", "state.actor.c"]
+
+
+def test_a_checkpoint_holding_python_objects_is_refused_without_running_them(tmp_path, export):
+    hostile = tmp_path / "hostile.pt"
+    torch.save({"format": "embodirl-checkpoint", "x": Path("a")}, hostile)  # a GLOBAL: a class to import and call
+    result = export([f"checkpoint={hostile}", "format=torchscript"])
+    assert result.code == 2 and not (tmp_path / "export").exists()
+    assert "holds Python objects beyond tensors and plain values, which embodirl never loads" in result.err
