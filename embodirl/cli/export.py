@@ -154,8 +154,12 @@ def main() -> None:
     import sys
 
     from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.flags import refuse_rerun
     from embodirl.cli.help import export_help_page, help_request
 
+    # Hydra's --experimental-rerun unpickles a file (code runs): refused before Hydra reads it.
+    refuse_rerun(PROG, sys.argv[1:], "run the export again with its key=value arguments "
+                 "(e.g. embodirl-export run=<run dir> checkpoint=best)")
     overrides = help_request(sys.argv[1:])
     if overrides is not None:
         hydra_entry(PROG, lambda: print(export_help_page(overrides, PROG)), config_name="export")
