@@ -96,8 +96,11 @@ def _write(actor: DeterministicActor, fmt: str, target: Path) -> None:
     from embodirl.policies.export import export_onnx, export_torchscript
 
     partial = target.with_name(f".{target.name}.partial")
-    (export_onnx if fmt == "onnx" else export_torchscript)(actor, partial)
-    os.replace(partial, target)
+    try:
+        (export_onnx if fmt == "onnx" else export_torchscript)(actor, partial)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)  # a failed export leaves nothing behind
 
 
 def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:

@@ -174,3 +174,19 @@ def test_a_checkpoint_holding_python_objects_is_refused_without_running_them(tmp
     result = export([f"checkpoint={hostile}", "format=torchscript"])
     assert result.code == 2 and not (tmp_path / "export").exists()
     assert "holds Python objects beyond tensors and plain values, which embodirl never loads" in result.err
+
+
+def test_a_failed_write_leaves_no_half_file_and_keeps_the_earlier_export(run_dir, export, tmp_path, monkeypatch):
+    out = tmp_path / "keep"
+    assert export([f"run={run_dir}", "format=torchscript", f"out={out}"]).code == 0
+    before = (out / "policy.pt").read_bytes()
+
+    def disk_full(actor, path):
+        path.write_bytes(b"half a file")
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr("embodirl.policies.export.export_torchscript", disk_full)
+    result = export([f"run={run_dir}", "format=torchscript", f"out={out}", "overwrite=true"])
+    assert result.code == 1 and "No space left on device (errno 28)" in result.err
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "policy.pt"]
+    assert (out / "policy.pt").read_bytes() == before
