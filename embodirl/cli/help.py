@@ -37,6 +37,7 @@ EXAMPLES = (
     ("embodirl-train hydra.run.dir=outputs/<date>/<time>", "resume that run from its checkpoints/last.pt"),
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
+    ("embodirl-export run=outputs/<date>/<time>", "its best.pt as ONNX + manifest.json for a robot (<run>/export/)"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
 )
 
