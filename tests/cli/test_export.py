@@ -87,6 +87,7 @@ def test_the_default_onnx_export_goes_to_run_export_onnx_and_is_never_replaced_s
     assert json.loads((target / "manifest.json").read_text())["checkpoint"].endswith("last.pt")
 
 
+@pytest.mark.slow  # trains a second run
 def test_a_push_cube_export_declares_its_bounds_and_control_period(tmp_path, export, monkeypatch):
     from embodirl.cli import train
 
@@ -145,6 +146,7 @@ def test_help_lists_every_key_with_its_comment(export):
         assert f"\n  {key}=" in result.out
 
 
+@pytest.mark.slow  # trains a recurrent run
 @needs_onnx
 def test_a_recurrent_run_exports_with_its_state_named_in_the_manifest(tmp_path, export, monkeypatch):
     import onnxruntime

@@ -69,11 +69,14 @@ def run_torchscript(path, actor: DeterministicActor, tensors: list[torch.Tensor]
 
 RUNNERS = {"onnx": pytest.param((export_onnx, run_onnx, "policy.onnx"), marks=needs_onnx, id="onnx"),
            "torchscript": pytest.param((export_torchscript, run_torchscript, "policy.pt"), id="torchscript")}
+SLOW = pytest.mark.slow  # the fast tier keeps one Discrete and one Box case of each test
 FEEDFORWARD = {
     "cartpole": ["env=cartpole"],
     "push_cube": ["env=push_cube"],
-    "push_cube-beta": ["env=push_cube", "policy=actor_only", "+policy/distribution@policy.distribution=beta"],
-    "push_cube-pixels": ["+experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 pictures through a CNN
+    "push_cube-beta": pytest.param(["env=push_cube", "policy=actor_only",
+                                    "+policy/distribution@policy.distribution=beta"], marks=SLOW),
+    "push_cube-pixels": pytest.param(["+experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 through a CNN
+                                     marks=SLOW),
 }
 
 
@@ -115,7 +118,8 @@ def test_the_normalizer_and_the_clip_are_inside_the_export(tmp_path, runner):
 
 
 RECURRENT = {"gru-cartpole": ["policy=actor_critic_rnn", "env=cartpole"],
-             "lstm-push_cube": ["policy=actor_critic_rnn", "policy.core=lstm", "env=push_cube"]}
+             "lstm-push_cube": pytest.param(["policy=actor_critic_rnn", "policy.core=lstm", "env=push_cube"],
+                                            marks=SLOW)}
 
 
 @pytest.mark.parametrize("runner", RUNNERS.values())
