@@ -85,10 +85,17 @@ def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path
             "env": train_cfg.env._target_, "policy": train_cfg.policy._target_,
             "batch_axis": "every input and output has a leading batch dimension of any size; shapes are per sample",
             "inputs": [s.as_json() for s in actor.inputs],
-            "state": [{**s.as_json(), "initial": "zeros"} for s in actor.state],
+            "state": [{**s.as_json(), "initial": _initial(actor, key)} for s, key in zip(actor.state, actor.state_keys,
+                                                                                      strict=True)],
             "outputs": [action, *(s.as_json() for s in actor.outputs[1:])],
             "action": action, "control_dt": float(control_dt) if control_dt else None,
             "normalizer": "inside: feed raw observations", "recurrent": bool(actor.state)}
+
+
+def _initial(actor: DeterministicActor, key: tuple[str, ...]) -> Any:
+    """A state entry's value at an episode's start: ``"zeros"`` (the shipped recurrent policies), else its values."""
+    value = actor.initial.get(key)[0]
+    return "zeros" if not bool(value.any()) else value.tolist()
 
 
 def _write(actor: DeterministicActor, fmt: str, target: Path) -> None:

@@ -166,6 +166,7 @@ def test_a_recurrent_run_exports_with_its_state_named_in_the_manifest(tmp_path, 
                                        "next_state.actor.c [16] float32)")
     manifest = json.loads((run / "export" / "onnx" / "manifest.json").read_text())
     assert manifest["recurrent"] and [s["name"] for s in manifest["state"]] == ["state.actor.h", "state.actor.c"]
+    assert [s["initial"] for s in manifest["state"]] == ["zeros", "zeros"]  # what starts an episode
     session = onnxruntime.InferenceSession(str(run / "export" / "onnx" / "policy.onnx"))
     assert [i.name for i in session.get_inputs()] == ["obs.state", "state.actor.h", "state.actor.c"]
 
