@@ -80,13 +80,13 @@ def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path
     else:
         action.update(num_actions=int(space.n))
     control_dt = getattr(env, "control_dt", None)
+    state = [{**s.as_json(), "initial": _initial(actor, k)} for s, k in zip(actor.state, actor.state_keys, strict=True)]
     return {"format": fmt, "file": file, "embodirl_version": embodirl.__version__,
             "run": str(run.resolve()) if run is not None else None, "checkpoint": str(checkpoint.resolve()),
             "env": train_cfg.env._target_, "policy": train_cfg.policy._target_,
             "batch_axis": "every input and output has a leading batch dimension of any size; shapes are per sample",
             "inputs": [s.as_json() for s in actor.inputs],
-            "state": [{**s.as_json(), "initial": _initial(actor, key)} for s, key in zip(actor.state, actor.state_keys,
-                                                                                      strict=True)],
+            "state": state,
             "outputs": [action, *(s.as_json() for s in actor.outputs[1:])],
             "action": action, "control_dt": float(control_dt) if control_dt else None,
             "normalizer": "inside: feed raw observations", "recurrent": bool(actor.state)}
