@@ -8,6 +8,7 @@ small budget) or, for commands that would train for long on an unrelated config,
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 import shlex
@@ -244,3 +245,37 @@ def test_each_renamed_key_gets_its_renamed_to_line(old, new, monkeypatch, capsys
     assert run_script(argv, monkeypatch) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"it was renamed to {new}" in err[0], err
+
+
+def python_file(page: Path, title: str) -> str:
+    """The source of the page's ``python title="<title>"`` code block."""
+    match = re.search(rf'^```python title="{re.escape(title)}"\n(.*?)^```', page.read_text(), re.S | re.M)
+    assert match, f"{page.name} has no python block titled {title}"
+    return match.group(1)
+
+
+@pytest.mark.slow
+def test_the_export_guide_runs_and_its_play_loop_returns_what_embodirl_eval_reports(tmp_path, monkeypatch, capsys):
+    import runpy
+
+    import numpy as np
+
+    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"the export extra is not installed (missing: {', '.join(missing)}): pip install -e '.[export]'")
+    page = DOCS / "guides" / "export.md"
+    commands = embodirl_commands(page)
+    assert [argv[0] for argv in commands] == ["embodirl-train", "embodirl-export", "embodirl-export", "embodirl-eval"]
+    monkeypatch.chdir(tmp_path)
+    run_page(commands, monkeypatch, capsys)  # train (a smoke version), export ONNX and TorchScript, evaluate
+    run = tmp_path / "runs" / "cartpole"
+    assert {p.name for p in (run / "export").iterdir()} == {"onnx", "torchscript"}
+    (tmp_path / "play.py").write_text(python_file(page, "play.py"))
+    play = runpy.run_path(str(tmp_path / "play.py"))["play"]
+    # embodirl-eval's one gymnasium env starts from this seed (GymEnv.reset: seed, reset count, env index) and
+    # resets unseeded after each episode, as play() does.
+    seed = int(np.random.SeedSequence([12345, 0, 0]).generate_state(1)[0])
+    returns = play(str(run / "export" / "onnx"), num_episodes=3, seed=seed)
+    (result,) = [json.loads(p.read_text()) for p in run.glob("eval/*/eval.json")]
+    assert result["eval/num_episodes"] == 3 and len(set(returns)) > 1  # different episodes, not one repeated
+    assert result["eval/return_mean"] == pytest.approx(sum(returns) / 3)

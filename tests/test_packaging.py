@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # pip builds the wheel in a subprocess
 SCRIPTS = {"embodirl-train": "embodirl.cli.train:console", "embodirl-eval": "embodirl.cli.evaluate:console",
-           "embodirl-bench": "embodirl.cli.bench:console", "embodirl-report": "embodirl.cli.report:console"}
+           "embodirl-bench": "embodirl.cli.bench:console", "embodirl-report": "embodirl.cli.report:console",
+           "embodirl-export": "embodirl.cli.export:console"}
 
 
 def _setuptools_builds_wheels() -> bool:

@@ -42,7 +42,7 @@ def as_run(run: Any, checkpoint: Any) -> tuple[Any, Any]:
     return run, checkpoint
 
 
-def _owning_run(run: Any, checkpoint: Any) -> Path | None:
+def owning_run(run: Any, checkpoint: Any) -> Path | None:
     """The run directory an evaluation belongs to: the run whose ``checkpoints/`` folder holds the checkpoint
     file (named in ``run`` and ``checkpoint``, or a path in ``checkpoint``); None when there is no such file."""
     run, checkpoint = as_run(run, checkpoint)
@@ -56,7 +56,7 @@ def _owning_run(run: Any, checkpoint: Any) -> Path | None:
 def eval_dir(run: Any, checkpoint: Any, day: str, time: str) -> str:
     """``hydra.run.dir`` of an evaluation: ``RUN/eval/<day>_<time>`` next to its run, else
     ``outputs/eval/<day>/<time>``."""
-    owner = _owning_run(run, checkpoint)
+    owner = owning_run(run, checkpoint)
     return str(owner / "eval" / f"{day}_{time}") if owner is not None else f"outputs/eval/{day}/{time}"
 
 
@@ -98,41 +98,52 @@ def resolve_checkpoint(run: Any, checkpoint: Any) -> Path:
     name = f"{checkpoint}.pt" if checkpoint in NAMED else checkpoint
     path = folder / name
     if not path.is_file():
-        found = ", ".join(sorted(p.name for p in folder.glob("*.pt"))) or "none"
+        found = ", ".join(sorted(p.name for p in folder.glob("*.pt")))
         why = " (best.pt is written at the run's first evaluation)" if checkpoint == "best" else ""
-        raise ConfigError("checkpoint", checkpoint, f"a checkpoint present in {folder} (found: {found}){why}",
-                          "pass checkpoint=last, or one of the files found")
+        # With no checkpoint at all, naming checkpoint=last would send the user to a second refusal.
+        fix = ("pass checkpoint=last, or one of the files found" if found else
+               f"train the run first (embodirl-train hydra.run.dir={run} continues it), or pass run=<a run with "
+               "checkpoints>")
+        raise ConfigError("checkpoint", checkpoint,
+                          f"a checkpoint present in {folder} (found: {found or 'none'}){why}", fix)
     return path
 
 
-def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfig, dict[str, Any]]:
-    """``(path, state, training config, env overrides)``: the checkpoint ``cfg`` names, loaded and checked, and
-    the config it was trained with, the command line's ``env.*`` keys merged into it.
+def read_checkpoint(run: Any, checkpoint: Any, trusted: Any) -> tuple[Path, dict[str, Any], DictConfig]:
+    """``(path, state, training config)``: the checkpoint ``run`` and ``checkpoint`` name (see
+    :func:`resolve_checkpoint`), loaded as data and checked, and the config it was trained with.
 
     Raises:
-        ConfigError: ``trusted_targets`` is no list of class paths, or the checkpoint is named wrongly.
+        ConfigError: ``trusted`` is no list of class paths, or the checkpoint is named wrongly.
         CheckpointError: The file is missing, unreadable, or names classes that are not trusted.
     """
-    from embodirl.cli.containers import plain_dict
     from embodirl.config.trust import check_config_from_file, with_moved_targets
     from embodirl.runtime.checkpoint import load_checkpoint
 
-    trusted = cfg.trusted_targets
     if not isinstance(trusted, ListConfig | list) or not all(isinstance(t, str) for t in trusted):
         raise ConfigError("trusted_targets", trusted, "a list of class paths, e.g. [mypkg.envs.MyEnv]",
                           "pass 'trusted_targets=[mypkg.envs.MyEnv]' or leave it empty")
-    path = resolve_checkpoint(cfg.run, cfg.checkpoint)
+    path = resolve_checkpoint(run, checkpoint)
     state = load_checkpoint(path, key="checkpoint")
     state["config"] = with_moved_targets(state["config"])  # classes a checkpoint of an earlier version names
     check_config_from_file(state["config"], f"checkpoint={str(path)!r}", list(trusted))
     train_cfg = OmegaConf.create(state["config"])
     train_cfg.policy.init_from = None  # the checkpoint's own weights are evaluated, not the ones it started from
+    return path, state, train_cfg
+
+
+def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfig, dict[str, Any]]:
+    """``(path, state, training config, env overrides)``: :func:`read_checkpoint` of what ``cfg`` names, the
+    command line's ``env.*`` keys merged into the training config."""
+    from embodirl.cli.containers import plain_dict
+
+    path, state, train_cfg = read_checkpoint(cfg.run, cfg.checkpoint, cfg.trusted_targets)
     overrides = {k: v for k, v in plain_dict(cfg.env).items() if v is not None}
     train_cfg.env = OmegaConf.merge(train_cfg.env, overrides)
     return path, state, train_cfg, overrides
 
 
-def _restored_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device, weights: dict[str, Any],
+def restored_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device, weights: dict[str, Any],
                      path: Path) -> Policy:
     """The checkpoint's policy, rebuilt from its config for ``env`` and given its ``weights``, in eval mode.
 
@@ -172,7 +183,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     _check_sweep(video.sweep, train_cfg.env)
     num_envs = overrides.get("num_envs", _eval_num_envs(state["config"]))
     env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=video.video)
-    policy = _restored_policy(train_cfg.policy, env, device, state["policy"], path)
+    policy = restored_policy(train_cfg.policy, env, device, state["policy"], path)
     check_video(video, env, count_key="env.num_envs")
     log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
     extra: dict[str, Any] = {}
@@ -188,7 +199,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
                                         cfg.num_episodes)
     solved = env.is_solved(metrics)
     trained = state["trainer"].get("env_steps") if isinstance(state["trainer"], dict) else None
-    owner = _owning_run(cfg.run, cfg.checkpoint)
+    owner = owning_run(cfg.run, cfg.checkpoint)
     log.info("%s on %d %s envs: %s", path, env.num_envs, type(env).__name__,
              ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
     return {"checkpoint": str(path.resolve()), "run": str(owner.resolve()) if owner else None,

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["STRUCTURAL_KEYS", "config_comments", "eval_help_page", "file_description", "help_page", "help_request",
-           "key_comments", "needs_plus", "package_groups", "primary_groups"]
+__all__ = ["STRUCTURAL_KEYS", "config_comments", "eval_help_page", "export_help_page", "file_description", "help_page",
+           "help_request", "key_comments", "needs_plus", "package_groups", "primary_groups"]
 
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
@@ -37,6 +37,7 @@ EXAMPLES = (
     ("embodirl-train hydra.run.dir=outputs/<date>/<time>", "resume that run from its checkpoints/last.pt"),
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
+    ("embodirl-export run=outputs/<date>/<time>", "its best.pt as ONNX + manifest.json for a robot (<run>/export/)"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
 )
 
@@ -47,6 +48,13 @@ EVAL_EXAMPLES = (
     ("embodirl-eval run=<run> num_episodes=20 env.num_envs=4", "fewer episodes, on 4 env copies"),
     ("embodirl-eval run=<run> eval.video=true", "also film one episode (video.mp4 next to eval.json)"),
     ("embodirl-eval run=<run> trusted_targets=[mypkg.MyEnv]", "a run whose config names your own classes"),
+)
+
+EXPORT_EXAMPLES = (
+    ("embodirl-export run=outputs/<date>/<time>", "best.pt as <run>/export/onnx/policy.onnx + manifest.json"),
+    ("embodirl-export run=<run> checkpoint=last format=torchscript", "last.pt as <run>/export/torchscript/policy.pt"),
+    ("embodirl-export run=<run> out=deploy/v2", "into a directory of your choice"),
+    ("embodirl-export run=<run> overwrite=true", "replace the earlier export (refused without it)"),
 )
 
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*|'[^']*'|\"[^\"]*\") *:(?:\s+(?P<rest>.*))?$")
@@ -331,6 +339,28 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
     lines += _keys_section(job, key_help(job, choices), choices)
     lines += ["", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags;",
               f"      eval \"$({prog} -sc install=bash)\" installs shell completion; README \"Using it\"."]
+    return "\n".join(lines)
+
+
+def export_help_page(overrides: list[str], prog: str = "embodirl-export") -> str:
+    """``embodirl-export --help``: usage, examples and every key of ``conf/export.yaml`` with its comment.
+
+    Raises:
+        hydra.errors.HydraException: An override that does not compose (unknown key).
+    """
+    from hydra import compose, initialize_config_module
+
+    from embodirl.cli.containers import plain_dict
+
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        cfg = compose("export", overrides=list(overrides))
+    comments = {k: v for k, v in key_comments(_conf_text("export.yaml") or "").items() if v is not None}
+    lines = [f"{prog}: write a trained policy's deterministic actor (observation normaliser and action clip inside) "
+             "as ONNX or TorchScript, with manifest.json naming its inputs and outputs (docs/guides/export.md).", "",
+             f"Usage: {prog} run=RUN_DIR [checkpoint=best|last|step_*.pt] [format=onnx|torchscript] [key=value ...]",
+             "", "Examples:"]
+    lines += [f"  {command:<62}# {what}" for command, what in EXPORT_EXAMPLES]
+    lines += ["", *_keys_section(plain_dict(cfg), comments, {})]
     return "\n".join(lines)
 
 

@@ -18,8 +18,8 @@ from embodirl.config.schema import Node, Schema, key, parse
 from embodirl.config.training import VideoConfig
 from embodirl.errors import ConfigError
 
-__all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "EvaluateEvalConfig", "RunConfig", "check_evaluate_config",
-           "check_run_config"]
+__all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "EvaluateEvalConfig", "ExportConfig", "RunConfig",
+           "check_evaluate_config", "check_export_config", "check_run_config"]
 
 #: Every key renamed or moved, old full path -> new full path: overriding an old name gets a "renamed to" line,
 #: and a resumed run's stored config is read through it.
@@ -101,9 +101,30 @@ class EvaluateConfig(Schema):
                               "pass env.num_envs=8")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExportConfig(Schema):
+    """The config of ``embodirl-export`` (``export.yaml``): which checkpoint, which format, where."""
+
+    run: str | None = key(None, doc="a run directory of embodirl-train (exports its checkpoints/<checkpoint>.pt)")
+    checkpoint: str = key("best", doc="with run: best | last | a file name in checkpoints/ (step_*.pt); without "
+                          "run: a .pt path (or a run directory)")
+    format: Literal["onnx", "torchscript"] = key("onnx", doc="onnx (policy.onnx, for onnxruntime; needs the "
+                                                 "export extra) | torchscript (policy.pt, for torch.jit.load)")
+    out: str | None = key(None, doc="the directory to write policy.<onnx|pt> and manifest.json into; "
+                          "null = <run>/export/<format> (next to the checkpoint's run)")
+    overwrite: bool = key(False, doc="replace an earlier export in out (refused otherwise)")
+    trusted_targets: list[str] = key(factory=list, doc="classes of your own that the checkpoint's config may name "
+                                     "(never taken from the file)")
+
+
 def check_evaluate_config(cfg: Any) -> EvaluateConfig:
     """``embodirl-eval``'s composed config checked against :class:`EvaluateConfig`, before torch is imported."""
     return parse(EvaluateConfig, _plain(cfg))
+
+
+def check_export_config(cfg: Any) -> ExportConfig:
+    """``embodirl-export``'s composed config checked against :class:`ExportConfig`, before torch is imported."""
+    return parse(ExportConfig, _plain(cfg))
 
 
 def _plain(cfg: Any) -> dict[str, Any]:

@@ -14,7 +14,8 @@ prog = sys.argv[1]
 sys.argv = [prog, *sys.argv[2:]]
 from embodirl.cli.train import main as train
 from embodirl.cli.evaluate import main as evaluate
-(train if prog == "embodirl-train" else evaluate)()
+from embodirl.cli.export import main as export
+{"embodirl-train": train, "embodirl-eval": evaluate, "embodirl-export": export}[prog]()
 """
 
 
@@ -26,7 +27,8 @@ SLOW = pytest.mark.slow  # a fresh Python per case: one case per command stays i
     pytest.param("embodirl-train", "+colour=blue", "colour", marks=SLOW),
     pytest.param("embodirl-train", "algo.optimizer.eps=-1", "algo.optimizer.eps", marks=SLOW),
     ("embodirl-eval", "num_episodes=0", "num_episodes"),
-    pytest.param("embodirl-eval", "device=gpu", "device", marks=SLOW)])
+    pytest.param("embodirl-eval", "device=gpu", "device", marks=SLOW),
+    ("embodirl-export", "format=tflite", "format")])
 def test_a_config_error_exits_2_without_importing_torch(tmp_path, prog, override, key):
     done = subprocess.run([sys.executable, "-c", PROBE, prog, override, f"hydra.run.dir={tmp_path / 'run'}"],
                           capture_output=True, text=True, timeout=120)
