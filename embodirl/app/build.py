@@ -32,6 +32,7 @@ from embodirl.config.instantiate import check_finite_values, instantiate, to_nod
 from embodirl.config.schema import NO_MATCH, Node, Schema, conform
 from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.frame_stack import FrameStack
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
@@ -134,13 +135,15 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     ``render_mode`` (gymnasium ids); the native envs always draw.
 
     ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
-    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null.
+    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null;
+    ``env.frame_stack`` > 1 wraps the env in :class:`~embodirl.envs.frame_stack.FrameStack`.
     """
     node = env_cfg.copy()
     if num_envs is not None:
         node.num_envs = num_envs
     with open_dict(node):
         solved = {key: node.pop(key, None) for key in ENV_BUILD_KEYS}
+        frame_stack = node.pop("frame_stack", 1)
     _check_solved(**solved)
     runtime: dict[str, Any] = {"device": device, "seed": seed}
     if render and _takes_render_mode(node):
@@ -149,7 +152,7 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     for key, value in solved.items():
         if value is not None:
             setattr(env, key, float(value) if key == "solved_threshold" else value)
-    return env
+    return env if frame_stack == 1 else FrameStack(env, conform(frame_stack, int))
 
 
 def build_eval_env(env_cfg: DictConfig, evaluation: EvalConfig, device: torch.device, seed: int) -> BatchedEnv:

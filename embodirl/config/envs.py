@@ -36,6 +36,8 @@ class EnvConfig(Schema):
                                     "eval/return_mean or eval/success_rate)", example="eval/return_mean")
     solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own)",
                                          example=400)
+    frame_stack: int = key(1, ge=1, le=16, doc="stack the last k frames of every image key along its channels "
+                           "(reset per env at an episode start); 1 = off")
 
     def check(self) -> None:
         if self.solved_metric is not None and not self.solved_metric.startswith("eval/"):
