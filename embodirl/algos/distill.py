@@ -16,6 +16,7 @@ embodirl ships or ``algo.teacher.trusted_targets`` lists (:mod:`embodirl.config.
 from __future__ import annotations
 
 import logging
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional as torch_f
 
 from embodirl.accel.compile import Acceleration
@@ -70,7 +71,7 @@ def teacher_checkpoint(cfg: TeacherConfig) -> Path:
     return path
 
 
-def load_teacher(cfg: TeacherConfig, device: torch.device) -> tuple[nn.Module, gym.Space, gym.Space]:
+def load_teacher(cfg: TeacherConfig, device: torch.device) -> tuple[Policy, gym.Space, gym.Space]:
     """The teacher policy of ``cfg``'s checkpoint, frozen and in eval mode on ``device``, with the observation and
     action spaces it was trained on (from one copy of its env, built on the CPU and closed again).
 
@@ -97,7 +98,7 @@ def load_teacher(cfg: TeacherConfig, device: torch.device) -> tuple[nn.Module, g
         raise CheckpointError(f"{where}: its policy weights do not fit its own config "
                               f"({str(exc).splitlines()[0]})") from None
     teacher.requires_grad_(False)
-    return teacher.to(device).eval(), obs_space, action_space
+    return typing.cast(Policy, teacher.to(device).eval()), obs_space, action_space
 
 
 def _same_action_space(a: gym.Space, b: gym.Space) -> bool:
@@ -140,10 +141,11 @@ class Distill(OnPolicyAlgorithm):
         super().__init__(cfg, policy=policy, device=device, total_env_steps=total_env_steps, accel=accel)
         space = self.teacher_action_space
         self.discrete = isinstance(space, gym.spaces.Discrete)
-        bounded = isinstance(space, gym.spaces.Box) and bool(np.isfinite(space.low).all() & np.isfinite(space.high).all())
         # The env clips actions to a bounded Box: a teacher's mean beyond the bounds acts like the bound itself.
-        self.bounds = (torch.as_tensor(space.low, device=self.device), torch.as_tensor(space.high, device=self.device)) \
-            if bounded else None
+        self.bounds: tuple[Tensor, Tensor] | None = None
+        if isinstance(space, gym.spaces.Box) and bool(np.isfinite(space.low).all() & np.isfinite(space.high).all()):
+            self.bounds = (torch.as_tensor(space.low, device=self.device),
+                           torch.as_tensor(space.high, device=self.device))
         log.info("teacher: %s from %s (reads %s)", type(self.teacher).__name__, cfg.teacher.run,
                  _describe(self.teacher_spec))
 
@@ -167,7 +169,7 @@ class Distill(OnPolicyAlgorithm):
     def prepare(self, rollout: TensorDict) -> TensorDict:
         """The visited observations ``[N*T]`` with the teacher's deterministic action for each."""
         obs = rollout["obs"][:, :-1].reshape(-1)
-        action, _ = self.teacher.mode(obs.select(*self.teacher_spec), None)
+        action, _ = self.teacher.mode(obs.select(*self.teacher_spec), self.teacher.initial_state(obs.batch_size[0]))
         if self.bounds is not None:
             action = torch.maximum(torch.minimum(action, self.bounds[1]), self.bounds[0])
         return TensorDict({"obs": obs, "teacher_action": action}, batch_size=obs.batch_size)
@@ -175,7 +177,7 @@ class Distill(OnPolicyAlgorithm):
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
         """The student's regression on the teacher's actions (weighted mean over the batch)."""
         weight, target = batch["weight"], batch["teacher_action"]
-        params = self.policy.action_params(batch["obs"])  # type: ignore[attr-defined]  (checked in __init__)
+        params = self.policy.action_params(batch["obs"])  # type: ignore[attr-defined]  # checked in __init__
         dist = self.policy.dist
         if self.discrete:
             per_sample = -dist.log_prob(params, target)
@@ -186,7 +188,8 @@ class Distill(OnPolicyAlgorithm):
                           torch_f.huber_loss(error, torch.zeros_like(error), reduction="none")).mean(-1)
             agreement = (error.abs() < 0.1 * self._scale()).all(-1).float()
         loss = F.weighted_mean(per_sample, weight)
-        return {"loss": loss, "loss/distill": loss, "diag/teacher_agreement": F.weighted_mean(agreement.detach(), weight)}
+        agreement = F.weighted_mean(agreement.detach(), weight)
+        return {"loss": loss, "loss/distill": loss, "diag/teacher_agreement": agreement}
 
     def _error(self, action: Tensor, target: Tensor) -> Tensor:
         """``action - target``, except beyond a bound the teacher's action sits on: the env clips both to the bound,

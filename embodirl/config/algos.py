@@ -176,7 +176,7 @@ class DistillConfig(OnPolicyConfig):
                               "teacher.run=<its run directory>")
         why = "(distillation measures no approx-KL: its loss is a regression on the teacher's actions)"
         if self.lr_schedule == "adaptive_kl":
-            raise ConfigError("lr_schedule", self.lr_schedule,
-                              f"constant, linear, cosine or a list with algo=distill {why}", "pass lr_schedule=constant")
+            raise ConfigError("lr_schedule", self.lr_schedule, f"constant, linear, cosine or a list with algo=distill "
+                              f"{why}", "pass lr_schedule=constant")
         if self.target_kl is not None:
             raise ConfigError("target_kl", self.target_kl, f"null with algo=distill {why}", "pass target_kl=null")

@@ -66,7 +66,8 @@ class FrameStack(BatchedEnv):
                               "pass env.frame_stack=3", absolute=True)
         keys = image_keys(env.observation_space)
         if not keys:
-            listed = ", ".join(f"{key_name(k)} {list(s)}" for k, (s, _) in observation_spec(env.observation_space).items())
+            spec = observation_spec(env.observation_space)
+            listed = ", ".join(f"{key_name(k)} {list(shape)}" for k, (shape, _) in spec.items())
             raise ConfigError("env.frame_stack", num_frames, f"an env with image observations, uint8 [H, W, C] keys "
                               f"(this env has: {listed})", "pass env.frame_stack=1, or an env with pixels "
                               "(push_cube: env.obs_mode=rgb or state_rgb)", absolute=True)

@@ -114,6 +114,9 @@ class CNNEncoder(Encoder):
         ConfigError: ``shape`` is not an image's (key ``shape``), or the stack does not fit it (key ``kernels``).
     """
 
+    in_scale: Tensor  # [1, C, 1, 1]: the input normalisation, x in_scale + in_shift, folded into the first kernel
+    in_shift: Tensor
+
     def __init__(self, cfg: CNNEncoderConfig, *, shape: Sequence[int], dtype: torch.dtype = torch.uint8) -> None:
         super().__init__()
         if len(shape) != 3:

@@ -62,16 +62,19 @@ def test_the_student_comes_to_act_as_the_teacher(cli, tmp_path):
     student_run = tmp_path / "student"
     out = cli("embodirl-train", [*QUIET, *PUSH, "algo=distill", f"algo.teacher.run={teacher}",
                                  "algo.teacher.checkpoint=last", "policy=actor_only", "seed=1", "trainer=debug",
-                                 "trainer.total_env_steps=40960", "algo.num_epochs=8", "algo.minibatch_size=256",
-                                 "algo.learning_rate=3e-3", f"hydra.run.dir={student_run}"])
+                                 "trainer.total_env_steps=12288", "algo.num_epochs=8", "algo.minibatch_size=256",
+                                 "algo.learning_rate=3e-3", "policy.normalize_obs=true",
+                                 f"hydra.run.dir={student_run}"])
     assert out.code == 0, out.err
+    student, teacher_actions = _actions(student_run)
+    # An untrained student acts about 0 (its last layer starts at gain 0.01): its squared error would be the
+    # teacher's mean squared action.
+    untrained = teacher_actions.square().mean().item()
+    assert untrained > 0.1
     metrics = [json.loads(line) for line in (student_run / "metrics.jsonl").open()]
     losses = [m["loss/distill"] for m in metrics if "loss/distill" in m]
-    assert losses[0] > 0.1  # the teacher's actions are far from the untrained student's
-    assert losses[-1] < 0.02 * losses[0]
-    student, teacher_actions = _actions(student_run)
-    assert (student - teacher_actions).abs().mean() < 0.05
-    assert (teacher_actions.abs() > 0.3).float().mean() > 0.3  # and they are not all near zero
+    assert losses[-1] < 0.01 * untrained and losses[-1] < losses[0]
+    assert (student - teacher_actions).abs().mean() < 0.05  # on states along the student's own trajectories
 
 
 def test_a_missing_teacher_run_is_one_line_before_training(cli, tmp_path):

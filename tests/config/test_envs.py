@@ -52,7 +52,7 @@ def test_every_env_key_has_a_one_line_doc_and_the_shared_keys_are_declared_once(
         for row in key_docs(schema):
             assert row.doc and "\n" not in row.doc, (schema.__name__, row.path)
     shared = {f.name for f in dataclasses.fields(EnvConfig)}
-    assert shared == {"num_envs", "solved_metric", "solved_threshold"}
+    assert shared == {"num_envs", "solved_metric", "solved_threshold", "frame_stack"}
     assert all(shared <= {f.name for f in dataclasses.fields(s)} for s in OPTIONS.values())
 
 

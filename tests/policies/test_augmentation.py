@@ -36,7 +36,8 @@ def test_random_shift_is_a_crop_of_the_padded_image_at_one_offset_per_sample():
     padded = F.pad(images.permute(0, 3, 1, 2).float(), (4, 4, 4, 4), mode="replicate").permute(0, 2, 3, 1)
     offsets = []
     for b in range(32):
-        hits = [(r, c) for r in range(9) for c in range(9) if torch.equal(padded[b, r:r + 12, c:c + 10], out[b].float())]
+        hits = [(r, c) for r in range(9) for c in range(9)
+                if torch.equal(padded[b, r:r + 12, c:c + 10], out[b].float())]
         assert len(hits) == 1  # every pixel of the sample moved by the same offset
         offsets.append(hits[0])
     assert len(set(offsets)) > 10  # drawn per sample
