@@ -40,7 +40,7 @@ from embodirl.errors import CheckpointError, ConfigError
 from embodirl.policies.base import Policy
 from embodirl.runtime.checkpoint import load_checkpoint
 
-__all__ = ["Distill", "load_teacher", "teacher_checkpoint"]
+__all__ = ["Distill", "clipped_action_error", "load_teacher", "teacher_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,24 @@ def load_teacher(cfg: TeacherConfig, device: torch.device) -> tuple[Policy, gym.
     except (RuntimeError, KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: its policy weights do not fit its own config "
                               f"({str(exc).splitlines()[0]})") from None
+    if getattr(teacher, "is_recurrent", False):
+        raise ConfigError(RUN_KEY, cfg.run, "a run whose policy is feedforward (a recurrent teacher would need its "
+                          "state carried along the student's episodes)", "train the teacher with policy=actor_critic",
+                          absolute=True)
     teacher.requires_grad_(False)
     return typing.cast(Policy, teacher.to(device).eval()), obs_space, action_space
+
+
+def clipped_action_error(action: Tensor, target: Tensor, low: Tensor, high: Tensor) -> Tensor:
+    """``action - target`` (``[B, A]``), except beyond a bound the target sits on: the env clips both actions to the
+    bound, so overshooting it costs nothing (teachers trained with PPO often saturate, and a student asked to stop
+    exactly at the bound would spend its capacity there).
+
+    Example: bounds ``[-1, 1]``, target ``[1, -1, 0.5]``, action ``[1.5, -0.5, 0.7]`` -> ``[0, 0.5, 0.2]``.
+    """
+    error = action - target
+    error = torch.where(target >= high, error.clamp(max=0.0), error)
+    return torch.where(target <= low, error.clamp(min=0.0), error)
 
 
 def _same_action_space(a: gym.Space, b: gym.Space) -> bool:
@@ -192,15 +208,7 @@ class Distill(OnPolicyAlgorithm):
         return {"loss": loss, "loss/distill": loss, "diag/teacher_agreement": agreement}
 
     def _error(self, action: Tensor, target: Tensor) -> Tensor:
-        """``action - target``, except beyond a bound the teacher's action sits on: the env clips both to the bound,
-        so overshooting it costs nothing (teachers trained with PPO often saturate, and a student asked to stop
-        exactly at the bound would spend its capacity there)."""
-        error = action - target
-        if self.bounds is None:
-            return error
-        low, high = self.bounds
-        error = torch.where(target >= high, error.clamp(max=0.0), error)
-        return torch.where(target <= low, error.clamp(min=0.0), error)
+        return action - target if self.bounds is None else clipped_action_error(action, target, *self.bounds)
 
     def _scale(self) -> Any:
         """The width of the action range (1 where unbounded): agreement means within 10 % of it."""

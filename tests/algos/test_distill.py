@@ -8,6 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from embodirl.algos.distill import clipped_action_error
 from embodirl.app.build import build_env, build_policy
 from embodirl.config.algos import DistillConfig
 from embodirl.config.schema import parse
@@ -75,6 +76,14 @@ def test_the_student_comes_to_act_as_the_teacher(cli, tmp_path):
     losses = [m["loss/distill"] for m in metrics if "loss/distill" in m]
     assert losses[-1] < 0.01 * untrained and losses[-1] < losses[0]
     assert (student - teacher_actions).abs().mean() < 0.05  # on states along the student's own trajectories
+
+
+def test_overshooting_a_bound_the_teacher_sits_on_costs_nothing():
+    low, high = torch.tensor([-1.0, -1.0, -1.0, -1.0]), torch.tensor([1.0, 1.0, 1.0, 1.0])
+    target = torch.tensor([[1.0, -1.0, 0.5, 1.0]])
+    action = torch.tensor([[1.5, -0.5, 0.7, 0.2]])
+    # beyond +1 where the teacher says +1: 0; short of -1: 0.5; inside: 0.2; short of +1: -0.8
+    torch.testing.assert_close(clipped_action_error(action, target, low, high), torch.tensor([[0.0, 0.5, 0.2, -0.8]]))
 
 
 def test_a_missing_teacher_run_is_one_line_before_training(cli, tmp_path):
