@@ -132,8 +132,8 @@ def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path, cli, monkeypatch):
     assert hydra_help.code == 0 and "== Flags ==" in hydra_help.out
     bad = cli("embodirl-train", ["--help", "algo=bogus"])
     assert bad.code == 2 and bad.err.strip().splitlines() == [
-        "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, grpo, ppo (the options in algo/). "
-        "Fix: pass algo=a2c (or another of: a2c, grpo, ppo)"]
+        "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, distill, grpo, ppo (the options in "
+        "algo/). Fix: pass algo=a2c (or another of: a2c, distill, grpo, ppo)"]
 
 
 @pytest.mark.slow  # a fresh process per flag, to close its real stdout pipe
