@@ -92,7 +92,7 @@ def test_help_page_shows_examples_groups_and_commented_keys():
                     "embodirl-report multirun/"):
         assert command in page
     lines = page.splitlines()
-    assert any(line.split() == ["algo", "a2c,", "grpo,", "ppo*"] for line in lines)  # the selected option is starred
+    assert any(line.split() == ["algo", "a2c,", "distill,", "grpo,", "ppo*"] for line in lines)  # the selected option is starred
     assert any(line.startswith("  +experiment ") and "ppo_push_cube" in line for line in lines)  # appended: with +
     assert any(line.startswith("  logger ") and "none" in line and "wandb" in line for line in lines)
     clip = next(line for line in lines if line.strip().startswith("algo.clip_coef="))
