@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from embodirl.envs.base import BatchedEnv, StepResult
+from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.observations import STATE_KEY, ObsKey, key_name, observation_spec
 from embodirl.errors import CheckpointError, ConfigError, is_int
 
@@ -104,10 +104,21 @@ class FrameStack(BatchedEnv):
         """``stack`` without its oldest frame, ``frame`` appended as the newest."""
         return torch.cat([stack[..., frame.shape[-1]:], frame], dim=-1)
 
+    def _store(self, stacks: dict[ObsKey, Tensor]) -> None:
+        """Keep ``stacks`` in the buffers allocated at the first reset, in place: a compiled or CUDA-graph-captured
+        step reads and writes them at fixed addresses (see :mod:`embodirl.envs.base`)."""
+        for key, stack in stacks.items():
+            buffer = self._stacks.get(key)
+            if buffer is None or buffer.shape != stack.shape:
+                self._stacks[key] = buffer = stack.clone()
+                mark_static(self.device, buffer)
+            buffer.copy_(stack)
+
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:
         obs = self.env.reset(seed=seed, group_size=group_size)
-        self._stacks = {key: self._fresh(self._leaf(obs, key)) for key in self.image_keys}
-        return self._with(obs, self._stacks)
+        stacks = {key: self._fresh(self._leaf(obs, key)) for key in self.image_keys}
+        self._store(stacks)
+        return self._with(obs, stacks)
 
     def step(self, action: Tensor) -> StepResult:
         out = self.env.step(action)
@@ -117,7 +128,7 @@ class FrameStack(BatchedEnv):
             frame, final = self._leaf(out.obs, key), self._leaf(out.final_obs, key)
             finals[key] = self._push(self._stacks[key], final)
             stacks[key] = torch.where(done, self._fresh(frame), self._push(self._stacks[key], frame))
-        self._stacks = stacks
+        self._store(stacks)
         return out._replace(obs=self._with(out.obs, stacks), final_obs=self._with(out.final_obs, finals))
 
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
@@ -133,7 +144,7 @@ class FrameStack(BatchedEnv):
             raise CheckpointError(f"FrameStack.load_state_dict: missing {missing}; the snapshot was taken without "
                                   "env.frame_stack: resume with the checkpoint's env.frame_stack")
         self.env.load_state_dict({name: value for name, value in state.items() if not name.startswith(_PREFIX)})
-        self._stacks = {key: state[_PREFIX + key_name(key)].to(self.device).clone() for key in self.image_keys}
+        self._store({key: state[_PREFIX + key_name(key)].to(self.device) for key in self.image_keys})
 
     def close(self) -> None:
         self.env.close()

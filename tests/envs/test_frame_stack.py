@@ -81,3 +81,14 @@ def test_snapshots_carry_the_stacks():
     other.load_state_dict(state)
     assert torch.equal(other.step(torch.ones(3, 2)).obs["rgb"], after)
     assert isinstance(env.observation_space, gym.spaces.Dict)
+
+
+def test_the_stacks_stay_at_one_address_for_compiled_and_captured_steps():
+    env = FrameStack(_push_cube(), 2)
+    env.reset(seed=0)
+    address = env._stacks[("rgb",)].data_ptr()
+    obs = env.step(torch.ones(3, 2)).obs["rgb"]
+    env.reset(seed=1)
+    env.load_state_dict(env.state_dict())
+    assert env._stacks[("rgb",)].data_ptr() == address
+    assert obs.data_ptr() != address  # what a step returns is its own tensor, not the buffer
