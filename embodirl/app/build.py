@@ -137,8 +137,8 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
 
     ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
     the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null. The
-    wrapper keys (``env.obs_noise``, ``env.action_delay``, ``env.action_noise``, ``env.action_repeat``), which every
-    env accepts too, wrap the env (:func:`embodirl.envs.wrappers.wrap_env`).
+    wrapper keys (``env.obs_noise``, ``env.action_delay``, ``env.action_noise``, ``env.action_repeat``,
+    ``env.frame_stack``), which every env accepts too, wrap the env (:func:`embodirl.envs.wrappers.wrap_env`).
     """
     node = env_cfg.copy()
     if num_envs is not None:

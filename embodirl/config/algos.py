@@ -1,4 +1,4 @@
-"""Schemas of the algorithms (``algo=ppo|grpo|a2c``); their optimizers' are in :mod:`embodirl.config.optim`.
+"""Schemas of the algorithms (``algo=ppo|grpo|a2c|distill``); their optimizers' are in :mod:`embodirl.config.optim`.
 
 The keys every on-policy algorithm shares (learning rate and its schedule, epochs and minibatches, entropy
 bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`. Each
@@ -15,7 +15,7 @@ from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["MOVED_KEYS", "A2CConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig"]
+__all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig", "TeacherConfig"]
 
 _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
@@ -140,3 +140,43 @@ class GRPOConfig(OnPolicyConfig):
     first_episode_only: bool = key(True, doc="keep only each env's first episode per rollout (collection stops "
                                    "once every env has finished one)")
     group_shared_reset: bool = key(True, doc="members of a group start from one shared initial state")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherConfig(Schema):
+    """``algo.teacher``: the trained run whose policy labels the student's observations."""
+
+    run: str | None = key(None, doc="run directory of the teacher's training (embodirl-train), e.g. "
+                          "outputs/<date>/<time>", example="outputs/<date>/<time>")
+    checkpoint: str = key("best", doc="best | last | a file name in <run>/checkpoints/")
+    trusted_targets: list[str] = key(factory=list, doc="classes of your own the teacher's stored config may name "
+                                     "(as embodirl-eval's trusted_targets)", example=["my_rl.policy.MyPolicy"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig(OnPolicyConfig):
+    """Teacher-student distillation (DAgger): the student acts, a frozen teacher labels every visited observation
+    with its deterministic action, the student regresses on those labels (MSE on the action mean for Box actions,
+    cross-entropy for Discrete)."""
+
+    target = "embodirl.algos.distill.Distill"
+    teacher: TeacherConfig = key(factory=TeacherConfig, doc="the teacher's run and checkpoint")
+    learning_rate: float = key(1e-3, gt=0, doc="learning rate (the start of a linear/cosine schedule)")
+    num_steps: int = key(16, ge=1, doc="rollout length T per env (batch = env.num_envs x num_steps)")
+    num_epochs: int = key(2, ge=1, doc="passes over each rollout per update")
+    minibatch_size: int | None = key(1024, ge=1, doc="transitions per minibatch; null = the whole rollout")
+    loss: Literal["mse", "huber"] = key("mse", doc="regression of Box actions on the teacher's: mse | huber "
+                                        "(Discrete actions: cross-entropy)")
+
+    def check(self) -> None:
+        super().check()
+        if self.teacher.run is None:
+            raise ConfigError("teacher.run", None, "the run directory of a trained teacher",
+                              "train one (embodirl-train +experiment=ppo_push_cube) and pass "
+                              "teacher.run=<its run directory>")
+        why = "(distillation measures no approx-KL: its loss is a regression on the teacher's actions)"
+        if self.lr_schedule == "adaptive_kl":
+            raise ConfigError("lr_schedule", self.lr_schedule, f"constant, linear, cosine or a list with algo=distill "
+                              f"{why}", "pass lr_schedule=constant")
+        if self.target_kl is not None:
+            raise ConfigError("target_kl", self.target_kl, f"null with algo=distill {why}", "pass target_kl=null")

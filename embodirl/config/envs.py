@@ -33,8 +33,8 @@ Std = float | list[float]  # one standard deviation, or one per dimension
 
 @dataclass(frozen=True, kw_only=True)
 class WrapperConfig(Schema):
-    """Observation noise, action delay, action noise and action repeat: wrappers around any env, all off by default
-    (:mod:`embodirl.envs.wrappers`; docs/guides/observation-action-wrappers.md)."""
+    """Observation noise, action delay, action noise, action repeat and frame stacking: wrappers around any env, all
+    off by default (:mod:`embodirl.envs.wrappers`; docs/guides/observation-action-wrappers.md)."""
 
     obs_noise: Std | dict[str, Std] = key(0.0, ge=0, doc="Gaussian noise std added to the observation: one number "
                                           "for every float key, or {key: std} per key (a std per dimension as a "
@@ -45,6 +45,8 @@ class WrapperConfig(Schema):
                             "env step (a list: one per action dimension); 0 = off")
     action_repeat: int = key(1, ge=1, doc="env steps per policy step with the same action, rewards summed, stopping at "
                              "the end of an episode; 1 = off")
+    frame_stack: int = key(1, ge=1, le=16, doc="stack the last k frames of every image key along its channels "
+                           "(reset per env at an episode start); 1 = off")
 
     def check(self) -> None:
         if isinstance(self.obs_noise, dict):
@@ -56,7 +58,7 @@ class WrapperConfig(Schema):
 
 
 #: The keys of :class:`WrapperConfig`: every env takes them; the build wraps the env it made with them.
-WRAPPER_KEYS = ("obs_noise", "action_delay", "action_noise", "action_repeat")
+WRAPPER_KEYS = ("obs_noise", "action_delay", "action_noise", "action_repeat", "frame_stack")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -121,6 +121,12 @@ class CNNEncoderConfig(Schema):
     kernels: list[int] = key(factory=lambda: [8, 4, 3], ge=1, doc="kernel size of each convolution")
     strides: list[int] = key(factory=lambda: [4, 2, 1], ge=1, doc="stride of each convolution")
     out_dim: int = key(256, ge=1, doc="feature size after the linear layer")
+    random_shift: int = key(0, ge=0, doc="DrQ augmentation in the update only: pad by this many pixels (border "
+                            "repeated) and crop back at a random offset per sample; 0 = off (DrQ uses 4)")
+    pixel_mean: list[float] | None = key(None, doc="per-channel mean subtracted after uint8 / 255 (one value, or one "
+                                         "per channel of a frame); null = 0", example=[0.5, 0.5, 0.5])
+    pixel_std: list[float] | None = key(None, gt=0, doc="per-channel std divided by after the mean (one value, or "
+                                        "one per channel of a frame); null = 1", example=[0.25, 0.25, 0.25])
 
     def check(self) -> None:
         if not self.channels:

@@ -377,6 +377,10 @@ def wrap_env(env: BatchedEnv, cfg: WrapperConfig, seed: int) -> BatchedEnv:
     obs_noise = _obs_noise_by_key(cfg.obs_noise, env)
     if obs_noise:
         env = ObservationNoise(env, obs_noise, seed)
+    if cfg.frame_stack > 1:
+        from embodirl.envs.frame_stack import FrameStack  # it builds on EnvWrapper, defined here
+
+        env = FrameStack(env, cfg.frame_stack)
     return env
 
 

@@ -185,8 +185,12 @@ class ActorOnly(nn.Module):
 
     @torch.no_grad()
     def mode(self, obs: TensorDict, state: TensorDict | None = None) -> tuple[Tensor, TensorDict]:
-        action = self.dist.mode(self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys)))
-        return action, self._state(state, obs)
+        return self.dist.mode(self.action_params(obs)), self._state(state, obs)
+
+    def action_params(self, obs: TensorDict) -> Tensor:
+        """With gradients: the action distribution's parameters ``[B, num_params]`` (the Gaussian's mean) for
+        ``obs`` (what distillation regresses on the teacher's actions)."""
+        return self.actor(self.join(self.encode(obs, self.actor_keys), self.actor_keys))
 
     @torch.no_grad()
     def value(self, obs: TensorDict, state: TensorDict | None = None) -> Tensor:

@@ -19,9 +19,10 @@ from torch.nn import functional as F
 
 from embodirl.config.policies import CNNEncoderConfig, FlattenEncoderConfig, MLPEncoderConfig
 from embodirl.errors import ConfigError
+from embodirl.policies.augmentation import random_shift
 from embodirl.policies.networks import ACTIVATIONS, build_mlp
 
-__all__ = ["CNNEncoder", "Encoder", "FlattenEncoder", "MLPEncoder", "default_encoder", "is_image"]
+__all__ = ["MAX_IMAGE_CHANNELS", "CNNEncoder", "Encoder", "FlattenEncoder", "MLPEncoder", "default_encoder", "is_image"]
 
 
 class Encoder(nn.Module):
@@ -35,9 +36,23 @@ class Encoder(nn.Module):
     passthrough: bool = False
 
 
+MAX_IMAGE_CHANNELS = 64  #: 16 stacked frames (env.frame_stack) of up to 4 channels
+
+
 def is_image(shape: tuple[int, ...], dtype: torch.dtype) -> bool:
-    """``[H, W, C]`` with C in (1, 3, 4) and uint8: a camera image."""
-    return len(shape) == 3 and shape[-1] in (1, 3, 4) and dtype == torch.uint8
+    """``uint8`` ``[H, W, C]`` with 1 to 64 channels: a camera image (1, 3 or 4 channels) or a stack of them."""
+    return len(shape) == 3 and 1 <= shape[-1] <= MAX_IMAGE_CHANNELS and dtype == torch.uint8
+
+
+def _per_channel(name: str, values: Sequence[float] | None, channels: int, default: float) -> Tensor:
+    """``[channels]`` from one value or one per channel of a frame (repeated over stacked frames)."""
+    if values is None:
+        return torch.full((channels,), default)
+    values = [float(v) for v in values]
+    if not values or channels % len(values):
+        raise ConfigError(name, values, f"one value, or one per channel of a frame (the image has {channels} "
+                          "channels: a list whose length divides it)", f"pass {name}=[{default}]")
+    return torch.tensor(values).repeat(channels // len(values))
 
 
 class FlattenEncoder(Encoder):
@@ -85,6 +100,10 @@ class CNNEncoder(Encoder):
 
     Convolutions with the given channels, kernels and strides (ReLU after each), then a linear layer to
     ``out_dim`` with ReLU. The default is NatureCNN's stack (Mnih et al. 2015), which maps 64x64 to 4x4.
+    Pixels are normalised as ``(x / 255 - pixel_mean) / pixel_std`` per channel (``x / 255`` by default).
+    ``random_shift > 0`` shifts each image of a batch by up to that many pixels
+    (:func:`~embodirl.policies.augmentation.random_shift`) where gradients are computed in training mode, i.e. in
+    the update's loss; collecting, evaluating and labelling run without gradients and see the images unchanged.
 
     Args:
         cfg: The encoder's keys (:class:`~embodirl.config.policies.CNNEncoderConfig`).
@@ -94,6 +113,9 @@ class CNNEncoder(Encoder):
     Raises:
         ConfigError: ``shape`` is not an image's (key ``shape``), or the stack does not fit it (key ``kernels``).
     """
+
+    in_scale: Tensor  # [1, C, 1, 1]: the input normalisation, x in_scale + in_shift, folded into the first kernel
+    in_shift: Tensor
 
     def __init__(self, cfg: CNNEncoderConfig, *, shape: Sequence[int], dtype: torch.dtype = torch.uint8) -> None:
         super().__init__()
@@ -111,7 +133,14 @@ class CNNEncoder(Encoder):
                 raise ConfigError("kernels", list(cfg.kernels), f"a stack that fits a {shape[0]}x{shape[1]} image",
                                   "use smaller kernels or strides, or a larger image")
         self.convs = nn.Sequential(*layers)
-        self.scale = 1.0 / 255.0 if dtype == torch.uint8 else 1.0
+        scale = 1.0 / 255.0 if dtype == torch.uint8 else 1.0
+        mean = _per_channel("pixel_mean", cfg.pixel_mean, shape[2], 0.0)
+        std = _per_channel("pixel_std", cfg.pixel_std, shape[2], 1.0)
+        # (x scale - mean) / std = x (scale / std) - mean / std, per input channel; not saved with the weights
+        # (they follow from the config), so checkpoints keep their keys.
+        self.register_buffer("in_scale", (scale / std).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("in_shift", (-mean / std).view(1, -1, 1, 1), persistent=False)
+        self.random_shift = cfg.random_shift
         head = nn.Linear(in_channels * height * width, cfg.out_dim)
         nn.init.orthogonal_(head.weight, gain=math.sqrt(2.0))
         nn.init.zeros_(head.bias)
@@ -119,11 +148,16 @@ class CNNEncoder(Encoder):
         self.out_dim = cfg.out_dim
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.random_shift and self.training and torch.is_grad_enabled():  # the update's loss, never collection
+            x = random_shift(x, self.random_shift)
         # [B, H, W, C] -> [B, C, H, W] with channels-last strides (no copy; oneDNN convolves those directly);
-        # the 1/255 scaling is folded into the first kernel: one pass over the images fewer.
+        # the normalisation is folded into the first kernel and bias (its convolution has no padding, so this is
+        # exact): one pass over the images fewer.
         x = x.permute(0, 3, 1, 2).to(torch.float32)
         first = typing.cast(nn.Conv2d, self.convs[0])
-        x = F.conv2d(x, first.weight * self.scale, first.bias, first.stride)
+        weight = first.weight * self.in_scale
+        bias = typing.cast(Tensor, first.bias) + (first.weight * self.in_shift).sum((1, 2, 3))
+        x = F.conv2d(x, weight, bias, first.stride)
         return self.head(self.convs[1:](x).flatten(1))
 
 

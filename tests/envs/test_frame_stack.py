@@ -1,0 +1,94 @@
+"""Frame stacking: the last k frames of each image key, oldest first, restarted per env at an episode's start."""
+
+import gymnasium as gym
+import pytest
+import torch
+
+from embodirl.app.build import build_env
+from embodirl.config.envs import PushCubeConfig
+from embodirl.envs.frame_stack import FrameStack
+from embodirl.envs.push_cube.env import PushCube
+from embodirl.errors import ConfigError
+from tests.conftest import compose_config
+
+
+def _push_cube(**keys) -> PushCube:
+    cfg = PushCubeConfig(num_envs=3, obs_mode="state_rgb", image_size=16, max_episode_steps=3, **keys)
+    return PushCube(cfg, device="cpu", seed=0)
+
+
+def test_stacks_hold_the_last_frames_oldest_first_and_restart_per_env():
+    inner, stacked = _push_cube(), FrameStack(_push_cube(), 3)
+    assert stacked.observation_space["rgb"].shape == (16, 16, 9)
+    assert stacked.observation_space["state"] == inner.observation_space["state"]  # vectors are not stacked
+    frames = [inner.reset(seed=0)["rgb"]]
+    obs = stacked.reset(seed=0)
+    # the first observation: its first frame three times
+    assert torch.equal(obs["rgb"], torch.cat([frames[0]] * 3, dim=-1))
+    action = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    for t in range(1, 3):
+        out, expected = inner.step(action), stacked.step(action)
+        frames.append(out.obs["rgb"])
+        oldest = [frames[max(0, t - 2)], frames[max(0, t - 1)], frames[t]]  # [f0, f0, f1] then [f0, f1, f2]
+        assert torch.equal(expected.obs["rgb"], torch.cat(oldest, dim=-1))
+        assert torch.equal(expected.obs["state"], out.obs["state"])
+    # step 3 ends every episode (max_episode_steps=3): the new stack is the next episode's first frame only, the
+    # final one the finished episode's last three frames
+    out, expected = inner.step(action), stacked.step(action)
+    assert bool(out.truncated.all())
+    assert torch.equal(expected.obs["rgb"], torch.cat([out.obs["rgb"]] * 3, dim=-1))
+    assert torch.equal(expected.final_obs["rgb"], torch.cat([frames[1], frames[2], out.final_obs["rgb"]], dim=-1))
+    assert not torch.equal(out.obs["rgb"], out.final_obs["rgb"])  # a new episode indeed started
+
+
+def test_a_reset_in_one_env_leaves_the_others_stacks():
+    inner = _push_cube(fail_on_leaving_workspace=True)
+    stacked = FrameStack(_push_cube(fail_on_leaving_workspace=True), 2)
+    inner.reset(seed=0)
+    stacked.reset(seed=0)
+    for env in (inner, stacked.unwrapped):  # env 1's cube leaves the table: its episode ends after the next step
+        env._state[4, 1] = 0.59
+        env._state[7, 1] = 5.0
+    before = stacked._stacks[("rgb",)].clone()
+    out, expected = inner.step(torch.zeros(3, 2)), stacked.step(torch.zeros(3, 2))
+    assert out.terminated.tolist() == [False, True, False]
+    new = out.obs["rgb"]
+    assert torch.equal(expected.obs["rgb"][1], torch.cat([new[1]] * 2, dim=-1))  # restarted
+    for i in (0, 2):  # continued: the frame before, then this one
+        assert torch.equal(expected.obs["rgb"][i], torch.cat([before[i][..., 3:], new[i]], dim=-1))
+
+
+def test_env_frame_stack_wraps_the_built_env_and_refuses_envs_without_images():
+    cfg = compose_config(["env=push_cube", "env.obs_mode=state_rgb", "env.frame_stack=4", "env.num_envs=2"])
+    env = build_env(cfg.env, torch.device("cpu"), seed=0)
+    assert isinstance(env, FrameStack) and env.observation_space["rgb"].shape == (64, 64, 12)
+    assert env.solved_metric == "eval/success_rate" and env.seed == 0  # the wrapped env's own attributes
+    state_only = compose_config(["env=push_cube", "env.frame_stack=4", "env.num_envs=2"])
+    with pytest.raises(ConfigError, match=r"env.frame_stack=4 is invalid: expected an env with image observations, "
+                                          r"uint8 \[H, W, C\] keys \(this env has: state \[17\]\)\. Fix: pass "
+                                          r"env.frame_stack=1, or an env with pixels"):
+        build_env(state_only.env, torch.device("cpu"), seed=0)
+
+
+def test_snapshots_carry_the_stacks():
+    env = FrameStack(_push_cube(), 2)
+    env.reset(seed=0)
+    env.step(torch.ones(3, 2))
+    state = env.state_dict()
+    after = env.step(torch.ones(3, 2)).obs["rgb"]
+    other = FrameStack(_push_cube(), 2)
+    other.reset(seed=9)
+    other.load_state_dict(state)
+    assert torch.equal(other.step(torch.ones(3, 2)).obs["rgb"], after)
+    assert isinstance(env.observation_space, gym.spaces.Dict)
+
+
+def test_the_stacks_stay_at_one_address_for_compiled_and_captured_steps():
+    env = FrameStack(_push_cube(), 2)
+    env.reset(seed=0)
+    address = env._stacks[("rgb",)].data_ptr()
+    obs = env.step(torch.ones(3, 2)).obs["rgb"]
+    env.reset(seed=1)
+    env.load_state_dict(env.state_dict())
+    assert env._stacks[("rgb",)].data_ptr() == address
+    assert obs.data_ptr() != address  # what a step returns is its own tensor, not the buffer
