@@ -3,12 +3,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
 from embodirl.config.envs import GenesisConfig, PlaygroundConfig
 from embodirl.errors import ConfigError
+
+
+def test_jax_is_told_not_to_take_the_gpu_before_it_is_imported(monkeypatch):
+    from embodirl.envs.adapters.playground import PlaygroundEnv
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.setitem(sys.modules, "jax", None)  # the import attempt comes after the variable is set
+    with pytest.raises(ConfigError):
+        PlaygroundEnv(PlaygroundConfig(num_envs=2, jax_cache=False))
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    with pytest.raises(ConfigError):
+        PlaygroundEnv(PlaygroundConfig(num_envs=2, jax_cache=False))
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true", "a value the user exported wins"
 
 
 @pytest.mark.parametrize("hidden", ["jax", "mujoco_playground"])
