@@ -291,8 +291,8 @@ class GenesisConfig(EnvConfig):
     dt: float = key(0.02, gt=0, doc="seconds per physics step")
     substeps: int = key(1, ge=1, doc="physics steps per action")
     max_episode_steps: int = key(500, ge=1, doc="time limit (truncation)")
-    solved_threshold: float | None = key(475.0, doc="its value that counts as solved (the cart-pole's: 475, "
-                                         "like CartPole-v1; null = never)", example=475)
+    solved_threshold: float | None = key(475.0, doc="evaluation return that counts as solved (the example "
+                                         "cart-pole's: 475, as CartPole-v1)", example=475)
 
     def check(self) -> None:
         super().check()

@@ -83,7 +83,7 @@ def test_group_shared_starts(env):
 
 @needs_genesis
 @pytest.mark.slow
-def test_embodirl_train_runs_env_genesis_with_no_glue(tmp_path, cli, env):
+def test_embodirl_train_runs_env_genesis_with_no_glue(tmp_path, cli):
     done = cli("embodirl-train", ["env=genesis", "env.num_envs=4", "eval.num_envs=4", "eval.num_episodes=4",
                                   "algo.num_steps=8", "algo.minibatch_size=16", "trainer.total_env_steps=64",
                                   "device=cpu", "logger.console=none", f"hydra.run.dir={tmp_path / 'run'}"],
