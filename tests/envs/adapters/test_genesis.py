@@ -7,7 +7,6 @@ compiles Genesis's kernels (minutes on a CPU), so they share one scene of 4 envs
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 import torch
@@ -83,11 +82,20 @@ def test_group_shared_starts(env):
 
 @needs_genesis
 @pytest.mark.slow
-def test_embodirl_train_runs_env_genesis_with_no_glue(tmp_path, cli):
-    done = cli("embodirl-train", ["env=genesis", "env.num_envs=4", "eval.num_envs=4", "eval.num_episodes=4",
-                                  "algo.num_steps=8", "algo.minibatch_size=16", "trainer.total_env_steps=64",
-                                  "device=cpu", "logger.console=none", f"hydra.run.dir={tmp_path / 'run'}"],
-               timeout_s=1200)
-    assert done.code == 0, done.err[-2000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+def test_an_unknown_action_joint_is_refused_naming_the_models_joints():
+    with pytest.raises(ConfigError, match=r"^action_joints=\['rail'\] is invalid: expected joints of the model "
+                                          r"\(.*slider, hinge\)"):
+        GenesisEnv(GenesisConfig(num_envs=2, action_joints=["rail"]))
+
+
+@needs_genesis
+@pytest.mark.slow
+def test_embodirl_train_runs_env_genesis_with_no_glue(tmp_path):
+    from embodirl.app.run import run_training
+    from tests.conftest import compose_config
+
+    cfg = compose_config(["env=genesis", "env.num_envs=4", "eval.num_envs=4", "eval.num_episodes=4",
+                          "algo.num_steps=8", "algo.minibatch_size=16", "trainer.total_env_steps=64", "device=cpu",
+                          "logger.console=none"])
+    summary = run_training(cfg, tmp_path)
     assert summary["status"] == "completed" and summary["iterations"] == 2

@@ -7,7 +7,6 @@ minute or two on a CPU, so the contract tests share one env of 4 copies with a 3
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -93,12 +92,12 @@ def test_an_unknown_task_is_refused_with_the_key_and_a_fix():
 
 
 @pytest.mark.slow
-def test_embodirl_train_runs_env_playground_with_no_glue(tmp_path, cli, cache):
-    done = cli("embodirl-train", ["env=playground", "env.num_envs=4", f"env.max_episode_steps={LIMIT}",
-                                  f"env.jax_cache_dir={cache}", "eval.num_envs=4", "eval.num_episodes=4",
-                                  "algo.num_steps=8", "algo.minibatch_size=16", "trainer.total_env_steps=64",
-                                  "device=cpu", "logger.console=none", f"hydra.run.dir={tmp_path / 'run'}"],
-               timeout_s=600)
-    assert done.code == 0, done.err[-2000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+def test_embodirl_train_runs_env_playground_with_no_glue(tmp_path, cache):
+    from embodirl.app.run import run_training
+    from tests.conftest import compose_config
+
+    cfg = compose_config(["env=playground", "env.num_envs=4", f"env.max_episode_steps={LIMIT}",
+                          f"env.jax_cache_dir={cache}", "eval.num_envs=4", "eval.num_episodes=4", "algo.num_steps=8",
+                          "algo.minibatch_size=16", "trainer.total_env_steps=64", "device=cpu", "logger.console=none"])
+    summary = run_training(cfg, tmp_path)
     assert summary["status"] == "completed" and summary["iterations"] == 2
