@@ -163,13 +163,13 @@ class PlaygroundEnv(BatchedEnv):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (int(self._task.action_size),), np.float32)
         self.seed, self._num_resets = seed, 0
         log.info("compiling %s's batched reset and step for %d envs (minutes on a CPU the first time; cached in %s)",
-                 cfg.id, self.num_envs, cfg.jax_cache_dir or default_cache_dir() if cfg.jax_cache else "no cache")
+                 cfg.id, self.num_envs, (cfg.jax_cache_dir or default_cache_dir()) if cfg.jax_cache else "no cache")
         first = self.reset(seed)
         self.observation_space = _space(first)
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
 
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:
-        """Reset every env (see :meth:`BatchedEnv.reset`); envs of one group share a jax key, so a start.
+        """Reset every env (see :meth:`BatchedEnv.reset`); the envs of one group share a jax key, so one start.
 
         Returns:
             The first observations ``[N, obs_size]`` (a TensorDict for a task with dict observations).
