@@ -70,6 +70,7 @@ def test_the_wheel_ships_the_config_groups_and_the_env_assets(wheel):
     assert not missing, f"config files missing from the wheel: {missing}"
     assets = [p for p in (ROOT / "embodirl" / "envs" / "push_cube" / "assets").iterdir() if p.is_file()]
     assert assets and all(f"embodirl/envs/push_cube/assets/{p.name}" in names for p in assets)
+    assert "embodirl/envs/genesis_cartpole/cartpole.xml" in names  # env=genesis's default model (pkg://)
     top = {name.split("/")[0] for name in names}
     assert top == {"embodirl", "embodirl-0.1.0.dist-info"}, top  # no stray top-level conf/ or tests/
 

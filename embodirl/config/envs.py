@@ -1,4 +1,4 @@
-"""Schemas of the envs (``env=cartpole|push_cube|push_cube_arm|gym|torch_vector``).
+"""Schemas of the envs (``env=cartpole|push_cube|push_cube_arm|gym|torch_vector|playground|genesis``).
 
 The keys every env takes (how many copies, and what counts as solved) are declared once in :class:`EnvConfig`.
 Rules that need the device or the simulator (a CUDA-only engine, a gymnasium id's spaces) stay in the envs'
@@ -16,8 +16,9 @@ from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check
 from embodirl.config.schema import Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig", "GymConfig",
-           "PushCubeArmConfig", "PushCubeConfig", "TorchVectorConfig", "WrapperConfig"]
+__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig",
+           "GenesisConfig", "GymConfig", "PlaygroundConfig", "PushCubeArmConfig", "PushCubeConfig",
+           "TorchVectorConfig", "WrapperConfig"]
 
 RewardMode = Literal["normalized_dense", "dense", "sparse"]
 Pair = tuple[float, float]
@@ -342,3 +343,65 @@ class TorchVectorConfig(EnvConfig):
     def check(self) -> None:
         super().check()
         check_finite_values("make", self.make)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlaygroundConfig(EnvConfig):
+    """A MuJoCo Playground task on MJX (jax), batched and auto-reset inside jax, e.g. ``env=playground
+    env.id=CartpoleBalance`` (needs ``pip install "embodirl[playground]"``)."""
+
+    target = "embodirl.envs.adapters.playground.PlaygroundEnv"
+    id: str = key("CartpoleBalance", doc="MuJoCo Playground task name (mujoco_playground.registry.ALL_ENVS)")
+    num_envs: int = key(64, ge=1, doc="parallel envs, one jax batch (vmap)")
+    impl: Literal["jax", "warp"] = key("jax", doc="MJX implementation: jax (fast on CPU) | warp (NVIDIA GPUs; slow "
+                                       "on a CPU)")
+    max_episode_steps: int | None = key(None, ge=1, doc="time limit in env steps; null = the task's "
+                                        "episode_length", example=1000)
+    config_overrides: dict[str, Any] = key(factory=dict, doc="values replacing the task's default config (e.g. "
+                                           "ctrl_dt, reward_config.*)")
+    jax_cache_dir: str | None = key(None, doc="persistent jax compilation cache (the second run skips the jit); "
+                                    "null = $XDG_CACHE_HOME/embodirl/jax (~/.cache/embodirl/jax)",
+                                    example="/scratch/jax_cache")
+    jax_cache: bool = key(True, doc="keep compiled steps in jax_cache_dir across runs")
+
+    def check(self) -> None:
+        super().check()
+        check_finite_values("config_overrides", self.config_overrides)
+        if "impl" in self.config_overrides:
+            raise ConfigError("config_overrides.impl", self.config_overrides["impl"], "absent: env.impl sets it",
+                              "remove env.config_overrides.impl and set env.impl")
+
+
+_CARTPOLE = "embodirl.envs.genesis_cartpole"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenesisConfig(EnvConfig):
+    """A batched Genesis scene built from one MJCF or URDF file, with the task declared by import paths of its
+    observation, reward and termination functions (needs ``pip install "embodirl[genesis]"``)."""
+
+    target = "embodirl.envs.adapters.genesis.GenesisEnv"
+    model: str = key(f"pkg://{_CARTPOLE}/cartpole.xml", doc="the robot: an .xml (MJCF) or .urdf file; "
+                     "pkg://<package>/<file> names a file shipped in a Python package")
+    num_envs: int = key(64, ge=1, doc="parallel envs in the scene (Genesis's n_envs)")
+    observation: str = key(f"{_CARTPOLE}.observation", doc="import path of observation(env) -> [N, obs_dim] tensor")
+    reward: str = key(f"{_CARTPOLE}.reward", doc="import path of reward(env, action) -> [N] tensor")
+    termination: str | None = key(f"{_CARTPOLE}.terminated", doc="import path of terminated(env) -> [N] bool; "
+                                  "null = episodes end at the time limit only")
+    action_joints: list[str] = key(factory=lambda: ["slider"], doc="joints driven by the action, one action "
+                                   "component each")
+    action_scale: float = key(10.0, gt=0, doc="force (N or N m) at action 1; actions are clipped to [-1, 1]")
+    reset_noise: float = key(0.05, ge=0, doc="half-width of the uniform offsets of every joint's position and "
+                             "velocity at a reset (around the model's initial pose)")
+    dt: float = key(0.02, gt=0, doc="seconds per physics step")
+    substeps: int = key(1, ge=1, doc="physics steps per action")
+    max_episode_steps: int = key(500, ge=1, doc="time limit (truncation)")
+    solved_threshold: float | None = key(475.0, doc="evaluation return that counts as solved (the example "
+                                         "cart-pole's: 475, as CartPole-v1)", example=475)
+
+    def check(self) -> None:
+        super().check()
+        if not self.model.endswith((".xml", ".urdf")):
+            raise ConfigError("model", self.model, "an .xml (MJCF) or .urdf file", "pass env.model=<path>/robot.xml")
+        if not self.action_joints:
+            raise ConfigError("action_joints", [], "at least one joint name", "pass env.action_joints=[slider]")

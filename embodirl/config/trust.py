@@ -27,9 +27,11 @@ __all__ = ["MOVED_TARGETS", "check_config_from_file", "is_optimizer_class", "pac
 _EXCLUDED = ("hydra",)  # launcher profiles are Hydra's own business, never part of a run config
 # Keys whose value can make a shipped class import a module: gymnasium imports ``module`` for an id
 # ``"module:Env-v0"``; TorchVectorEnv imports and calls a ``make`` given as an import path (a ``make`` mapping's
-# ``_target_`` is checked like any other). From a file, such a value must be trusted like a target.
+# ``_target_`` is checked like any other), GenesisEnv its task's functions. From a file, such a value must be trusted
+# like a target, or be the value the installed package's own option file gives that key.
 _IMPORTING_KEYS = {"embodirl.envs.adapters.gym.GymEnv": "id"}
-_CALLED_PATH_KEYS = {"embodirl.envs.adapters.torch_vector.TorchVectorEnv": "make"}
+_CALLED_PATH_KEYS = {"embodirl.envs.adapters.torch_vector.TorchVectorEnv": ("make",),
+                     "embodirl.envs.adapters.genesis.GenesisEnv": ("observation", "reward", "termination")}
 # Classes embodirl ships under another path than the one checkpoints written by earlier versions name
 # (the package was laid out as the pipeline): old path -> new path. A checkpoint's config is read through this
 # table (:func:`with_moved_targets`) before it is checked, so those checkpoints still evaluate.
@@ -84,12 +86,15 @@ def _strings(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
 
 @functools.cache
 def packaged_targets() -> frozenset[str]:
-    """Every ``_target_`` named by the installed ``embodirl.conf`` option files."""
+    """Every ``_target_`` named by the installed ``embodirl.conf`` option files, and the import paths they give the
+    keys that name code (e.g. env=genesis's example task functions)."""
     found = set()
     for file in _yaml_files(resources.files("embodirl.conf")):
         for _, node in _target_nodes(yaml.safe_load(file.read_text(encoding="utf-8"))):
             if isinstance(node["_target_"], str):
                 found.add(node["_target_"])
+                paths = (node.get(key) for key in _CALLED_PATH_KEYS.get(node["_target_"], ()))
+                found.update(path for path in paths if isinstance(path, str))
     return frozenset(found)
 
 
@@ -146,13 +151,13 @@ def check_config_from_file(config: Any, where: str, trusted: Iterable[str] = ())
             raise CheckpointError(
                 f"{where}: {path}.{key}={value!r} would make gymnasium import the module before the colon; embodirl "
                 f"never runs code named in a checkpoint. Fix: if you trust it, pass 'trusted_targets=[\"{value}\"]'")
-        key = _CALLED_PATH_KEYS.get(target)
-        value = node.get(key) if key else None
-        if isinstance(value, str) and value not in allowed:
-            raise CheckpointError(
-                f"{where}: {path}.{key}={value!r} names code that embodirl would import and call; a checkpoint is "
-                "data and embodirl never runs code named in one. "
-                f"Fix: if you trust it, pass 'trusted_targets=[{value}]'")
+        for key in _CALLED_PATH_KEYS.get(target, ()):
+            value = node.get(key)
+            if isinstance(value, str) and value not in allowed:
+                raise CheckpointError(
+                    f"{where}: {path}.{key}={value!r} names code that embodirl would import and call; a checkpoint "
+                    "is data and embodirl never runs code named in one. "
+                    f"Fix: if you trust it, pass 'trusted_targets=[{value}]'")
     for path, text in _strings(config):
         if "${" in text:
             raise CheckpointError(

@@ -13,7 +13,9 @@ from embodirl.config.envs import (
     WRAPPER_KEYS,
     CartPoleConfig,
     EnvConfig,
+    GenesisConfig,
     GymConfig,
+    PlaygroundConfig,
     PushCubeArmConfig,
     PushCubeConfig,
     TorchVectorConfig,
@@ -22,7 +24,8 @@ from embodirl.config.schema import Schema, key_docs, parse
 from embodirl.errors import ConfigError
 
 OPTIONS = {"cartpole": CartPoleConfig, "push_cube": PushCubeConfig, "push_cube_arm": PushCubeArmConfig,
-           "gym": GymConfig, "torch_vector": TorchVectorConfig}
+           "gym": GymConfig, "torch_vector": TorchVectorConfig, "playground": PlaygroundConfig,
+           "genesis": GenesisConfig}
 
 
 def option(group: str, name: str) -> dict:
@@ -72,6 +75,18 @@ def test_push_cube_rules_across_keys_name_the_key_and_the_fix(values, key, fix):
         return
     with pytest.raises(ConfigError) as info:
         parse(PushCubeConfig, values, "env.")
+    assert info.value.key == f"env.{key}" and fix in str(info.value)
+
+
+@pytest.mark.parametrize(("schema", "values", "key", "fix"), [
+    (PlaygroundConfig, {"config_overrides": {"impl": "warp"}}, "config_overrides.impl", "set env.impl"),
+    (PlaygroundConfig, {"config_overrides": {"ctrl_dt": float("nan")}}, "config_overrides.ctrl_dt", "finite"),
+    (GenesisConfig, {"model": "robot.obj"}, "model", "env.model=<path>/robot.xml"),
+    (GenesisConfig, {"action_joints": []}, "action_joints", "env.action_joints=[slider]"),
+])
+def test_simulator_keys_are_checked_before_the_simulator_is_imported(schema, values, key, fix):
+    with pytest.raises(ConfigError) as info:
+        parse(schema, values, "env.")
     assert info.value.key == f"env.{key}" and fix in str(info.value)
 
 

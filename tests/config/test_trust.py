@@ -11,12 +11,16 @@ from embodirl.errors import CheckpointError
 SHIPPED = {"env": {"_target_": "embodirl.envs.cartpole.CartPole", "num_envs": 4},
            "policy": {"_target_": "embodirl.policies.actor_critic.ActorCritic", "hidden_sizes": [64, 64]}}
 
+GENESIS = {"_target_": "embodirl.envs.adapters.genesis.GenesisEnv", "observation": "embodirl.envs.genesis_cartpole."
+           "observation", "reward": "embodirl.envs.genesis_cartpole.reward", "termination": None}
+
 
 def test_the_shipped_option_files_define_the_allowed_targets():
     shipped = {"embodirl.envs.cartpole.CartPole", "embodirl.algos.ppo.PPO", "embodirl.training.trainer.Trainer"}
     assert shipped <= packaged_targets()
     assert not any(t.startswith("hydra_plugins.") for t in packaged_targets())  # launcher profiles excluded
     check_config_from_file(SHIPPED, "checkpoint='x'")
+    check_config_from_file({**SHIPPED, "env": GENESIS}, "checkpoint='x'")  # the example task's functions
 
 
 @pytest.mark.parametrize("config,fragment", [
@@ -30,6 +34,8 @@ def test_the_shipped_option_files_define_the_allowed_targets():
     ({**SHIPPED, "env": {"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv",
                          "make": {"_target_": "os.system"}}},
      "env.make._target_='os.system'"),
+    ({**SHIPPED, "env": {**GENESIS, "reward": "os.system"}},
+     "env.reward='os.system' names code that embodirl would import and call"),
     ({**SHIPPED, "env": {**SHIPPED["env"], "num_envs": "${oc.env:HOME}"}}, "interpolation at env.num_envs"),
     ({**SHIPPED, "${oc.env:HOME}": 1}, "interpolation"),
     (["not", "a", "mapping"], "not a mapping"),

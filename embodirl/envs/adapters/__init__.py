@@ -1,1 +1,2 @@
-"""Adapters for simulators of others: gymnasium ids and torch-batched vector envs."""
+"""Adapters for simulators of others: gymnasium ids, torch-batched vector envs, MuJoCo Playground (MJX) and
+Genesis (the last two imported only when selected: they need their extras)."""
