@@ -53,7 +53,7 @@ def test_query_proposes_appended_groups_with_their_plus(monkeypatch, capsys):
         "+experiment=ppo_pendulum", "+experiment=ppo_push_cube", "+experiment=ppo_push_cube_4k",
         "+experiment=ppo_push_cube_arm", "+experiment=ppo_push_cube_dr", "+experiment=ppo_push_cube_rgb"]
     assert _query("embodirl-train +sw", monkeypatch, capsys) == ["+sweep="]
-    assert _query("embodirl-train algo=", monkeypatch, capsys) == ["algo=a2c", "algo=grpo", "algo=ppo"]
+    assert _query("embodirl-train algo=", monkeypatch, capsys) == ["algo=a2c", "algo=distill", "algo=grpo", "algo=ppo"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
