@@ -13,6 +13,7 @@ from embodirl.config.envs import (
     CartPoleConfig,
     EnvConfig,
     GymConfig,
+    GymVectorConfig,
     PushCubeArmConfig,
     PushCubeConfig,
     TorchVectorConfig,
@@ -21,7 +22,7 @@ from embodirl.config.schema import Schema, key_docs, parse
 from embodirl.errors import ConfigError
 
 OPTIONS = {"cartpole": CartPoleConfig, "push_cube": PushCubeConfig, "push_cube_arm": PushCubeArmConfig,
-           "gym": GymConfig, "torch_vector": TorchVectorConfig}
+           "gym": GymConfig, "gym_vector": GymVectorConfig, "torch_vector": TorchVectorConfig}
 
 
 def option(group: str, name: str) -> dict:

@@ -363,3 +363,17 @@ def test_ppo_and_grpo_learn_the_fake_task_through_the_adapter(tmp_path, algo, ov
                           *overrides])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved" and summary["eval/success_rate"] >= 0.9
+
+
+
+@pytest.mark.parametrize(("autoreset_mode", "reason"), [
+    ("NextStep", "states autoreset_mode NextStep, whose reset step would be stored as a transition"),
+    ("SameStep", "NumpyToTorch fails on SameStep's info['final_obs']"),
+])
+def test_gymnasium_vector_env_made_torch_is_refused_pointing_to_gym_vector(autoreset_mode, reason):
+    # NextStep was accepted and trained on one phantom zero-reward transition per episode (CartPole's episode
+    # length was its return + 1); SameStep crashed inside gymnasium at the first finished episode
+    make = {"_target_": "tests.envs.adapters.torch_gymnasium.make_torch_cartpole", "autoreset_mode": autoreset_mode}
+    with pytest.raises(ConfigError, match="make='NumpyToTorch' is invalid") as err:
+        TorchVectorEnv(TorchVectorConfig(make=make, num_envs=4, success_key=None))
+    assert reason in str(err.value) and "select env=gym_vector" in str(err.value)
