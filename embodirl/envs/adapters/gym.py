@@ -228,7 +228,7 @@ class GymEnv(BatchedEnv):
             :class:`StepResult`; ``info["success"]`` ``[N]`` bool when the env reports ``is_success``
             or ``success``.
         """
-        obs, reward, terminated, truncated, info = self._vec.step(self._to_numpy(action))
+        obs, reward, terminated, truncated, info = self._vec.step(self._to_env_action(action))
         final_obs = self._final_obs(obs, info) if "final_obs" in info else obs
         terminated_t = torch.as_tensor(terminated, dtype=torch.bool).to(self.device)
         truncated_t = torch.as_tensor(truncated & ~terminated, dtype=torch.bool).to(self.device)
@@ -257,6 +257,10 @@ class GymEnv(BatchedEnv):
             raise NotImplementedError(f"{self._vec.spec.id if self._vec.spec else 'this env'} returns no rgb_array "
                                       "frames")
         return np.stack([square_frame(np.asarray(pictures[i]), size) for i in ids])
+
+    def _to_env_action(self, action: Tensor) -> Any:
+        """The action as the vector env takes it (numpy here; a subclass may hand a torch env tensors)."""
+        return self._to_numpy(action)
 
     def _to_numpy(self, action: Tensor) -> np.ndarray:
         action = action.detach().cpu()

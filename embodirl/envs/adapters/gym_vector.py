@@ -83,11 +83,11 @@ class GymVectorEnv(GymEnv):
         render_mode: ``"rgb_array"``: the sub-envs draw (an env built from ``id`` only).
     """
 
+    _env_device: torch.device | None  # where a torch env wants its actions (None: a numpy env)
+
     def __init__(self, cfg: GymVectorConfig, *, device: str | torch.device = "cpu", seed: int = 0,
                  render_mode: Literal["rgb_array"] | None = None) -> None:
         super().__init__(cfg, device=device, seed=seed, render_mode=render_mode)
-
-    _env_device: torch.device | None
 
     def _build(self, cfg: Any, render_mode: str | None) -> tuple[Any, Any]:
         """Make the vector env, wrap it, read its autoreset mode and decide how to step it."""
@@ -160,13 +160,12 @@ class GymVectorEnv(GymEnv):
         if self._mode is AutoresetMode.SAME_STEP:
             return super().step(action)
         obs, reward, terminated, truncated, info = self._vec.step(self._to_env_action(action))
-        done = np.asarray(_to_numpy(terminated) | _to_numpy(truncated), dtype=bool)
-        final_obs = self._to_tensor(obs)
-        next_obs = final_obs
+        terminated_np, truncated_np = _to_numpy(terminated).astype(bool), _to_numpy(truncated).astype(bool)
+        done = terminated_np | truncated_np
+        final_obs = next_obs = self._to_tensor(obs)
         if done.any():  # the reset gymnasium would spend the envs' next step on, done now
             reset_obs, _ = self._vec.reset(options={"reset_mask": done})
             next_obs = self._to_tensor(reset_obs)
-        terminated_np, truncated_np = _to_numpy(terminated), _to_numpy(truncated)
         extra: dict[str, Tensor] = {}
         success = self._success(info)
         if success is not None:
