@@ -1,4 +1,4 @@
-"""Schemas of the envs (``env=cartpole|push_cube|push_cube_arm|gym|torch_vector|playground|genesis``).
+"""Schemas of the envs (``env=cartpole|push_cube|push_cube_arm|gym|gym_vector|torch_vector|playground|genesis``).
 
 The keys every env takes (how many copies, and what counts as solved) are declared once in :class:`EnvConfig`.
 Rules that need the device or the simulator (a CUDA-only engine, a gymnasium id's spaces) stay in the envs'
@@ -17,7 +17,7 @@ from embodirl.config.schema import Schema, key
 from embodirl.errors import ConfigError
 
 __all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig",
-           "GenesisConfig", "GymConfig", "PlaygroundConfig", "PushCubeArmConfig", "PushCubeConfig",
+           "GenesisConfig", "GymConfig", "GymVectorConfig", "PlaygroundConfig", "PushCubeArmConfig", "PushCubeConfig",
            "TorchVectorConfig", "WrapperConfig"]
 
 RewardMode = Literal["normalized_dense", "dense", "sparse"]
@@ -314,6 +314,35 @@ class GymConfig(EnvConfig):
     def check(self) -> None:
         super().check()
         check_finite_values("env_kwargs", self.env_kwargs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GymVectorConfig(GymConfig):
+    """Any gymnasium vector env, numpy or torch, in SameStep, NextStep or Disabled autoreset: built from an ``id`` or
+    by your own constructor (``make``), e.g. ``env=gym_vector env.id=HalfCheetah-v5``."""
+
+    target = "embodirl.envs.adapters.gym_vector.GymVectorEnv"
+    id: str | None = key(None, doc="gymnasium id made with gymnasium.make_vec (or set make)",  # type: ignore[assignment]
+                         example="HalfCheetah-v5")  # null: make names the env
+    make: str | dict[str, Any] | None = key(None, doc="your vector env's constructor instead of id: an import path, "
+                                            "or a _target_ node whose other keys are its arguments (called with "
+                                            "num_envs)", example="mypkg.envs.make_vec_env")
+    autoreset_mode: Literal["SameStep", "NextStep"] = key("SameStep", doc="the mode make_vec builds an id's "
+                                                          "vector env in (a make's env states its own in metadata)")
+    wrappers: list[Any] = key(factory=list, doc="vector wrappers applied in order, each a _target_ "
+                                         "node called with the env, e.g. gymnasium.wrappers.vector.NumpyToTorch")
+
+    def check(self) -> None:
+        super().check()  # exactly one of id and make: checked by the env (the shipped option sets neither)
+        if self.make is not None and self.env_kwargs:
+            raise ConfigError("env_kwargs", self.env_kwargs, "empty with make (they are gymnasium.make's arguments "
+                              "for an id)", "pass your constructor's arguments in the env.make node instead")
+        check_finite_values("make", self.make)
+        for i, wrapper in enumerate(self.wrappers):
+            if not (isinstance(wrapper, dict) and isinstance(wrapper.get("_target_"), str)):
+                raise ConfigError(f"wrappers[{i}]", wrapper, "a _target_ node naming a vector wrapper (called with the "
+                                  "vector env first)", "pass e.g. env.wrappers='[{_target_: "
+                                  "gymnasium.wrappers.vector.NumpyToTorch}]'")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,11 +26,12 @@ __all__ = ["MOVED_TARGETS", "check_config_from_file", "is_optimizer_class", "pac
 
 _EXCLUDED = ("hydra",)  # launcher profiles are Hydra's own business, never part of a run config
 # Keys whose value can make a shipped class import a module: gymnasium imports ``module`` for an id
-# ``"module:Env-v0"``; TorchVectorEnv imports and calls a ``make`` given as an import path (a ``make`` mapping's
-# ``_target_`` is checked like any other), GenesisEnv its task's functions. From a file, such a value must be trusted
-# like a target, or be the value the installed package's own option file gives that key.
-_IMPORTING_KEYS = {"embodirl.envs.adapters.gym.GymEnv": "id"}
+# ``"module:Env-v0"``; TorchVectorEnv and GymVectorEnv import and call a ``make`` given as an import path (a ``make``
+# mapping's ``_target_`` is checked like any other), GenesisEnv its task's functions. From a file, such a value must
+# be trusted like a target, or be the value the installed package's own option file gives that key.
+_IMPORTING_KEYS = {"embodirl.envs.adapters.gym.GymEnv": "id", "embodirl.envs.adapters.gym_vector.GymVectorEnv": "id"}
 _CALLED_PATH_KEYS = {"embodirl.envs.adapters.torch_vector.TorchVectorEnv": ("make",),
+                     "embodirl.envs.adapters.gym_vector.GymVectorEnv": ("make",),
                      "embodirl.envs.adapters.genesis.GenesisEnv": ("observation", "reward", "termination")}
 # Classes embodirl ships under another path than the one checkpoints written by earlier versions name
 # (the package was laid out as the pipeline): old path -> new path. A checkpoint's config is read through this

@@ -8,7 +8,8 @@ from tests.conftest import compose_config
 
 ALGOS = {"ppo": [], "grpo": ["algo.group_size=2", "algo.num_steps=16"]}
 POLICIES = ["actor_critic", "actor_only"]
-ENVS = {"cartpole": [], "push_cube": ["env.num_envs=8"], "gym": ["env.id=CartPole-v1", "env.num_envs=2"]}
+ENVS = {"cartpole": [], "push_cube": ["env.num_envs=8"], "gym": ["env.id=CartPole-v1", "env.num_envs=2"],
+        "gym_vector": ["env.id=CartPole-v1", "env.num_envs=2", "env.autoreset_mode=NextStep"]}
 
 
 @pytest.mark.parametrize("env", sorted(ENVS))

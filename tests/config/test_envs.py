@@ -15,6 +15,7 @@ from embodirl.config.envs import (
     EnvConfig,
     GenesisConfig,
     GymConfig,
+    GymVectorConfig,
     PlaygroundConfig,
     PushCubeArmConfig,
     PushCubeConfig,
@@ -24,8 +25,8 @@ from embodirl.config.schema import Schema, key_docs, parse
 from embodirl.errors import ConfigError
 
 OPTIONS = {"cartpole": CartPoleConfig, "push_cube": PushCubeConfig, "push_cube_arm": PushCubeArmConfig,
-           "gym": GymConfig, "torch_vector": TorchVectorConfig, "playground": PlaygroundConfig,
-           "genesis": GenesisConfig}
+           "gym": GymConfig, "gym_vector": GymVectorConfig, "torch_vector": TorchVectorConfig,
+           "playground": PlaygroundConfig, "genesis": GenesisConfig}
 
 
 def option(group: str, name: str) -> dict:

@@ -29,7 +29,7 @@ from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import ObsKey, observation_spec
 from embodirl.errors import ConfigError, check, is_int
 
-__all__ = ["GymEnv"]
+__all__ = ["GymEnv", "as_tensor", "make_vec"]
 
 VectorEnv = gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv  # what gym.make_vec makes
 
@@ -95,9 +95,11 @@ def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) 
                        f"check env.{key} against the arguments {env_id} takes")
 
 
-def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[VectorEnv, gym.envs.registration.EnvSpec]:
-    """``cfg.num_envs`` copies of ``cfg.id`` in gymnasium's vector env (``SAME_STEP`` autoreset) and the id's spec,
-    or a :class:`ConfigError` naming the id, a missing dependency or the constructor argument it refused."""
+def make_vec(cfg: GymConfig, render_mode: str | None, autoreset_mode: str | gym.vector.AutoresetMode = "SameStep",
+             ) -> tuple[VectorEnv, gym.envs.registration.EnvSpec]:
+    """``cfg.num_envs`` copies of ``cfg.id`` in gymnasium's vector env (``SAME_STEP`` autoreset unless asked
+    otherwise) and the id's spec, or a :class:`ConfigError` naming the id, a missing dependency or the constructor
+    argument it refused."""
     spec = _find_spec(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.env_kwargs)
     if cfg.max_episode_steps is not None:
@@ -106,7 +108,7 @@ def _make_vec(cfg: GymConfig, render_mode: str | None) -> tuple[VectorEnv, gym.e
         kwargs["render_mode"] = render_mode
     try:
         vec: Any = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
-                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(autoreset_mode)}, **kwargs)
     except gym.error.DependencyNotInstalled as err:
         box2d = "box2d" in f"{spec.entry_point} {err}".lower()
         raise ConfigError("id", cfg.id, f"an environment whose dependencies are installed (gymnasium says: {err})",
@@ -132,25 +134,27 @@ class GymEnv(BatchedEnv):
 
     def __init__(self, cfg: GymConfig, *, device: str | torch.device = "cpu", seed: int = 0,
                  render_mode: Literal["rgb_array"] | None = None) -> None:
-        env_id, num_envs, max_episode_steps = cfg.id, cfg.num_envs, cfg.max_episode_steps
+        num_envs, max_episode_steps = cfg.num_envs, cfg.max_episode_steps
         check(render_mode in (None, "rgb_array"), "render_mode", render_mode, "None or rgb_array")
-        self._vec, spec = _make_vec(cfg, render_mode)
+        self._vec, spec = self._build(cfg, render_mode)
         self.render_mode = render_mode
+        key, name = self._source(cfg)
         try:
-            self._check_spaces(env_id, self._vec.single_observation_space, self._vec.single_action_space)
-            time_limit = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
+            self._check_spaces(key, name, self._vec.single_observation_space, self._vec.single_action_space)
+            time_limit = max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps",
+                                                                                         None)
             if time_limit is None:
-                raise ConfigError("max_episode_steps", max_episode_steps, f"an int >= 1: {env_id} has no time limit "
+                raise ConfigError("max_episode_steps", max_episode_steps, f"an int >= 1: {name} has no time limit "
                                   "of its own", fix="pass e.g. env.max_episode_steps=1000")
         except ConfigError:
             self._vec.close()
             raise
         obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
-        self.id = env_id
+        self.id = cfg.id
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = int(time_limit)
-        self.solved_threshold = spec.reward_threshold
+        self.solved_threshold = getattr(spec, "reward_threshold", None)
         if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
             self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
                                                     obs_space.high.astype(np.float32), dtype=np.float32)
@@ -172,16 +176,25 @@ class GymEnv(BatchedEnv):
         self._num_resets = 0
         self.reset(seed=seed)
 
+    def _build(self, cfg: GymConfig, render_mode: str | None) -> tuple[Any, gym.envs.registration.EnvSpec | None]:
+        """The vector env and the spec its time limit and solved threshold come from (a subclass may build another)."""
+        return make_vec(cfg, render_mode)
+
     @staticmethod
-    def _check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
+    def _source(cfg: GymConfig) -> tuple[str, str]:
+        """The key that names the environment, and its value, for error messages."""
+        return "id", cfg.id
+
+    @staticmethod
+    def _check_spaces(key: str, env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
         try:
             observation_spec(obs_space)
         except ConfigError:
-            raise ConfigError("id", env_id, f"an environment whose observation space is a Box or a (nested) Dict of "
+            raise ConfigError(key, env_id, f"an environment whose observation space is a Box or a (nested) Dict of "
                               f"Boxes; {env_id} observes {obs_space}",
                               fix="wrap it (e.g. gymnasium.wrappers.FlattenObservation in a registered env) or pick "
                                   "an env with Box or Dict observations") from None
-        check(isinstance(act_space, (gym.spaces.Box, gym.spaces.Discrete)), "id", env_id,
+        check(isinstance(act_space, (gym.spaces.Box, gym.spaces.Discrete)), key, env_id,
               f"an environment with a Box or Discrete action space; {env_id} acts in {act_space}",
               fix="pick an env with Box or Discrete actions")
 
@@ -203,7 +216,7 @@ class GymEnv(BatchedEnv):
         seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
                  for i in range(self.num_envs)]
         self._num_resets += 1
-        obs, info = self._vec.reset(seed=seeds)  # type: ignore[arg-type]  # vector envs take one seed per env too
+        obs, info = self._vec.reset(seed=seeds)  # vector envs take one seed per env too
         self._unseen_info.difference_update(info)
         return self._to_tensor(obs)
 
@@ -218,7 +231,7 @@ class GymEnv(BatchedEnv):
             :class:`StepResult`; ``info["success"]`` ``[N]`` bool when the env reports ``is_success``
             or ``success``.
         """
-        obs, reward, terminated, truncated, info = self._vec.step(self._to_numpy(action))
+        obs, reward, terminated, truncated, info = self._vec.step(self._to_env_action(action))
         final_obs = self._final_obs(obs, info) if "final_obs" in info else obs
         terminated_t = torch.as_tensor(terminated, dtype=torch.bool).to(self.device)
         truncated_t = torch.as_tensor(truncated & ~terminated, dtype=torch.bool).to(self.device)
@@ -271,6 +284,10 @@ class GymEnv(BatchedEnv):
                                       "frames")
         return np.stack([square_frame(np.asarray(pictures[i]), size) for i in ids])
 
+    def _to_env_action(self, action: Tensor) -> Any:
+        """The action as the vector env takes it (numpy here; a subclass may hand a torch env tensors)."""
+        return self._to_numpy(action)
+
     def _to_numpy(self, action: Tensor) -> np.ndarray:
         action = action.detach().cpu()
         if self.is_discrete:
@@ -296,11 +313,11 @@ class GymEnv(BatchedEnv):
         """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a
         TensorDict."""
         if self._keys is None:
-            return torch.tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+            return as_tensor(obs, torch.float32, self.device)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
         for key, (_, dtype) in self._keys.items():
             leaf = obs[key] if isinstance(obs, dict) and key in obs else _leaf(obs, key)
-            out.set(key, torch.tensor(np.asarray(leaf), dtype=dtype, device=self.device))
+            out.set(key, as_tensor(leaf, dtype, self.device))
         return out
 
     def _success(self, info: dict[str, Any]) -> np.ndarray | None:
@@ -315,6 +332,13 @@ class GymEnv(BatchedEnv):
                     success = np.where(source[f"_{key}"], np.asarray(source[key], dtype=bool), success)
             return success
         return None
+
+
+def as_tensor(value: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``value`` (a numpy array, copied, or a torch tensor of an env made torch) as a ``dtype`` tensor on ``device``."""
+    if isinstance(value, Tensor):
+        return value.to(device=device, dtype=dtype)
+    return torch.tensor(np.asarray(value), dtype=dtype, device=device)
 
 
 def square_frame(picture: np.ndarray, size: int) -> np.ndarray:

@@ -204,6 +204,7 @@ class TorchVectorEnv(BatchedEnv):
               f"the number of envs the simulator made ({size})", "check how make passes num_envs on")
         check(_attribute(sim, "auto_reset") is not False, "make.auto_reset", False,
               "true: embodirl's envs reset finished episodes inside step", "pass env.make.auto_reset=true")
+        self._refuse_gymnasium_vector(sim)
         obs_space = _attribute(sim, "single_observation_space")
         try:
             self._spec = observation_spec(obs_space)
@@ -229,6 +230,27 @@ class TorchVectorEnv(BatchedEnv):
               "an int >= 1: the simulator states no episode limit (spec.max_episode_steps or max_episode_length)",
               "pass env.max_episode_steps=<its time limit>")
         self.max_episode_steps = int(limit)
+
+    @staticmethod
+    def _refuse_gymnasium_vector(sim: Any) -> None:
+        """Refuse gymnasium vector envs this adapter would mis-step: a ``NextStep``/``Disabled`` one (its reset step
+        would become a zero-reward transition of every episode) and a ``SameStep`` one made torch by an array
+        conversion (``NumpyToTorch`` fails on the object array of final observations). ``env=gym_vector`` runs both."""
+        metadata = getattr(sim, "metadata", None)
+        mode = metadata.get("autoreset_mode") if isinstance(metadata, Mapping) else None
+        if mode is None:
+            return
+        mode = getattr(mode, "value", mode)
+        fix = "select env=gym_vector and pass the same constructor as env.make (it handles gymnasium's autoreset modes)"
+        check(mode == gym.vector.AutoresetMode.SAME_STEP.value, "make", type(sim).__name__,
+              f"a simulator that resets finished envs inside the step that ends them; this gymnasium vector env "
+              f"states autoreset_mode {mode}, whose reset step would be stored as a transition", fix)
+        inner = sim
+        while isinstance(inner, gym.vector.VectorWrapper):
+            check(not isinstance(inner, gym.wrappers.vector.ArrayConversion), "make", type(sim).__name__,
+                  f"a simulator that returns its final observations as tensors; gymnasium's {type(inner).__name__} "
+                  "fails on SameStep's info['final_obs'] (one observation per env in an object array)", fix)
+            inner = inner.env
 
     # --- reset ------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:

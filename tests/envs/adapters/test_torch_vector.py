@@ -373,3 +373,15 @@ def test_named_info_keys_become_info_metrics_and_an_unknown_one_is_refused():
     bad = make_env(num_envs=2, adapter={"info_metrics": ["elapsed"]})
     with pytest.raises(ConfigError, match=r"^env.info_metrics='elapsed' is invalid.*elapsed_steps.*Fix: remove"):
         bad.step(torch.zeros(2, 2))
+
+@pytest.mark.parametrize(("autoreset_mode", "reason"), [
+    ("NextStep", "states autoreset_mode NextStep, whose reset step would be stored as a transition"),
+    ("SameStep", "NumpyToTorch fails on SameStep's info['final_obs']"),
+])
+def test_gymnasium_vector_env_made_torch_is_refused_pointing_to_gym_vector(autoreset_mode, reason):
+    # NextStep was accepted and trained on one phantom zero-reward transition per episode (CartPole's episode
+    # length was its return + 1); SameStep crashed inside gymnasium at the first finished episode
+    make = {"_target_": "tests.envs.adapters.torch_gymnasium.make_torch_cartpole", "autoreset_mode": autoreset_mode}
+    with pytest.raises(ConfigError, match="make='NumpyToTorch' is invalid") as err:
+        TorchVectorEnv(TorchVectorConfig(make=make, num_envs=4, success_key=None))
+    assert reason in str(err.value) and "select env=gym_vector" in str(err.value)
