@@ -169,7 +169,9 @@ class Collector:
         steps = slice(0, num_steps)
         cut = self.rollout["truncated"][:, steps] & ~self.rollout["terminated"][:, steps]
         if cut.any():
-            final_obs = self.extras["final_obs"][:, steps][cut]
+            # One flat mask, not the [N, T] one: tensordict reads a 2-D mask as two index tensors and broadcasts
+            # their shapes with torch.broadcast_shapes, which imports torch's symbolic shapes (sympy) on first use.
+            final_obs = self.extras["final_obs"][:, steps].reshape(-1)[cut.reshape(-1)]
             no_state = self.policy.initial_state(final_obs.shape[0])  # empty: the policy is feedforward
             self.rollout["final_value"][:, steps][cut] = self.policy.value(final_obs, no_state)
 

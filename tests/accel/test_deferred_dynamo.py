@@ -72,3 +72,23 @@ def test_a_default_training_run_never_imports_dynamo(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "dynamo loaded: False"
+
+
+def test_episodes_cut_by_the_time_limit_load_no_compiler_machinery(tmp_path):
+    """The first time-limit cut bootstraps the final observations. Indexing them with a 2-D mask made tensordict
+    call ``torch.broadcast_shapes``, which imports torch's symbolic shapes (sympy): half a second spent inside
+    the training loop at the first episode end, and inside the timed iterations of ``embodirl-bench``."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.argv = ["embodirl-train", "env=push_cube", "env.num_envs=64", "env.max_episode_steps=8",
+                    "algo.num_steps=16", "trainer=debug", "trainer.total_env_steps=2048",
+                    "logger=none", "hydra.run.dir={tmp_path / 'run'}"]
+        from embodirl.cli.train import main
+        try:
+            main()
+        except SystemExit as stop:
+            assert not stop.code, stop.code
+        print("loaded:", sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "loaded: []"
