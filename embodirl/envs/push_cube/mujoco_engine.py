@@ -89,7 +89,7 @@ class WarpEngine:
             raise ConfigError("engine", "warp", f"mujoco_warp and warp-lang installed ({exc})",
                               'pip install "embodirl[warp]" (pinned mujoco-warp and warp-lang), '
                               "or use the CPU engine (device=cpu)") from None
-        wp.config.quiet = True
+        wp.config.log_level = wp.LOG_WARNING  # no init banner (warp-lang 1.19 ignores wp.config.quiet)
         wp.init()
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:

@@ -364,3 +364,19 @@ def test_warp_engine_on_the_cpu_agrees_with_the_batch_engine():
         action = scripted_action(obs_b, batch)
         obs_b, obs_w = batch.step(action).obs, warp.step(action).obs
     torch.testing.assert_close(obs_w, obs_b, rtol=0, atol=2e-3)
+
+
+def test_warp_engine_prints_no_init_banner():
+    """warp-lang 1.19 dropped ``wp.config.quiet`` (setting it does nothing): the banner is kept out with
+    ``wp.config.log_level``; a run's console shows embodirl's lines, not warp's."""
+    pytest.importorskip("mujoco_warp", reason="the [warp] extra is not installed")
+    pytest.importorskip("warp", reason="the [warp] extra is not installed")
+    import subprocess
+    import sys
+
+    script = ("from embodirl.envs.push_cube.arm import PushCubeArm; "
+              "from embodirl.config.envs import PushCubeArmConfig; "
+              "PushCubeArm(PushCubeArmConfig(num_envs=2, engine='warp'), seed=0)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "initialized" not in out.stdout + out.stderr
