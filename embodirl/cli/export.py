@@ -78,7 +78,7 @@ def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path
     if isinstance(space, gym.spaces.Box):
         action.update(low=space.low.tolist(), high=space.high.tolist())
     else:
-        action.update(num_actions=int(space.n))
+        action.update(num_actions=int(space.n), start=actor.action_start)
     control_dt = getattr(env, "control_dt", None)
     state = [{**s.as_json(), "initial": _initial(actor, k)} for s, k in zip(actor.state, actor.state_keys, strict=True)]
     return {"format": fmt, "file": file, "embodirl_version": embodirl.__version__,
@@ -127,7 +127,8 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     env = build_env(train_cfg.env, cpu, seed=0, num_envs=1)  # for its spaces and control period only
     try:
         policy = restored_policy(train_cfg.policy, env, cpu, state["policy"], path)
-        actor = DeterministicActor(policy, env.observation_space, env.action_space)
+        actor = DeterministicActor(policy, env.observation_space, env.action_space,
+                                   action_start=getattr(env, "action_start", 0))
         record = manifest(actor, fmt=cfg.format, file=FILE_NAMES[cfg.format], checkpoint=path,
                           run=owning_run(cfg.run, cfg.checkpoint), env=env, train_cfg=train_cfg)
     finally:

@@ -79,13 +79,18 @@ class DeterministicActor(nn.Module):
         policy: A trained policy (in eval mode; it is not copied).
         observation_space: The env's single-env observation space (Box or Dict of Boxes).
         action_space: The env's single-env action space (Discrete or 1-D Box).
+        action_start: For a ``Discrete`` space, the first action of the env the policy was trained on
+            (gymnasium's ``Discrete(n, start=k)``; embodirl's adapters act with ``0 .. n-1`` and add ``k``): added
+            inside, so the output is the env's own action.
     """
 
     low: Tensor
     high: Tensor
 
-    def __init__(self, policy: Any, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def __init__(self, policy: Any, observation_space: gym.Space, action_space: gym.Space,
+                 action_start: int = 0) -> None:
         super().__init__()
+        self.action_start = int(action_start) if isinstance(action_space, gym.spaces.Discrete) else 0
         self.policy = policy
         spec = observation_spec(observation_space)
         read = getattr(policy, "actor_keys", None)  # the shipped policies' actor keys; None: every key
@@ -127,6 +132,8 @@ class DeterministicActor(nn.Module):
         action, next_state = self.policy.mode(obs, state)
         if self.clip:
             action = torch.minimum(torch.maximum(action, self.low), self.high)
+        if self.action_start:
+            action = action + self.action_start
         return (action, *(next_state.get(key) for key in self.state_keys))
 
     def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:

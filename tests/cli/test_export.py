@@ -8,8 +8,10 @@ import json
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
 from embodirl.cli import export as export_cli
 from tests.conftest import TINY, Outcome, in_process_run
@@ -63,7 +65,8 @@ def test_a_torchscript_export_lands_in_the_run_with_its_manifest(run_dir, export
     assert manifest["checkpoint"] == str((run_dir / "checkpoints" / "best.pt").resolve())
     assert manifest["run"] == str(run_dir.resolve()) and manifest["embodirl_version"]
     assert manifest["inputs"] == [{"name": "obs.state", "shape": [4], "dtype": "float32"}]
-    assert manifest["action"] == {"name": "action", "shape": [], "dtype": "int64", "num_actions": 2}
+    assert manifest["action"] == {"name": "action", "shape": [], "dtype": "int64", "num_actions": 2,
+                                  "start": 0}
     assert manifest["state"] == [] and manifest["control_dt"] is None
     actor = torch.jit.load(str(out / "policy.pt"))
     assert actor(torch.zeros(3, 4))[0].shape == (3,)
@@ -193,3 +196,36 @@ def test_a_failed_write_leaves_no_half_file_and_keeps_the_earlier_export(run_dir
     assert result.code == 1 and "No space left on device (errno 28)" in result.err
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "policy.pt"]
     assert (out / "policy.pt").read_bytes() == before
+
+
+class _ShiftedActions(gym.ActionWrapper):
+    """CartPole whose two actions are -1 and 0 (``Discrete(2, start=-1)``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(CartPoleEnv(**kwargs))
+        self.action_space = gym.spaces.Discrete(2, start=-1)
+
+    def action(self, action):
+        assert action in (-1, 0), action
+        return int(action) + 1
+
+
+def test_a_discrete_space_with_a_start_exports_the_envs_own_actions(tmp_path, export, monkeypatch):
+    """The adapters act with 0 .. n-1 and add the start; the export outputs the env's own action and the manifest
+    names the range, so a driver needs no offset of its own."""
+    from embodirl.cli import train
+
+    if "EmbodirlTest/ShiftedCartPole-v0" not in gym.registry:
+        gym.register("EmbodirlTest/ShiftedCartPole-v0", entry_point=_ShiftedActions, max_episode_steps=50)
+    run = tmp_path / "shifted"
+    monkeypatch.setattr(sys, "argv", ["embodirl-train", *TINY, "env=gym", "env.id=EmbodirlTest/ShiftedCartPole-v0",
+                                      "logger.tensorboard=false", f"hydra.run.dir={run}"])
+    with in_process_run(timeout_s=300):
+        train.main()
+    assert export([f"run={run}", "checkpoint=last", "format=torchscript"]).code == 0
+    out = run / "export" / "torchscript"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["action"] == {"name": "action", "shape": [], "dtype": "int64", "num_actions": 2, "start": -1}
+    actor, obs = torch.jit.load(str(out / "policy.pt")), torch.randn(256, 4)
+    index = actor.policy.actor(obs).argmax(-1)  # the Categorical's mode, 0 .. n-1
+    assert torch.equal(actor(obs)[0], index - 1)

@@ -162,9 +162,10 @@ class GymEnv(BatchedEnv):
         else:
             self.observation_space = _contract_space(obs_space)
             self._keys = observation_spec(self.observation_space)
+        # Actions are 0 .. n-1 here (what the policies output); the env's own are action_start more.
+        self.action_start = int(act_space.start) if isinstance(act_space, gym.spaces.Discrete) else 0
         if isinstance(act_space, gym.spaces.Discrete):
             self.action_space = gym.spaces.Discrete(int(act_space.n))
-            self._action_start = int(act_space.start)
         else:  # a Box (_check_spaces)
             box = typing.cast(gym.spaces.Box, act_space)
             self.action_space = box
@@ -291,7 +292,7 @@ class GymEnv(BatchedEnv):
     def _to_numpy(self, action: Tensor) -> np.ndarray:
         action = action.detach().cpu()
         if self.is_discrete:
-            return action.reshape(self.num_envs).to(torch.int64).numpy() + self._action_start
+            return action.reshape(self.num_envs).to(torch.int64).numpy() + self.action_start
         array = action.reshape(self.num_envs, *self._action_shape).to(torch.float64).numpy()
         return np.clip(array, self._action_low, self._action_high).astype(self.action_space.dtype)
 

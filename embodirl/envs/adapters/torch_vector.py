@@ -217,7 +217,7 @@ class TorchVectorEnv(BatchedEnv):
         check(isinstance(act_space, (gym.spaces.Box, gym.spaces.Discrete)), "make", type(sim).__name__,
               f"a simulator whose single_action_space is a Box or Discrete, not {act_space}", _EXAMPLE)
         self.action_space = act_space
-        self._action_start = int(act_space.start) if isinstance(act_space, gym.spaces.Discrete) else 0
+        self.action_start = int(act_space.start) if isinstance(act_space, gym.spaces.Discrete) else 0
         self._action_low = self._action_high = None
         bounded = isinstance(act_space, gym.spaces.Box) and bool(np.isfinite(act_space.low).any()
                                                                  | np.isfinite(act_space.high).any())
@@ -324,8 +324,8 @@ class TorchVectorEnv(BatchedEnv):
         """
         if self._action_low is not None:
             action = torch.clamp(action, self._action_low, self._action_high)
-        elif self._action_start:
-            action = action + self._action_start
+        elif self.action_start:
+            action = action + self.action_start
         obs, reward, terminated, truncated, info = self._sim.step(action)
         next_obs = self._observation(obs)
         terminated = terminated if terminated.dtype == torch.bool else terminated.to(torch.bool)
