@@ -120,6 +120,7 @@ class CartPole(BatchedEnv):
         num_envs, hide_velocities = cfg.num_envs, cfg.hide_velocities
         self.num_envs = num_envs
         self.max_episode_steps = cfg.max_episode_steps
+        self.control_dt = TAU  # seconds per step: an export's manifest and the videos' frame rate read it
         self.device = torch.device(device)
         self.physics_dtype = _DTYPES[cfg.physics_dtype]
         self.hide_velocities = hide_velocities

@@ -67,7 +67,7 @@ def test_a_torchscript_export_lands_in_the_run_with_its_manifest(run_dir, export
     assert manifest["inputs"] == [{"name": "obs.state", "shape": [4], "dtype": "float32"}]
     assert manifest["action"] == {"name": "action", "shape": [], "dtype": "int64", "num_actions": 2,
                                   "start": 0}
-    assert manifest["state"] == [] and manifest["control_dt"] is None
+    assert manifest["state"] == [] and manifest["control_dt"] == 0.02  # CartPole's Euler step
     actor = torch.jit.load(str(out / "policy.pt"))
     assert actor(torch.zeros(3, 4))[0].shape == (3,)
 
