@@ -92,7 +92,7 @@ def test_a_missing_teacher_run_is_one_line_before_training(cli, tmp_path):
     assert out.code == 2
     line = out.err.strip()
     assert "\n" not in line and "algo.teacher.run=" in line and "nowhere" in line
-    assert "Fix: train a teacher first (embodirl-train +experiment=ppo_push_cube)" in line
+    assert "Fix: train a teacher first (embodirl-train +experiment=ppo_push_cube_teacher)" in line
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -124,3 +124,15 @@ def test_a_distillation_without_a_teacher_is_refused_by_the_schema():
     with pytest.raises(ConfigError, match=r"algo.teacher.run=None is invalid: expected the run directory of a trained "
                                           r"teacher\. Fix: train one"):
         parse(DistillConfig, {}, "algo.")
+
+
+def test_the_pixel_student_and_the_pixel_ppo_recipe_read_pixels_alike():
+    """``ppo_push_cube_rgb`` can continue from a ``distill_push_cube_rgb`` student (``policy.init_from``). The
+    encoder's input normalisation follows from the config, not from the weights: the two recipes must declare
+    the same, or the continued actor would see differently scaled pixels than it was trained on."""
+    from tests.conftest import compose_config
+
+    student = compose_config(["+experiment=distill_push_cube_rgb", "algo.teacher.run=x"]).policy
+    ppo = compose_config(["+experiment=ppo_push_cube_rgb"]).policy
+    assert student.encoders.rgb == ppo.encoders.rgb and student.encoders.rgb.pixel_std is not None
+    assert student.hidden_sizes == ppo.hidden_sizes and student.actor_keys == ppo.actor_keys

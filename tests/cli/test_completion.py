@@ -51,7 +51,8 @@ def test_query_proposes_appended_groups_with_their_plus(monkeypatch, capsys):
     assert _query("embodirl-train exp", monkeypatch, capsys) == ["+experiment="]
     assert _query("embodirl-train algo=grpo +experiment=ppo_p", monkeypatch, capsys) == [
         "+experiment=ppo_pendulum", "+experiment=ppo_push_cube", "+experiment=ppo_push_cube_4k",
-        "+experiment=ppo_push_cube_arm", "+experiment=ppo_push_cube_dr", "+experiment=ppo_push_cube_rgb"]
+        "+experiment=ppo_push_cube_arm", "+experiment=ppo_push_cube_dr", "+experiment=ppo_push_cube_rgb",
+        "+experiment=ppo_push_cube_teacher"]
     assert _query("embodirl-train +sw", monkeypatch, capsys) == ["+sweep="]
     assert _query("embodirl-train algo=", monkeypatch, capsys) == ["algo=a2c", "algo=distill", "algo=grpo", "algo=ppo"]
 
