@@ -73,7 +73,15 @@ class FrameStack(EnvWrapper):
         super().__init__(env)
         self.num_frames, self.image_keys = num_frames, keys
         self.observation_space = _stacked_space(env.observation_space, keys, num_frames)
-        self._stacks: dict[ObsKey, Tensor] = {}
+        # Per image key the last k frames, frame-major [k, N, H, W, C], oldest first. Kept apart, not as the
+        # observation's [N, H, W, k C]: there a frame is C bytes every k C, and shifting, restarting or
+        # repeating frames in place of one another copies a few bytes at a time (several times slower).
+        # Until the first reset they hold zeros: the wrapped env is ready to step once built, so is the stack.
+        spec = observation_spec(env.observation_space)
+        self._frames: dict[ObsKey, Tensor] = {}
+        for key in keys:
+            self._buffer(key, torch.zeros(env.num_envs, *spec[key][0], dtype=spec[key][1], device=env.device))
+        self._rows = torch.arange(env.num_envs, device=env.device)
 
     def _leaf(self, obs: Tensor | TensorDict, key: ObsKey) -> Tensor:
         return obs if isinstance(obs, Tensor) else obs.get(key)
@@ -87,47 +95,55 @@ class FrameStack(EnvWrapper):
             out.set(key, stack)
         return out
 
-    def _fresh(self, frame: Tensor) -> Tensor:
-        """A stack of ``frame`` ``[N, H, W, C]`` repeated: the start of an episode."""
-        return frame.repeat(1, 1, 1, self.num_frames)
+    @staticmethod
+    def _stacked(frames: list[Tensor]) -> Tensor:
+        """``[N, H, W, k C]`` of ``k`` frames ``[N, H, W, C]``, oldest first: one pass, a new tensor."""
+        stack = torch.stack(frames, dim=-2)
+        return stack.view(*stack.shape[:-2], -1)
 
-    def _push(self, stack: Tensor, frame: Tensor) -> Tensor:
-        """``stack`` without its oldest frame, ``frame`` appended as the newest."""
-        return torch.cat([stack[..., frame.shape[-1]:], frame], dim=-1)
-
-    def _store(self, stacks: dict[ObsKey, Tensor]) -> None:
-        """Keep ``stacks`` in the buffers allocated at the first reset, in place: a compiled or CUDA-graph-captured
-        step reads and writes them at fixed addresses (see :mod:`embodirl.envs.base`)."""
-        for key, stack in stacks.items():
-            buffer = self._stacks.get(key)
-            if buffer is None or buffer.shape != stack.shape:
-                self._stacks[key] = buffer = stack.clone()
-                mark_static(self.device, buffer)
-            buffer.copy_(stack)
+    def _buffer(self, key: ObsKey, frame: Tensor) -> Tensor:
+        """The frames of ``key``, allocated at the first reset and then kept at one address: a compiled or
+        CUDA-graph-captured step reads and writes them there (see :mod:`embodirl.envs.base`)."""
+        buffer = self._frames.get(key)
+        if buffer is None or buffer.shape[1:] != frame.shape:
+            self._frames[key] = buffer = frame.new_zeros(self.num_frames, *frame.shape)
+            mark_static(self.device, buffer)
+        return buffer
 
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:
         obs = self.env.reset(seed=seed, group_size=group_size)
-        stacks = {key: self._fresh(self._leaf(obs, key)) for key in self.image_keys}
-        self._store(stacks)
+        stacks = {}
+        for key in self.image_keys:
+            frame = self._leaf(obs, key)
+            buffer = self._buffer(key, frame)
+            buffer.copy_(frame.expand_as(buffer))  # the first frame in every slot
+            stacks[key] = self._stacked(list(buffer.unbind(0)))
         return self._with(obs, stacks)
 
     def step(self, action: Tensor) -> StepResult:
         out = self.env.step(action)
-        done = (out.terminated | out.truncated).view(-1, 1, 1, 1)
+        done = out.terminated | out.truncated
+        # Row i of cat([frames, frame]): the env's own row, or the new frame's where its episode ended. A row
+        # gather copies whole frames, where torch.where would copy a few bytes at a time on a CPU.
+        restart = self._rows + done.to(torch.int64) * self.num_envs
         stacks, finals = {}, {}
         for key in self.image_keys:
             frame, final = self._leaf(out.obs, key), self._leaf(out.final_obs, key)
-            finals[key] = self._push(self._stacks[key], final)
-            stacks[key] = torch.where(done, self._fresh(frame), self._push(self._stacks[key], frame))
-        self._store(stacks)
+            buffer = self._frames[key]
+            finals[key] = self._stacked([*buffer[1:].unbind(0), final])
+            for slot in range(self.num_frames - 1):  # drop the oldest frame
+                buffer[slot].copy_(torch.cat([buffer[slot + 1], frame]).index_select(0, restart))
+            buffer[-1].copy_(frame)
+            stacks[key] = self._stacked(list(buffer.unbind(0)))
         return out._replace(obs=self._with(out.obs, stacks), final_obs=self._with(out.final_obs, finals))
 
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         return self.env.render(env_ids, size)
 
     def state_dict(self) -> dict[str, Tensor]:
-        """The wrapped env's state and the current stacks (``frame_stack.<key>``)."""
-        return {**self.env.state_dict(), **{_PREFIX + key_name(k): s.clone() for k, s in self._stacks.items()}}
+        """The wrapped env's state and the current stacks (``frame_stack.<key>``, ``[N, H, W, k C]`` as observed)."""
+        stacks = {_PREFIX + key_name(k): self._stacked(list(f.unbind(0))) for k, f in self._frames.items()}
+        return {**self.env.state_dict(), **stacks}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         missing = [_PREFIX + key_name(k) for k in self.image_keys if _PREFIX + key_name(k) not in state]
@@ -135,7 +151,10 @@ class FrameStack(EnvWrapper):
             raise CheckpointError(f"FrameStack.load_state_dict: missing {missing}; the snapshot was taken without "
                                   "env.frame_stack: resume with the checkpoint's env.frame_stack")
         self.env.load_state_dict({name: value for name, value in state.items() if not name.startswith(_PREFIX)})
-        self._store({key: state[_PREFIX + key_name(key)].to(self.device) for key in self.image_keys})
+        for key in self.image_keys:
+            stack = state[_PREFIX + key_name(key)].to(self.device)  # [N, H, W, k C]
+            frames = stack.view(*stack.shape[:-1], self.num_frames, -1).movedim(-2, 0)
+            self._buffer(key, frames[0]).copy_(frames)
 
     def close(self) -> None:
         self.env.close()

@@ -49,7 +49,7 @@ def test_a_reset_in_one_env_leaves_the_others_stacks():
     for env in (inner, stacked.unwrapped):  # env 1's cube leaves the table: its episode ends after the next step
         env._state[4, 1] = 0.59
         env._state[7, 1] = 5.0
-    before = stacked._stacks[("rgb",)].clone()
+    before = stacked.state_dict()["frame_stack.rgb"]
     out, expected = inner.step(torch.zeros(3, 2)), stacked.step(torch.zeros(3, 2))
     assert out.terminated.tolist() == [False, True, False]
     new = out.obs["rgb"]
@@ -86,9 +86,35 @@ def test_snapshots_carry_the_stacks():
 def test_the_stacks_stay_at_one_address_for_compiled_and_captured_steps():
     env = FrameStack(_push_cube(), 2)
     env.reset(seed=0)
-    address = env._stacks[("rgb",)].data_ptr()
+    address = env._frames[("rgb",)].data_ptr()
     obs = env.step(torch.ones(3, 2)).obs["rgb"]
     env.reset(seed=1)
     env.load_state_dict(env.state_dict())
-    assert env._stacks[("rgb",)].data_ptr() == address
+    assert env._frames[("rgb",)].data_ptr() == address
     assert obs.data_ptr() != address  # what a step returns is its own tensor, not the buffer
+
+
+@pytest.mark.slow  # dynamo traces the wrapped step (seconds)
+def test_the_stacked_step_compiles_to_one_graph_and_equals_eager():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    eager, compiled = FrameStack(_push_cube(), 3), FrameStack(_push_cube(), 3)
+    eager.reset(seed=0)
+    compiled.reset(seed=0)
+    step = torch.compile(compiled.step, fullgraph=True, dynamic=False, backend="eager")
+    action = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    with torch._dynamo.config.patch(error_on_recompile=True):  # episodes end and restart: still one graph
+        for _ in range(7):  # two episode ends (max_episode_steps=3)
+            want, got = eager.step(action), step(action)
+            assert torch.equal(got.obs["rgb"], want.obs["rgb"])
+            assert torch.equal(got.final_obs["rgb"], want.final_obs["rgb"])
+    torch._dynamo.reset()
+
+
+def test_a_stack_steps_right_after_it_is_built_as_the_env_inside_does():
+    """Built envs are reset already (``embodirl-bench`` steps them at once); the stacks start from zeros."""
+    inner, stacked = _push_cube(), FrameStack(_push_cube(), 2)
+    action = torch.ones(3, 2)
+    out, got = inner.step(action), stacked.step(action)
+    assert torch.equal(got.obs["rgb"], torch.cat([torch.zeros_like(out.obs["rgb"]), out.obs["rgb"]], dim=-1))
