@@ -102,8 +102,9 @@ class FrameStack(EnvWrapper):
         return stack.view(*stack.shape[:-2], -1)
 
     def _buffer(self, key: ObsKey, frame: Tensor) -> Tensor:
-        """The frames of ``key``, allocated at the first reset and then kept at one address: a compiled or
-        CUDA-graph-captured step reads and writes them there (see :mod:`embodirl.envs.base`)."""
+        """The frames of ``key``, allocated when the wrapper is built (again only if a reset brings frames of
+        another shape) and then kept at one address: a compiled or CUDA-graph-captured step reads and writes them
+        there (see :mod:`embodirl.envs.base`)."""
         buffer = self._frames.get(key)
         if buffer is None or buffer.shape[1:] != frame.shape:
             self._frames[key] = buffer = frame.new_zeros(self.num_frames, *frame.shape)
