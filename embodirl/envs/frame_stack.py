@@ -132,8 +132,8 @@ class FrameStack(EnvWrapper):
             frame, final = self._leaf(out.obs, key), self._leaf(out.final_obs, key)
             buffer = self._frames[key]
             finals[key] = self._stacked([*buffer[1:].unbind(0), final])
-            for slot in range(self.num_frames - 1):  # drop the oldest frame
-                buffer[slot].copy_(torch.cat([buffer[slot + 1], frame]).index_select(0, restart))
+            newer = torch.cat([buffer[1:], frame.expand_as(buffer[1:])], dim=1)  # [k-1, 2N, ...]
+            buffer[:-1].copy_(newer.index_select(1, restart))  # the oldest frame dropped
             buffer[-1].copy_(frame)
             stacks[key] = self._stacked(list(buffer.unbind(0)))
         return out._replace(obs=self._with(out.obs, stacks), final_obs=self._with(out.final_obs, finals))
