@@ -28,7 +28,7 @@ from embodirl.config.schema import (
 )
 from embodirl.errors import ConfigError
 
-__all__ = ["check_finite_values", "instantiate", "keywords", "to_node"]
+__all__ = ["check_finite_values", "import_callable", "instantiate", "keywords", "to_node"]
 
 
 def keywords(cfg: Any) -> dict[str, Any]:
@@ -82,6 +82,25 @@ def _import(target: str, prefix: str) -> Any:
         raise ConfigError(f"{prefix}_target_", target, "an importable class",
                           f"check the module path, or select an option of the {prefix.rstrip('.')} group",
                           absolute=True) from exc
+
+
+def import_callable(key: str, path: str, expected: str, fix: str) -> Any:
+    """The callable the import path ``path`` (config key ``key``) names.
+
+    Raises:
+        ConfigError: One line naming ``key``, ``path``, ``expected`` and ``fix``, where the import fails (with its
+            reason) or the object is not callable.
+    """
+    from hydra.utils import get_object
+
+    try:
+        found = get_object(path)
+    except Exception as exc:  # Hydra reports import failures as several types
+        reason = " ".join(str(exc).split())[:240]
+        raise ConfigError(key, path, f"{expected}; importing it failed: {reason}", fix) from None
+    if not callable(found):
+        raise ConfigError(key, path, f"{expected}; it is not callable", fix)
+    return found
 
 
 def _instantiate_by_signature(node: Node, prefix: str, runtime: Mapping[str, Any]) -> Any:

@@ -29,10 +29,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from hydra.utils import get_object
 from torch import Tensor
 
 from embodirl.config.envs import GenesisConfig
+from embodirl.config.instantiate import import_callable
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.errors import ConfigError, check, is_int
 
@@ -65,16 +65,8 @@ def model_path(model: str) -> Path:
 
 def _function(key: str, path: str) -> Callable[..., Tensor]:
     """The callable ``path`` names, refused in one line naming the key when it cannot be imported."""
-    expected = f"an import path of a function {_FUNCTIONS[key]}"
-    try:
-        function = get_object(path)
-    except Exception as exc:  # Hydra reports import failures as several types
-        reason = " ".join(str(exc).split())[:200]
-        raise ConfigError(key, path, f"{expected}; importing it failed: {reason}",
-                          f"correct the path; the example is embodirl.envs.genesis_cartpole.{key}") from None
-    check(callable(function), key, path, f"{expected}; it is not callable",
-          f"name a function, e.g. embodirl.envs.genesis_cartpole.{key}")
-    return function
+    return import_callable(key, path, f"an import path of a function {_FUNCTIONS[key]}",
+                           f"correct the path; the example is embodirl.envs.genesis_cartpole.{key}")
 
 
 def _import_genesis(device: torch.device, seed: int) -> Any:

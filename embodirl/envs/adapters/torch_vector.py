@@ -48,11 +48,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.config.envs import TorchVectorConfig
+from embodirl.config.instantiate import import_callable
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import STATE_KEY, ObsKey, key_name, observation_spec
 from embodirl.errors import ConfigError, check, is_int
@@ -137,13 +138,8 @@ def build_simulator(make: str | Mapping[str, Any] | None, num_envs: int) -> Any:
         raise ConfigError("make", make, expected, f"pass env.make=mypkg.make_sim, or {_EXAMPLE}")
     check("num_envs" not in kwargs, "make.num_envs", kwargs.get("num_envs"), "absent: env.num_envs sets it",
           "remove env.make.num_envs and set env.num_envs")
-    try:
-        factory = get_object(target)
-    except Exception as exc:  # Hydra reports import failures as several types
-        reason = " ".join(str(exc).split())[:240]
-        raise ConfigError(key, target, f"{expected}; importing it failed: {reason}",
-                          f"install the simulator's package or correct the path; {_EXAMPLE}") from None
-    check(callable(factory), key, target, f"{expected}; it is not callable", _EXAMPLE)
+    factory = import_callable(key, target, expected, f"install the simulator's package or correct the path; "
+                              f"{_EXAMPLE}")
     _check_arguments(factory, target, [*kwargs, "num_envs"])
     if kwargs:
         kwargs = instantiate(kwargs, _convert_="all")
