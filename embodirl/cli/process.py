@@ -2,10 +2,11 @@
 
 Once torch is imported, a normal interpreter exit spends a large part of a short run's wall time freeing every
 module and object one by one (the user waits at the prompt for it, with nothing left to do). A console script
-instead finishes what a normal exit finishes that matters (it waits for non-daemon threads, runs the ``atexit``
-handlers: logging's flush, multiprocessing's child joins, wandb's, and flushes stdout and stderr) and then ends
-the process at once with the same exit status. In-process callers (tests, notebooks) call ``main`` directly and
-are never ended.
+instead finishes what a normal exit finishes that matters, in the interpreter's own order (it runs the threading
+exit hooks, which stop ``concurrent.futures`` workers such as torch's inductor prefetch pool, waits for non-daemon
+threads, runs the ``atexit`` handlers: logging's flush, multiprocessing's child joins, wandb's, and flushes stdout
+and stderr) and then ends the process at once with the same exit status. In-process callers (tests, notebooks)
+call ``main`` directly and are never ended.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def run_console_script(main: Callable[[], object]) -> NoReturn:
         code = returned if isinstance(returned, int) else 0
     except SystemExit as stop:
         code = _status(stop.code)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's exit does first: the threading exit hooks (an idle executor worker waits for its hook
+    # to stop it; joining it before would wait forever), then the join of every non-daemon thread.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing more can go there
