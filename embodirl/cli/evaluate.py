@@ -12,6 +12,7 @@ command line); see :mod:`embodirl.config.trust`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -272,24 +273,49 @@ def _eval_num_envs(config: dict[str, Any]) -> Any:
     return trainer.get("num_eval_envs") if isinstance(trainer, dict) else None
 
 
+EVAL_LOG = "evaluate.log"  # Hydra's job log (conf/eval.yaml)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
     from embodirl.analysis.summary import print_eval
     from embodirl.cli.errors import fail
+    from embodirl.cli.process import interrupted
     from embodirl.config.run import check_evaluate_config
     from embodirl.runtime.files import atomic_write_json
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    discard = _discard_if_unproduced()
     try:
         check_evaluate_config(cfg)  # every key against the schema, before torch is imported
         result = evaluate_checkpoint(cfg, out_dir)
         out = out_dir / "eval.json"
         atomic_write_json(out, result)
-    except (Exception, KeyboardInterrupt) as exc:  # one line and an exit status for every failure
+    except KeyboardInterrupt:
+        log_kept = "" if discard() else f" (its log: {out_dir / EVAL_LOG})"
+        interrupted(PROG, f"the evaluation did not finish and wrote no eval.json{log_kept}; run the same command "
+                    "again to evaluate")
+    except Exception as exc:  # one line and an exit status for every failure
+        discard()
         fail(PROG, exc)
     print_eval(result)
     log.info("wrote %s", out)
     return result["eval/return_mean"]
+
+
+def _discard_if_unproduced() -> Callable[[], bool]:
+    """A call that removes the evaluation's directory if Hydra made it for this command (it holds only Hydra's
+    config copy and an empty log now) and nothing was evaluated into it, with the default directory's parents
+    left empty (``<run>/eval``, ``outputs/eval/<date>``); it returns whether the directory was removed."""
+    from embodirl.runtime.rundir import discard_unproduced, holds_only_empty_files
+
+    hydra_cfg = HydraConfig.get()
+    out_dir, subdir = Path(hydra_cfg.runtime.output_dir), str(hydra_cfg.output_subdir)
+    if not holds_only_empty_files(out_dir, skip=subdir):
+        return lambda: False
+    start = {f"{subdir}/{name}" for name in ("config.yaml", "hydra.yaml", "overrides.yaml")} | {EVAL_LOG}
+    default = not any(str(o).startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+    return lambda: discard_unproduced(out_dir, start, parents=3 if default else 0)
 
 
 def main() -> None:
@@ -306,7 +332,17 @@ def main() -> None:
     if overrides is not None:
         hydra_entry(PROG, lambda: print(eval_help_page(overrides, PROG)), config_name="eval")
         return
-    hydra_entry(PROG, _evaluate, config_name="eval")
+    hydra_entry(PROG, _command, config_name="eval")
+
+
+def _command() -> None:
+    """:func:`_evaluate`, with a Ctrl-C before it began (while Hydra composed the config) reported as such."""
+    from embodirl.cli.process import interrupted
+
+    try:
+        _evaluate()
+    except KeyboardInterrupt:
+        interrupted(PROG, "before the evaluation began; nothing was written")
 
 
 def console() -> None:

@@ -56,8 +56,12 @@ def _check_launcher(launcher: Any, choice: str | None) -> None:
                               "hydra/launcher=local to run its jobs on this machine", absolute=True)
 
 
-def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
+def check_multirun(argv: Sequence[str], config_name: str = "train") -> Any:
     """Refuse a multirun (``-m``) whose sweeps give no value or whose launcher cannot start; no-op otherwise.
+
+    Returns:
+        The multirun's ``hydra`` node (its sweep directory and choices, for the line that reports a Ctrl-C), or
+        None for a single run.
 
     Raises:
         ConfigError: An empty sweep, a launcher count out of range, or a SLURM launcher without SLURM.
@@ -69,7 +73,7 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
 
     args = get_args_parser().parse_args(list(argv))
     if not args.multirun:
-        return
+        return None
     overrides = OverridesParser.create().parse_overrides(args.overrides)  # one per override, in order
     _check_sweeps(overrides)
     single = [line for line, o in zip(args.overrides, overrides, strict=True) if not o.is_sweep_override()]
@@ -82,3 +86,4 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
     finally:
         GlobalHydra.instance().clear()
     _check_launcher(cfg.hydra.launcher, cfg.hydra.runtime.choices.get("hydra/launcher"))
+    return cfg.hydra

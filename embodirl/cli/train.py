@@ -54,9 +54,70 @@ def resume_command(hydra_cfg: Any, run_dir: Path, argv: list[str]) -> str:
 
 def stopped(exc: BaseException, hydra_cfg: Any, run_dir: Path, code: int) -> NoReturn:
     """End a run stopped by Ctrl-C or a signal with one line saying how to resume it, and exit with ``code``."""
-    said = " ".join(str(exc).split(";")[0].split())  # what happened; the resume advice is ours
+    said = " ".join(str(exc).split(";")[0].split()) or "aborted on Ctrl-C"  # what happened; the resume advice is ours
     print(f"{PROG}: {said}; resume with: {resume_command(hydra_cfg, run_dir, sys.argv[1:])}", file=sys.stderr)
     sys.exit(code)
+
+
+def sweep_stopped(exc: BaseException, hydra_node: Any, code: int) -> NoReturn:
+    """End a multirun stopped by Ctrl-C with one line naming its directory and the command that resumes it.
+
+    The same command with ``hydra.sweep.dir`` pinned gives every job its directory again: a finished job ends at
+    once, an interrupted one continues from its ``checkpoints/last.pt``. A sweeper that chooses its points as it
+    goes (Optuna) would choose others, and jobs that another launcher started may still run: the line says so.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    from embodirl.app.sweep import report_command
+
+    said = " ".join(str(exc).split(";")[0].split()) or "aborted on Ctrl-C"
+    try:
+        sweep_dir = Path(str(hydra_node.sweep.dir)).resolve()
+    except OmegaConfBaseException:  # a sweep.dir naming runtime values: Hydra printed it at the start
+        sweep_dir = Path("<the sweep directory Hydra printed>")
+    choices = hydra_node.runtime.choices
+    argv = [a for a in sys.argv[1:] if not a.startswith(("hydra.sweep.dir=", "hydra.mode="))]
+    advice = f"resume it with: {shlex.join([PROG, *argv, f'hydra.sweep.dir={sweep_dir}'])}"
+    if choices.get("hydra/sweeper") != "basic":
+        advice = f"its finished jobs stay there ({report_command(sweep_dir)}); this sweeper cannot resume a sweep"
+    if choices.get("hydra/launcher") not in ("basic", "local"):
+        advice += f" (jobs already submitted by hydra/launcher={choices.get('hydra/launcher')} keep running)"
+    print(f"{PROG}: {said}; sweep {sweep_dir}: {advice}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _job_failed(exc: Exception, hydra_cfg: Any, run_dir: Path, files: dict[str, str]) -> float:
+    """Record a failed multirun job where the sweep's reports find it, say so in one line, and return NaN."""
+    from embodirl.app.sweep import record_job_failure
+    from embodirl.cli.errors import message
+    from embodirl.runtime.rank import env_rank
+    from embodirl.runtime.rundir import record_refused_job
+
+    if env_rank() == 0:
+        record_refused_job(run_dir, files, exc)  # a job refused before its run began: reports still list it
+        record_job_failure(hydra_cfg.sweep.dir, hydra_cfg.job.num, run_dir, list(hydra_cfg.overrides.task), exc)
+    text = message(exc)
+    if text is None:
+        log.exception("job failed (recorded in %s)", run_dir / "status.json")
+    else:
+        print(f"{PROG}: job {run_dir}: {text}", file=sys.stderr)
+    return math.nan
+
+
+def _discard_if_unproduced(run_dir: Path, start: set[str] | None, hydra_cfg: Any) -> bool:
+    """Remove a single run's directory that this process made (``start``: the files it held then, else None) and
+    in which the run produced nothing (a refused config, an error or Ctrl-C before training): a report would list
+    it as a failed run. The default directory's parents (``outputs/<date>``, ``outputs``) go too when left empty."""
+    from embodirl.runtime.rundir import LOCK_FILE, discard_unproduced
+    from embodirl.runtime.status import STATUS_FILE
+
+    if start is None:
+        return False
+    default = not any(str(o).startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+    return discard_unproduced(run_dir, {*start, LOCK_FILE, STATUS_FILE, *HYDRA_FILES}, parents=2 if default else 0)
+
+
+HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
@@ -65,22 +126,24 @@ def _train(cfg: DictConfig) -> float:
 
     In a multirun a failing job records its failure in the sweep directory (and ``failed`` in its
     ``status.json`` where it may write it) and returns NaN so the other jobs go on; the sweep's end callback
-    then fails the command naming it. A single run exits with the status of :mod:`embodirl.cli.errors`.
-    Ctrl-C and preemption stop a sweep too.
+    then fails the command naming it. A single run exits with the status of :mod:`embodirl.cli.errors`, and its
+    directory goes again if the run produced nothing in it. Ctrl-C and preemption stop a sweep too.
     """
     from embodirl.analysis.summary import print_summary
-    from embodirl.app.sweep import record_job_failure
-    from embodirl.cli.errors import fail, message
+    from embodirl.cli.errors import fail
+    from embodirl.cli.process import interrupted
     from embodirl.config.run import check_run_config
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rank import env_rank
-    from embodirl.runtime.rundir import record_refused_job
+    from embodirl.runtime.rundir import holds_only_empty_files
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
              "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
+    made = not multirun and env_rank() == 0 and holds_only_empty_files(run_dir)  # only Hydra's new, empty log
+    start = {p.name for p in run_dir.iterdir()} if made else None
     try:
         check_run_config(cfg)  # every key against its schema, before torch is imported
         from embodirl.app.run import run_training, wandb_identity  # imports torch
@@ -89,25 +152,23 @@ def _train(cfg: DictConfig) -> float:
         names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env.get("id"))
         summary = run_training(cfg, run_dir, files, names)
     except Exception as exc:
-        if isinstance(exc, PreemptedError) and not multirun:
-            stopped(exc, hydra_cfg, run_dir, 124)
-        if not multirun or isinstance(exc, PreemptedError):
+        if multirun and not isinstance(exc, PreemptedError):
+            return _job_failed(exc, hydra_cfg, run_dir, files)
+        if multirun:
             fail(PROG, exc)
-        if env_rank() == 0:
-            record_refused_job(run_dir, files, exc)  # a job refused before its run began: reports still list it
-            record_job_failure(hydra_cfg.sweep.dir, hydra_cfg.job.num, run_dir, list(hydra_cfg.overrides.task), exc)
-        text = message(exc)
-        if text is None:
-            log.exception("job failed (recorded in %s)", run_dir / "status.json")
-        else:
-            print(f"{PROG}: job {run_dir}: {text}", file=sys.stderr)
-        return math.nan
-    except Interrupted as exc:  # the first Ctrl-C: the iteration finished and checkpoints/last.pt was saved
-        if not multirun:
-            stopped(exc, hydra_cfg, run_dir, 130)
+        _discard_if_unproduced(run_dir, start, hydra_cfg)
+        if isinstance(exc, PreemptedError):
+            stopped(exc, hydra_cfg, run_dir, 124)
         fail(PROG, exc)
-    except KeyboardInterrupt as exc:
-        fail(PROG, exc)
+    except (Interrupted, KeyboardInterrupt) as exc:  # Interrupted: the iteration finished, checkpoints/last.pt saved
+        if multirun and hydra_cfg.runtime.choices.get("hydra/launcher") == "basic":
+            raise  # a job in the sweep's own process: the sweep's command reports it (main)
+        if multirun:
+            fail(PROG, exc)
+        if _discard_if_unproduced(run_dir, start, hydra_cfg):
+            interrupted(PROG, f"training had not begun (nothing was kept); start it again with: "
+                              f"{shlex.join([PROG, *sys.argv[1:]])}")
+        stopped(exc, hydra_cfg, run_dir, 130)
     objective = summary.get(cfg.objective)
     if env_rank() == 0:
         print_summary(summary)
@@ -147,6 +208,7 @@ def main() -> None:
     from embodirl.cli.flags import refuse_rerun
     from embodirl.cli.help import help_page, help_request
     from embodirl.cli.multirun import check_multirun
+    from embodirl.cli.process import interrupted
 
     argv = sys.argv[1:]
     refuse_rerun(PROG, argv, "run again with the overrides in <run dir>/.hydra/overrides.yaml, or continue that run "
@@ -162,9 +224,15 @@ def main() -> None:
         return
 
     def train() -> None:
-        check_multirun(argv)
-        _share_run_time()
-        _train()
+        sweep = None
+        try:
+            sweep = check_multirun(argv)
+            _share_run_time()
+            _train()
+        except KeyboardInterrupt as exc:  # a single run's job reports its own (_train)
+            if sweep is None:
+                interrupted(PROG, "before the run began; nothing was written")
+            sweep_stopped(exc, sweep, 130)
 
     hydra_entry(PROG, train)
 

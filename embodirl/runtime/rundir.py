@@ -9,6 +9,9 @@
   is refused, except for the budget, stop and output keys in :data:`CHANGEABLE_ON_RESUME`.
 * :func:`write_hydra_files`: the composed config, Hydra's config and the overrides in ``.hydra/``,
   written by the run (not by Hydra) only after those checks; earlier versions move to ``.hydra/history/``.
+* :func:`holds_only_empty_files` / :func:`discard_unproduced`: a directory a command made for itself and that
+  holds nothing produced when the command fails (only its log, lock, status and config copies) is removed, so
+  that refused and aborted runs leave no directories for reports to list.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from embodirl.runtime.files import atomic_write_bytes
 from embodirl.runtime.status import STATUS_FILE, write_status
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
-           "record_refused_job",
+           "discard_unproduced", "holds_only_empty_files", "record_refused_job",
            "remove_temp_files", "write_hydra_files"]
 
 LOCK_FILE = ".lock"
@@ -219,4 +222,44 @@ def record_refused_job(run_dir: str | Path, hydra_files: Mapping[str, str], exc:
             write_status(run_dir, "failed", exc=exc)
     except (RunDirBusyError, OSError):
         return False
+    return True
+
+
+def holds_only_empty_files(directory: str | Path, skip: str | None = None) -> bool:
+    """Whether ``directory`` holds nothing but empty files (and ``skip``, Hydra's copy of the config where it writes
+    one): the state in which Hydra hands a directory it has just made to the command (its new, empty log), never
+    that of a directory an earlier run wrote."""
+    return all(entry.name == skip or (entry.is_file(follow_symlinks=False) and entry.stat().st_size == 0)
+               for entry in os.scandir(directory))
+
+
+def discard_unproduced(directory: str | Path, start_files: set[str], parents: int = 0) -> bool:
+    """Remove ``directory`` if it holds only ``start_files`` (paths relative to it: what a command writes before
+    it produces anything, e.g. its log and status) and empty folders, then up to ``parents`` of its parents that
+    are left empty; return whether ``directory`` was removed.
+
+    Nothing else is ever deleted: a directory holding any other file, or a symlink, is left as it is.
+    """
+    root = Path(directory)
+    files, folders = [], []
+    for path in root.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            folders.append(path)
+        elif path.relative_to(root).as_posix() in start_files and not path.is_symlink():
+            files.append(path)
+        else:
+            return False
+    try:
+        for path in files:
+            path.unlink()
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            folder.rmdir()
+        root.rmdir()
+    except OSError:  # another process wrote into it meanwhile: what is left stays
+        return False
+    for parent in root.absolute().parents[:parents]:
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: it holds other runs
+            break
     return True
