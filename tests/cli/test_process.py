@@ -35,7 +35,7 @@ def _script(body: str, tmp_path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(("body", "status", "stderr"), [
     ("return None", 0, ""), ("sys.exit(3)", 3, ""), ("sys.exit('config error line')", 1, "config error line\n"),
-    ("return 2", 2, ""),
+    ("return 2", 2, ""), ("raise KeyboardInterrupt", 130, "-c: aborted on Ctrl-C\n"),
 ])
 def test_the_process_ends_with_mains_status_after_threads_atexit_and_flushed_output(body, status, stderr, tmp_path):
     done = _script(body, tmp_path)
