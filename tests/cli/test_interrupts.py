@@ -92,7 +92,7 @@ def test_a_failed_run_keeps_a_directory_it_did_not_make(tmp_path, cli, trained):
     (mine / "notes.txt").write_text("mine")
     for run_dir in (mine, trained):
         kept = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
-        assert cli("embodirl-train", [*TINY, "env=gym", "env.id=NoSuchEnv-v0", f"hydra.run.dir={run_dir}"]).code == 2
+        assert cli("embodirl-train", [*TINY, "objective=nope", f"hydra.run.dir={run_dir}"]).code == 2
         assert set(kept) <= {p.relative_to(run_dir) for p in run_dir.rglob("*")}
 
 
