@@ -52,9 +52,14 @@ def resume_command(hydra_cfg: Any, run_dir: Path, argv: list[str]) -> str:
     return shlex.join(words)
 
 
+def _what_happened(exc: BaseException) -> str:
+    """The stop's own words without its advice (ours follows): ``stopped on Ctrl-C after saving ...``."""
+    return " ".join(str(exc).split(";")[0].split()) or "aborted on Ctrl-C"
+
+
 def stopped(exc: BaseException, hydra_cfg: Any, run_dir: Path, code: int) -> NoReturn:
     """End a run stopped by Ctrl-C or a signal with one line saying how to resume it, and exit with ``code``."""
-    said = " ".join(str(exc).split(";")[0].split()) or "aborted on Ctrl-C"  # what happened; the resume advice is ours
+    said = _what_happened(exc)
     print(f"{PROG}: {said}; resume with: {resume_command(hydra_cfg, run_dir, sys.argv[1:])}", file=sys.stderr)
     sys.exit(code)
 
@@ -70,7 +75,7 @@ def sweep_stopped(exc: BaseException, hydra_node: Any, code: int) -> NoReturn:
 
     from embodirl.app.sweep import report_command
 
-    said = " ".join(str(exc).split(";")[0].split()) or "aborted on Ctrl-C"
+    said = _what_happened(exc)
     try:
         sweep_dir = Path(str(hydra_node.sweep.dir)).resolve()
     except OmegaConfBaseException:  # a sweep.dir naming runtime values: Hydra printed it at the start
@@ -104,6 +109,9 @@ def _job_failed(exc: Exception, hydra_cfg: Any, run_dir: Path, files: dict[str, 
     return math.nan
 
 
+HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")  # the run writes them
+
+
 def _discard_if_unproduced(run_dir: Path, start: set[str] | None, hydra_cfg: Any) -> bool:
     """Remove a single run's directory that this process made (``start``: the files it held then, else None) and
     in which the run produced nothing (a refused config, an error or Ctrl-C before training): a report would list
@@ -115,9 +123,6 @@ def _discard_if_unproduced(run_dir: Path, start: set[str] | None, hydra_cfg: Any
         return False
     default = not any(str(o).startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
     return discard_unproduced(run_dir, {*start, LOCK_FILE, STATUS_FILE, *HYDRA_FILES}, parents=2 if default else 0)
-
-
-HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
 
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
@@ -133,17 +138,19 @@ def _train(cfg: DictConfig) -> float:
     from embodirl.cli.errors import fail
     from embodirl.cli.process import interrupted
     from embodirl.config.run import check_run_config
-    from embodirl.runtime.preemption import Interrupted, PreemptedError
+    from embodirl.runtime.preemption import PreemptedError
     from embodirl.runtime.rank import env_rank
     from embodirl.runtime.rundir import holds_only_empty_files
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    # Whether Hydra has just made the directory for this run (it holds only Hydra's new, empty log): looked at
+    # before this process writes anything into it (its lock included).
+    made = not multirun and env_rank() == 0 and holds_only_empty_files(run_dir)
+    start = {p.name for p in run_dir.iterdir()} if made else None
     files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
              "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
-    made = not multirun and env_rank() == 0 and holds_only_empty_files(run_dir)  # only Hydra's new, empty log
-    start = {p.name for p in run_dir.iterdir()} if made else None
     try:
         check_run_config(cfg)  # every key against its schema, before torch is imported
         from embodirl.app.run import run_training, wandb_identity  # imports torch
@@ -160,7 +167,7 @@ def _train(cfg: DictConfig) -> float:
         if isinstance(exc, PreemptedError):
             stopped(exc, hydra_cfg, run_dir, 124)
         fail(PROG, exc)
-    except (Interrupted, KeyboardInterrupt) as exc:  # Interrupted: the iteration finished, checkpoints/last.pt saved
+    except KeyboardInterrupt as exc:  # or Interrupted: the iteration finished and checkpoints/last.pt was saved
         if multirun and hydra_cfg.runtime.choices.get("hydra/launcher") == "basic":
             raise  # a job in the sweep's own process: the sweep's command reports it (main)
         if multirun:
