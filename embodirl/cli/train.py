@@ -114,10 +114,18 @@ def _train(cfg: DictConfig) -> float:
     return math.nan if objective is None else float(objective)
 
 
-def debug_last(argv: list[str]) -> list[str]:
-    """``argv`` with ``+debug=trainer`` after the experiment when it selects ``trainer=debug`` and appends one.
+def plain_recipes(argv: list[str]) -> list[str]:
+    """``argv`` with ``+experiment=NAME`` (``+sweep=``, ``+debug=``) written ``experiment=NAME``: ``train.yaml``
+    declares those groups (``experiment: null``), and Hydra refuses the ``+`` that older commands carry."""
+    from embodirl.cli.help import recipe_groups
 
-    An appended ``+experiment=...`` is merged after every group, so its budget (10M steps) would beat the debug
+    return [arg[1:] if arg.startswith("+") and arg[1:].partition("=")[0] in recipe_groups() else arg for arg in argv]
+
+
+def debug_last(argv: list[str]) -> list[str]:
+    """``argv`` with ``debug=trainer`` after the experiment when it selects ``trainer=debug`` and an experiment.
+
+    An ``experiment=...`` is merged after every group, so its budget (10M steps) would beat the debug
     trainer's; ``conf/debug/trainer.yaml`` applies the debug trainer again after it, as lightning-hydra-template
     applies ``debug=`` last. Keys set on the command line still win over both.
     """
@@ -132,11 +140,11 @@ def debug_last(argv: list[str]) -> list[str]:
     chosen = {(o.key_or_group, o.is_add()): (o, line) for o, line in zip(overrides, lines, strict=True)
               if not o.is_sweep_override()}
     debug = chosen.get(("trainer", False))
-    if debug is None or debug[0].value() != "debug" or ("experiment", True) not in chosen or any(
+    if debug is None or debug[0].value() != "debug" or ("experiment", False) not in chosen or any(
             o.key_or_group == "debug" for o in overrides):
         return argv
-    at = argv.index(chosen[("experiment", True)][1]) + 1  # right after it: among the positional overrides
-    return [*argv[:at], "+debug=trainer", *argv[at:]]
+    at = argv.index(chosen[("experiment", False)][1]) + 1  # right after it: among the positional overrides
+    return [*argv[:at], "debug=trainer", *argv[at:]]
 
 
 def main() -> None:
@@ -154,7 +162,7 @@ def main() -> None:
     if shell_completion(argv, _train):
         return
     wants_help = help_request(argv) is not None  # parses the flags first: argparse reports bad ones, as before
-    argv = debug_last(argv)
+    argv = debug_last(plain_recipes(argv))
     sys.argv[1:] = argv  # Hydra reads the command line from sys.argv
     overrides = help_request(argv) if wants_help else None
     if overrides is not None:
@@ -162,7 +170,7 @@ def main() -> None:
         return
 
     def train() -> None:
-        check_multirun(argv)
+        check_multirun(sys.argv[1:])  # hydra_entry may rewrite an override (KEY={...} as +KEY={...})
         _share_run_time()
         _train()
 

@@ -6,9 +6,12 @@ the ``cli`` fixture in ``tests/conftest.py``), and checks: exit status 2, exactl
 ``metrics.jsonl``). Two cases also run as a user runs them (the console script in a subprocess).
 """
 
+import importlib.util
+import re
+
 import pytest
 
-from tests.conftest import TINY, run_cli
+from tests.conftest import TINY, compose_config, run_cli
 
 BAD_INPUTS = [
     # --- config groups and override syntax (Hydra) ---
@@ -26,12 +29,19 @@ BAD_INPUTS = [
                              "Fix: pass algo=grpo algo.group_size=4"]),
     (["algo.optimizer.momentum=0.9"], ["it is a key of algo/optimizer=sgd",
                                        "Fix: pass algo/optimizer=sgd algo.optimizer.momentum=0.9"]),
-    (["+experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass +experiment=ppo_push_cube"]),
-    (["experiment=ppo_push_cube"], ["added with a +", "Fix: pass +experiment=ppo_push_cube"]),
+    (["+experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass experiment=ppo_push_cube"]),
+    (["experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass experiment=ppo_push_cube"]),
+    (["algo=PPO"], ["algo=PPO", "Fix: pass algo=ppo"]),  # case folded (was: Fix: pass algo=a2c)
     (["algo.learning_rate=["], ["algo.learning_rate=[", "Fix:"]),
     (["foo"], ["'foo'", "key=value"]),
     (["algo.learning_rate=1e-3,2e-3"], ["algo.learning_rate=1e-3,2e-3", "--multirun"]),
     # --- top level ---
+    # a key of that name one level down before a spelling guess (was: did you mean num_threads? 512 torch threads)
+    (["num_envs=512"], ["the top level has no key num_envs", "did you mean env.num_envs?",
+                        "eval.num_envs: separate env copies", "Fix: pass env.num_envs=512"]),
+    (["lr=1e-3"], ["lr=0.001", "did you mean algo.learning_rate? algo.learning_rate: learning rate",
+                   "Fix: pass algo.learning_rate=0.001"]),  # initials: l(earning) r(ate)
+    (["num_thread=2"], ["did you mean num_threads? num_threads: torch intra-op threads", "Fix: pass num_threads=2"]),
     (["+foo=1"], ["foo=1", "top-level key", "~foo"]),
     (["seed=abc"], ["seed='abc'", "an int", "Fix:"]),
     (["seed=1.5"], ["seed=1.5", "an int", "Fix:"]),
@@ -229,7 +239,8 @@ BAD_INPUTS = [
 # misspelt or moved key, a type, a bound, a non-finite number, a cross-key or build-time check, a file, a sweep.
 # The other cases are the same checks on further keys and run in the slow tier.
 FAST_TIER = {
-    "algo=nonexistent", "+experiment=nonexistent", "experiment=ppo_push_cube", "algo.learning_rate=[", "foo",
+    "algo=nonexistent", "+experiment=nonexistent", "experiment=ppo_pushcube", "algo.learning_rate=[", "foo",
+    "num_envs=512", "lr=1e-3",
     "algo.foo=1", "algo.learning_rat=1e-3", "algo.group_size=4", "+foo=1", "seed=abc", "device=tpu",
     "hydra.run.dir=/proc/x", "algo.clip_coef=-1", "algo.clip_coef=inf", "algo.lr_schedule=[[500,1e-3],[0,3e-4]]",
     "algo/optimizer=rmsprop", "algo.n_epochs=2", "algo=grpo algo.group_size=3", "algo=grpo policy=actor_critic",
@@ -287,3 +298,64 @@ def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(cli, t
     result = cli("embodirl-train", [*TINY, "algo.minibatch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.code == 0, result.err
     assert "algo.minibatch_size=100000 exceeds the rollout of 128 transitions" in result.out + result.err
+
+
+def _followed(line: str) -> list[str]:
+    """The overrides after "Fix: pass" in ``line`` (up to a parenthesis or ", or")."""
+    found = re.search(r"Fix: pass (.+?)(?: \(|, or |$)", line)
+    assert found, line
+    return found[1].split()
+
+
+@pytest.mark.parametrize("case", ["num_envs=512", "lr=1e-3", "num_thread=2", "algo=PPO", "algo.learning_rat=1e-3",
+                                  "experiment=ppo_pushcube"])
+def test_a_suggested_fix_is_accepted_when_followed(cli, tmp_path, case):
+    from embodirl.config.run import check_run_config
+
+    result = cli("embodirl-train", _args([case], tmp_path))
+    fix = _followed(result.err.strip())
+    assert case not in fix  # never the same input again
+    check_run_config(compose_config([*TINY, *fix]))  # composes and passes every schema
+
+
+def test_experiment_sweep_and_debug_are_chosen_without_a_plus_and_the_old_plus_still_works(cli):
+    plain = cli("embodirl-train", ["experiment=ppo_push_cube", "trainer=debug", "--cfg", "job"])
+    old = cli("embodirl-train", ["+experiment=ppo_push_cube", "trainer=debug", "+debug=trainer", "--cfg", "job"])
+    assert plain.code == old.code == 0, plain.err + old.err
+    assert plain.out == old.out and "total_env_steps: 16384" in plain.out and "num_envs: 1024" in plain.out
+    for sweep in ("sweep=seeds", "+sweep=seeds"):
+        result = cli("embodirl-train", [sweep, "--cfg", "hydra"])
+        assert result.code == 0 and "mode: MULTIRUN" in result.out, result.err
+
+
+def test_the_dict_form_of_randomize_and_curriculum_trains(cli, tmp_path):
+    """``env.randomize={...}`` and ``trainer.curriculum={...}`` were refused ("it is a key of env=push_cube")."""
+    curriculum = "trainer.curriculum={c: {param: pole_length, levels: [[1, 1], [0.5, 1.5]], every_env_steps: 128}}"
+    result = cli("embodirl-train", [*TINY, "env.randomize={pole_length: {range: [0.5, 1.5]}}", curriculum,
+                                    f"hydra.run.dir={tmp_path}"])
+    assert result.code == 0, result.err
+    stored = (tmp_path / ".hydra" / "config.yaml").read_text()
+    assert "pole_length:" in stored and "every_env_steps: 128" in stored
+    misspelt = cli("embodirl-train", [*TINY, "env.randomize={pole_lenght: {range: [0.5, 1.5]}}",
+                                      f"hydra.run.dir={tmp_path / 'bad'}"])
+    _check_one_line(misspelt.code, misspelt.err, ["env.randomize.pole_lenght=", "pole_length"], tmp_path / "bad")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None,
+                    reason="the optuna extra is installed here")
+def test_a_sweep_whose_plugin_is_missing_names_the_extra(cli, tmp_path):
+    result = cli("embodirl-train", ["sweep=optuna_lr", f"hydra.sweep.dir={tmp_path}"])
+    _check_one_line(result.code, result.err, ["hydra/sweeper=optuna", "sweep=optuna_lr selects it",
+                                              'Fix: pip install "embodirl[optuna]"'], tmp_path)
+    assert "hydra/sweeper=basic" not in result.err  # which then failed with a ConfigKeyError
+
+
+def test_eval_says_env_is_not_an_option_there(cli, tmp_path):
+    from embodirl.config.run import check_evaluate_config
+
+    result = cli("embodirl-eval", [f"run={tmp_path}", "env=push_cube"])
+    line = result.err.strip()
+    assert result.code == 2 and len(line.splitlines()) == 1, result.err
+    assert "embodirl-eval has no option env=" in line and "the checkpoint's env" in line
+    assert "Fix: remove env=push_cube, or set one of its keys, e.g. env.num_envs=<value>" in line
+    check_evaluate_config(compose_config([f"run={tmp_path}", "env.num_envs=2"], "eval"))  # the fix, followed
