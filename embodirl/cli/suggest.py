@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["explain_composition_error", "mapping_override"]
+__all__ = ["explain_composition_error", "key_meant", "mapping_override"]
 
 
 def _parse(argv: Sequence[str]) -> tuple[list[Any], str | None]:
@@ -146,6 +146,18 @@ def _did_you_mean(missing: str, suffix: str, job: dict[str, Any], cfg: Any) -> t
     if suffix or (len(meant) == 1 and meant[0].rpartition(".")[2] == name):
         return first, f"{first}?"
     return first, f"{first}? " + "; ".join(_doc(path, docs) for path in meant[:3])
+
+
+def key_meant(name: str, config_name: str = "train") -> tuple[str | None, str]:
+    """``(key, words)`` for a key the user named ``name`` (``learning_rate`` of ``--learning-rate``) in the default
+    config: the key to pass (or None) and what to say after "did you mean"."""
+    from omegaconf import OmegaConf
+
+    cfg = _composed(config_name, [], set())
+    if cfg is None:
+        return None, ""
+    job = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    return _did_you_mean(name, "", job, cfg)
 
 
 def _holds_keys(key: str, value: str, node: Any, config_name: str) -> str:

@@ -152,7 +152,7 @@ def main() -> None:
     :mod:`embodirl.cli.help` and :mod:`embodirl.cli.completion`; everything else goes to Hydra)."""
     from embodirl.cli.completion import shell_completion
     from embodirl.cli.errors import hydra_entry
-    from embodirl.cli.flags import refuse_rerun
+    from embodirl.cli.flags import check_arguments, refuse_rerun
     from embodirl.cli.help import help_page, help_request
     from embodirl.cli.multirun import check_multirun
 
@@ -161,6 +161,7 @@ def main() -> None:
                  "with them and hydra.run.dir=<run dir>")
     if shell_completion(argv, _train):
         return
+    check_arguments(PROG, argv)
     wants_help = help_request(argv) is not None  # parses the flags first: argparse reports bad ones, as before
     argv = debug_last(plain_recipes(argv))
     sys.argv[1:] = argv  # Hydra reads the command line from sys.argv

@@ -8,6 +8,7 @@ the ``cli`` fixture in ``tests/conftest.py``), and checks: exit status 2, exactl
 
 import importlib.util
 import re
+import shlex
 
 import pytest
 
@@ -359,3 +360,37 @@ def test_eval_says_env_is_not_an_option_there(cli, tmp_path):
     assert "embodirl-eval has no option env=" in line and "the checkpoint's env" in line
     assert "Fix: remove env=push_cube, or set one of its keys, e.g. env.num_envs=<value>" in line
     check_evaluate_config(compose_config([f"run={tmp_path}", "env.num_envs=2"], "eval"))  # the fix, followed
+
+
+@pytest.mark.parametrize(("args", "fix"), [(["--learning-rate", "1e-3"], "algo.learning_rate=1e-3"),
+                                           (["--num-envs=64"], "env.num_envs=64")])
+def test_a_cleanrl_style_flag_names_the_key_to_pass(cli, tmp_path, args, fix):
+    """Was argparse's usage and "unrecognized arguments: --learning-rate"."""
+    from embodirl.config.run import check_run_config
+
+    result = cli("embodirl-train", [*args, f"hydra.run.dir={tmp_path}"])
+    _check_one_line(result.code, result.err, [f"{args[0]} is not an option", f"Fix: pass {fix}"], tmp_path)
+    check_run_config(compose_config([*TINY, *_followed(result.err)]))
+
+
+def test_m_after_an_override_says_it_goes_first(cli, tmp_path):
+    from hydra._internal.utils import get_args_parser
+
+    args = ["experiment=ppo_cartpole", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
+    result = cli("embodirl-train", args)
+    _check_one_line(result.code, result.err, ["-m goes first", "Fix: embodirl-train -m experiment=ppo_cartpole"],
+                    tmp_path)
+    command = shlex.split(result.err.split("Fix: ")[1])
+    parsed, unknown = get_args_parser().parse_known_args(command[1:])  # the fix, as Hydra reads it
+    assert parsed.multirun and not unknown and parsed.overrides == args[:1] + args[2:]
+
+
+def test_report_answers_a_misspelt_option_with_the_real_one(capsys):
+    from embodirl.cli import report
+
+    with pytest.raises(SystemExit) as stopped:
+        report.main(["--metrics"])
+    line = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and len(line.splitlines()) == 1 and "usage:" not in line, line
+    assert "--metrics is not an option of embodirl-report (did you mean --metric KEY" in line
+    assert "Fix: pass --metric KEY instead" in line
