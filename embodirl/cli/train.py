@@ -114,6 +114,27 @@ def _train(cfg: DictConfig) -> float:
     return math.nan if objective is None else float(objective)
 
 
+def expand_resume(argv: list[str]) -> list[str]:
+    """``resume=RUN_DIR [key=value ...]``: the overrides ``RUN_DIR`` was started with (a sweep job's included), then
+    the given ones, and ``hydra.run.dir=RUN_DIR``; ``argv`` itself without ``resume=``.
+
+    Raises:
+        ConfigError: ``RUN_DIR`` holds no ``.hydra/overrides.yaml`` of embodirl-train.
+    """
+    from embodirl.errors import ConfigError
+    from embodirl.runtime.rundir import resume_overrides
+
+    given = [arg for arg in argv if arg.startswith("resume=")]
+    if not given:
+        return argv
+    run_dir = given[-1].partition("=")[2]
+    stored = resume_overrides(run_dir) if run_dir else None
+    if stored is None:
+        raise ConfigError("resume", run_dir, "a run directory of embodirl-train (it holds .hydra/overrides.yaml)",
+                          "pass resume=<run dir>, e.g. resume=outputs/<date>/<time>")
+    return [*stored[:-1], *(arg for arg in argv if arg not in given), stored[-1]]
+
+
 def plain_recipes(argv: list[str]) -> list[str]:
     """``argv`` with ``+experiment=NAME`` (``+sweep=``, ``+debug=``) written ``experiment=NAME``: ``train.yaml``
     declares those groups (``experiment: null``), and Hydra refuses the ``+`` that older commands carry."""
@@ -151,17 +172,22 @@ def main() -> None:
     """The ``embodirl-train`` console script (``--help`` and bash completion are answered here, see
     :mod:`embodirl.cli.help` and :mod:`embodirl.cli.completion`; everything else goes to Hydra)."""
     from embodirl.cli.completion import shell_completion
-    from embodirl.cli.errors import hydra_entry
+    from embodirl.cli.errors import fail, hydra_entry
     from embodirl.cli.flags import check_arguments, refuse_rerun
     from embodirl.cli.help import help_page, help_request
     from embodirl.cli.multirun import check_multirun
+    from embodirl.errors import ConfigError
 
     argv = sys.argv[1:]
     refuse_rerun(PROG, argv, "run again with the overrides in <run dir>/.hydra/overrides.yaml, or continue that run "
-                 "with them and hydra.run.dir=<run dir>")
+                 "as it was started with embodirl-train resume=<run dir>")
     if shell_completion(argv, _train):
         return
     check_arguments(PROG, argv)
+    try:
+        argv = expand_resume(argv)
+    except ConfigError as exc:
+        fail(PROG, exc)
     wants_help = help_request(argv) is not None  # parses the flags first: argparse reports bad ones, as before
     argv = debug_last(plain_recipes(argv))
     sys.argv[1:] = argv  # Hydra reads the command line from sys.argv

@@ -7,6 +7,7 @@ the ``cli`` fixture in ``tests/conftest.py``), and checks: exit status 2, exactl
 """
 
 import importlib.util
+import json
 import re
 import shlex
 
@@ -329,6 +330,7 @@ def test_experiment_sweep_and_debug_are_chosen_without_a_plus_and_the_old_plus_s
         assert result.code == 0 and "mode: MULTIRUN" in result.out, result.err
 
 
+@pytest.mark.slow
 def test_the_dict_form_of_randomize_and_curriculum_trains(cli, tmp_path):
     """``env.randomize={...}`` and ``trainer.curriculum={...}`` were refused ("it is a key of env=push_cube")."""
     curriculum = "trainer.curriculum={c: {param: pole_length, levels: [[1, 1], [0.5, 1.5]], every_env_steps: 128}}"
@@ -394,3 +396,26 @@ def test_report_answers_a_misspelt_option_with_the_real_one(capsys):
     assert stopped.value.code == 2 and len(line.splitlines()) == 1 and "usage:" not in line, line
     assert "--metrics is not an option of embodirl-report (did you mean --metric KEY" in line
     assert "Fix: pass --metric KEY instead" in line
+
+
+@pytest.mark.slow
+def test_a_refused_continuation_prints_the_command_that_resumes_and_resume_shortcut_works(cli, tmp_path):
+    """``hydra.run.dir=<a sweep job>`` without the job's overrides: the line names ``resume=<job>`` and the job's
+    stored overrides (was: "or trainer.allow_config_change=true", which a changed network then refuses)."""
+    from embodirl.cli.train import expand_resume
+
+    sweep = cli("embodirl-train", ["-m", *TINY, "algo.learning_rate=1e-3", f"hydra.sweep.dir={tmp_path}"])
+    assert sweep.code == 0, sweep.err
+    job = tmp_path / "0"
+    refused = cli("embodirl-train", [*TINY, f"hydra.run.dir={job}"])
+    _check_one_line(refused.code, refused.err, ["algo.learning_rate 0.001 -> ", f"embodirl-train resume={job}",
+                                                "algo.learning_rate=0.001", f"hydra.run.dir={job})"], tmp_path)
+    command = shlex.split(refused.err.split("(that is: ")[1].split(");")[0])
+    assert expand_resume([f"resume={job}"]) == command[1:]  # the shortcut runs the printed command
+    steps = json.loads((job / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
+    shortcut = cli("embodirl-train", [f"resume={job}", f"trainer.total_env_steps={steps + 256}"])  # followed
+    assert shortcut.code == 0, shortcut.err
+    assert json.loads((job / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == steps + 256
+    missing = cli("embodirl-train", [f"resume={tmp_path / 'nothing'}"])
+    _check_one_line(missing.code, missing.err, ["resume=", "a run directory of embodirl-train",
+                                                "Fix: pass resume=<run dir>"], tmp_path / "nothing")
