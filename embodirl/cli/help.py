@@ -253,7 +253,25 @@ def key_help(config: Mapping[str, Any], choices: Mapping[str, str | None]) -> di
         if row.type.startswith("a node") and comments.get(path):
             continue  # a group's node: its option file's own description says more than "the algorithm"
         found[path] = f"{summary(row)} {notes[path]}" if path in notes else summary(row)
+    for path, node in config.items():  # a class of the user's own: its schema's docstring says what it is
+        doc = _own_schema_doc(node.get("_target_")) if isinstance(node, Mapping) else None
+        found[path] = doc or found.get(path)
     return found
+
+
+def _own_schema_doc(target: Any) -> str | None:
+    """The first paragraph of the docstring of the schema of a class of the user's own (None for embodirl's)."""
+    import inspect
+
+    from embodirl.config.schema import schema_for
+
+    if not isinstance(target, str) or target.startswith("embodirl."):
+        return None
+    schema = schema_for(target)
+    doc = inspect.cleandoc(schema.__doc__ or "") if schema is not None else ""
+    if not doc or doc.startswith(f"{schema.__name__}("):  # dataclass's generated signature: no docstring
+        return None
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def _order(group: str) -> int:
