@@ -10,6 +10,7 @@ import importlib.util
 import json
 import re
 import shlex
+import sys
 
 import pytest
 
@@ -419,3 +420,42 @@ def test_a_refused_continuation_prints_the_command_that_resumes_and_resume_short
     missing = cli("embodirl-train", [f"resume={tmp_path / 'nothing'}"])
     _check_one_line(missing.code, missing.err, ["resume=", "a run directory of embodirl-train",
                                                 "Fix: pass resume=<run dir>"], tmp_path / "nothing")
+
+
+REACH = '''
+import gymnasium as gym
+import numpy as np
+
+
+class PointMass1D(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+'''
+
+
+@pytest.mark.slow
+def test_an_own_module_that_registers_no_id_gets_the_register_line(cli, tmp_path, monkeypatch):
+    """Was: "a registered gymnasium environment id ... Fix: List the registered ids"."""
+    (tmp_path / "i32_reach.py").write_text(REACH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = [*TINY, "env=gym", f"hydra.run.dir={tmp_path / 'run'}"]
+    try:
+        result = cli("embodirl-train", [*args, "env.id=i32_reach:PointMass1D"])
+        _check_one_line(result.code, result.err, ["it registers no id", "Fix: add gymnasium.register("
+                                                  "\"PointMass1D-v0\", entry_point=\"i32_reach:PointMass1D\""],
+                        tmp_path / "run")
+        line = result.err.split("Fix: add ")[1]
+        register, _, rest = line.partition(" to i32_reach and pass ")
+        (tmp_path / "i32_reach.py").write_text(f"{REACH}\nimport gymnasium\n\n{register}\n")  # the fix, followed
+        del sys.modules["i32_reach"]
+        followed = cli("embodirl-train", [*args, rest.strip().rstrip(".")])
+        assert followed.code == 0, followed.err
+    finally:
+        sys.modules.pop("i32_reach", None)
