@@ -268,7 +268,9 @@ def _own_schema_doc(target: Any) -> str | None:
     if not isinstance(target, str) or target.startswith("embodirl."):
         return None
     schema = schema_for(target)
-    doc = inspect.cleandoc(schema.__doc__ or "") if schema is not None else ""
+    if schema is None:
+        return None
+    doc = inspect.cleandoc(schema.__doc__ or "")
     if not doc or doc.startswith(f"{schema.__name__}("):  # dataclass's generated signature: no docstring
         return None
     return " ".join(doc.split("\n\n")[0].split())

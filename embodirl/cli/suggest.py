@@ -148,16 +148,21 @@ def _did_you_mean(missing: str, suffix: str, job: dict[str, Any], cfg: Any) -> t
     return first, f"{first}? " + "; ".join(_doc(path, docs) for path in meant[:3])
 
 
+def _job(cfg: Any) -> dict[str, Any]:
+    """The composed config as plain containers (interpolations unresolved), Hydra's node left out."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    return {str(k): v for k, v in plain.items() if k != "hydra"} if isinstance(plain, dict) else {}
+
+
 def key_meant(name: str, config_name: str = "train") -> tuple[str | None, str]:
     """``(key, words)`` for a key the user named ``name`` (``learning_rate`` of ``--learning-rate``) in the default
     config: the key to pass (or None) and what to say after "did you mean"."""
-    from omegaconf import OmegaConf
-
     cfg = _composed(config_name, [], set())
     if cfg is None:
         return None, ""
-    job = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
-    return _did_you_mean(name, "", job, cfg)
+    return _did_you_mean(name, "", _job(cfg), cfg)
 
 
 def _holds_keys(key: str, value: str, node: Any, config_name: str) -> str:
@@ -196,15 +201,10 @@ def _unknown_key(exc: BaseException, argv: Sequence[str], config_name: str) -> s
 
 def _unknown_key_line(key: str, missing: str, value: str, chosen: dict[str, str], cfg: Any,
                       config_name: str) -> str:
-    from omegaconf import OmegaConf
-
     parent, _, name = missing.rpartition(".")
     where = f"{parent}={chosen[parent]}" if parent in chosen else parent or "the top level"
     holders = _options_holding(key, chosen)
-    job: dict[str, Any] = {}
-    if cfg is not None:
-        job = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
-    meant, words = _did_you_mean(missing, key[len(missing):], job, cfg) if cfg is not None else (None, "")
+    meant, words = _did_you_mean(missing, key[len(missing):], _job(cfg), cfg) if cfg is not None else (None, "")
     text = f"{key}={value} is invalid: {where} has no key {name}"
     if holders:
         return (f"{text}; it is a key of {', '.join(holders)}. Fix: pass {holders[0]} {key}={value}"
