@@ -34,7 +34,7 @@ EXAMPLES = (
     ("embodirl-train sweep=seeds algo=grpo", "a ready sweep (conf/sweep/)"),
     ("embodirl-train -m hydra/launcher=slurm hydra.launcher.partition=gpu sweep=seeds", "one SLURM job per run"),
     ("embodirl-train -m --config-dir launch +site=<site> sweep=seeds", "your site's SLURM profile (launch/)"),
-    ("embodirl-train hydra.run.dir=outputs/<date>/<time>", "resume that run from its checkpoints/last.pt"),
+    ("embodirl-train resume=outputs/<date>/<time>", "continue that run (or sweep job) as it was started"),
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
     ("embodirl-export run=outputs/<date>/<time>", "its best.pt as ONNX + manifest.json for a robot (<run>/export/)"),
