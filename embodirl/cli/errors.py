@@ -185,8 +185,13 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
     except BaseException as exc:
         from hydra.errors import HydraException
 
-        from embodirl.cli.suggest import explain_composition_error
+        from embodirl.cli.suggest import explain_composition_error, mapping_override
 
+        retry = mapping_override(exc, sys.argv[1:], config_name) if isinstance(exc, HydraException) else None
+        if retry is not None:  # KEY={name: ...} for a mapping of the user's entries: Hydra takes it as +KEY=...
+            sys.argv[1:] = retry
+            hydra_entry(prog, hydra_main, config_name)
+            return
         text = None
         if isinstance(exc, HydraException) and not _moved_key_message(str(exc)):
             text = explain_composition_error(exc, sys.argv[1:], config_name)

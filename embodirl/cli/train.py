@@ -182,10 +182,39 @@ def _train(cfg: DictConfig) -> float:
     return math.nan if objective is None else float(objective)
 
 
-def debug_last(argv: list[str]) -> list[str]:
-    """``argv`` with ``+debug=trainer`` after the experiment when it selects ``trainer=debug`` and appends one.
+def expand_resume(argv: list[str]) -> list[str]:
+    """``resume=RUN_DIR [key=value ...]``: the overrides ``RUN_DIR`` was started with (a sweep job's included), then
+    the given ones, and ``hydra.run.dir=RUN_DIR``; ``argv`` itself without ``resume=``.
 
-    An appended ``+experiment=...`` is merged after every group, so its budget (10M steps) would beat the debug
+    Raises:
+        ConfigError: ``RUN_DIR`` holds no ``.hydra/overrides.yaml`` of embodirl-train.
+    """
+    from embodirl.errors import ConfigError
+    from embodirl.runtime.rundir import resume_overrides
+
+    given = [arg for arg in argv if arg.startswith("resume=")]
+    if not given:
+        return argv
+    run_dir = given[-1].partition("=")[2]
+    stored = resume_overrides(run_dir) if run_dir else None
+    if stored is None:
+        raise ConfigError("resume", run_dir, "a run directory of embodirl-train (it holds .hydra/overrides.yaml)",
+                          "pass resume=<run dir>, e.g. resume=outputs/<date>/<time>")
+    return [*stored[:-1], *(arg for arg in argv if arg not in given), stored[-1]]
+
+
+def plain_recipes(argv: list[str]) -> list[str]:
+    """``argv`` with ``+experiment=NAME`` (``+sweep=``, ``+debug=``) written ``experiment=NAME``: ``train.yaml``
+    declares those groups (``experiment: null``), and Hydra refuses the ``+`` that older commands carry."""
+    from embodirl.cli.help import recipe_groups
+
+    return [arg[1:] if arg.startswith("+") and arg[1:].partition("=")[0] in recipe_groups() else arg for arg in argv]
+
+
+def debug_last(argv: list[str]) -> list[str]:
+    """``argv`` with ``debug=trainer`` after the experiment when it selects ``trainer=debug`` and an experiment.
+
+    An ``experiment=...`` is merged after every group, so its budget (10M steps) would beat the debug
     trainer's; ``conf/debug/trainer.yaml`` applies the debug trainer again after it, as lightning-hydra-template
     applies ``debug=`` last. Keys set on the command line still win over both.
     """
@@ -200,30 +229,36 @@ def debug_last(argv: list[str]) -> list[str]:
     chosen = {(o.key_or_group, o.is_add()): (o, line) for o, line in zip(overrides, lines, strict=True)
               if not o.is_sweep_override()}
     debug = chosen.get(("trainer", False))
-    if debug is None or debug[0].value() != "debug" or ("experiment", True) not in chosen or any(
+    if debug is None or debug[0].value() != "debug" or ("experiment", False) not in chosen or any(
             o.key_or_group == "debug" for o in overrides):
         return argv
-    at = argv.index(chosen[("experiment", True)][1]) + 1  # right after it: among the positional overrides
-    return [*argv[:at], "+debug=trainer", *argv[at:]]
+    at = argv.index(chosen[("experiment", False)][1]) + 1  # right after it: among the positional overrides
+    return [*argv[:at], "debug=trainer", *argv[at:]]
 
 
 def main() -> None:
     """The ``embodirl-train`` console script (``--help`` and bash completion are answered here, see
     :mod:`embodirl.cli.help` and :mod:`embodirl.cli.completion`; everything else goes to Hydra)."""
     from embodirl.cli.completion import shell_completion
-    from embodirl.cli.errors import hydra_entry
-    from embodirl.cli.flags import refuse_rerun
+    from embodirl.cli.errors import fail, hydra_entry
+    from embodirl.cli.flags import check_arguments, refuse_rerun
     from embodirl.cli.help import help_page, help_request
     from embodirl.cli.multirun import check_multirun
     from embodirl.cli.process import interrupted
+    from embodirl.errors import ConfigError
 
     argv = sys.argv[1:]
     refuse_rerun(PROG, argv, "run again with the overrides in <run dir>/.hydra/overrides.yaml, or continue that run "
-                 "with them and hydra.run.dir=<run dir>")
+                 "as it was started with embodirl-train resume=<run dir>")
     if shell_completion(argv, _train):
         return
+    check_arguments(PROG, argv)
+    try:
+        argv = expand_resume(argv)
+    except ConfigError as exc:
+        fail(PROG, exc)
     wants_help = help_request(argv) is not None  # parses the flags first: argparse reports bad ones, as before
-    argv = debug_last(argv)
+    argv = debug_last(plain_recipes(argv))
     sys.argv[1:] = argv  # Hydra reads the command line from sys.argv
     overrides = help_request(argv) if wants_help else None
     if overrides is not None:
@@ -233,7 +268,7 @@ def main() -> None:
     def train() -> None:
         sweep = None
         try:
-            sweep = check_multirun(argv)
+            sweep = check_multirun(sys.argv[1:])  # hydra_entry may rewrite an override (KEY={...} as +KEY={...})
             _share_run_time()
             _train()
         except KeyboardInterrupt as exc:  # a single run's job reports its own (_train)

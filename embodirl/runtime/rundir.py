@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import socket
 import time
 from collections.abc import Iterator, Mapping
@@ -32,7 +33,7 @@ from embodirl.runtime.status import STATUS_FILE, write_status
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
            "discard_unproduced", "holds_only_empty_files", "record_refused_job",
-           "remove_temp_files", "write_hydra_files"]
+           "remove_temp_files", "resume_overrides", "write_hydra_files"]
 
 LOCK_FILE = ".lock"
 _TEMP_DIRS = (".", "checkpoints", ".hydra", "videos")
@@ -139,8 +140,10 @@ def _renamed(key: str) -> str:
 
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, old, new)`` for every leaf that differs (missing leaves are ``<absent>``), sorted by key; the old
-    config's keys are read under their names today (``trainer.num_eval_envs`` is ``eval.num_envs``)."""
-    a, b = {_renamed(k): v for k, v in _flatten(old)}, dict(_flatten(new))
+    config's keys are read under their names today (``trainer.num_eval_envs`` is ``eval.num_envs``), except a key
+    the new config still has (a class of the user's own may name a key ``algo.batch_size``)."""
+    b = dict(_flatten(new))
+    a = {k if k in b else _renamed(k): v for k, v in _flatten(old)}
     return sorted((k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in a.keys() | b.keys()
                   if a.get(k, _ABSENT) != b.get(k, _ABSENT))
 
@@ -181,11 +184,32 @@ def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Map
     refused = [(k, a, b) for k, a, b in changes if not _changeable(k) and a != _ABSENT]
     if refused and not allow:
         listed = ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in refused)
+        words = resume_overrides(run_dir)
+        resume = (f"continue it as it was started: embodirl-train resume={Path(run_dir).resolve()} (that is: "
+                  f"{shlex.join(['embodirl-train', *words])}); or " if words is not None else "")
         raise CheckpointError(
             f"{run_dir} holds a run trained with a different config ({listed}); continuing it would silently mix "
-            "the two. Fix: pass hydra.run.dir=<a new directory> for a new run, or trainer.allow_config_change=true "
-            "to continue this run with the new values")
+            f"the two. Fix: {resume}pass hydra.run.dir=<a new directory> for a new run, or "
+            "trainer.allow_config_change=true to continue it with the new values (a network of the same shapes only)")
     return [f"{k} {_short(a)} -> {_short(b)}" for k, a, b in changes]
+
+
+def resume_overrides(run_dir: str | Path) -> list[str] | None:
+    """The overrides that continue ``run_dir`` as it was started (its ``.hydra/overrides.yaml``; a sweep job's hold
+    its sweep's values), ``hydra.run.dir`` pinned to it; None when they cannot be read. ``hydra.mode=RUN`` keeps a
+    ready sweep's file (``sweep=seeds``) from starting the sweep again."""
+    import yaml
+
+    try:
+        overrides = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(overrides, list):
+        return None
+    words = [str(o) for o in overrides]
+    if any(w.lstrip("+").startswith("sweep=") for w in words):
+        words.append("hydra.mode=RUN")
+    return [*words, f"hydra.run.dir={Path(run_dir).resolve()}"]
 
 
 def write_hydra_files(run_dir: str | Path, files: Mapping[str, str]) -> None:

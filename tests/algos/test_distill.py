@@ -132,7 +132,7 @@ def test_the_pixel_student_and_the_pixel_ppo_recipe_read_pixels_alike():
     the same, or the continued actor would see differently scaled pixels than it was trained on."""
     from tests.conftest import compose_config
 
-    student = compose_config(["+experiment=distill_push_cube_rgb", "algo.teacher.run=x"]).policy
-    ppo = compose_config(["+experiment=ppo_push_cube_rgb"]).policy
+    student = compose_config(["experiment=distill_push_cube_rgb", "algo.teacher.run=x"]).policy
+    ppo = compose_config(["experiment=ppo_push_cube_rgb"]).policy
     assert student.encoders.rgb == ppo.encoders.rgb and student.encoders.rgb.pixel_std is not None
     assert student.hidden_sizes == ppo.hidden_sizes and student.actor_keys == ppo.actor_keys
