@@ -37,7 +37,7 @@ EXAMPLES = (
     ("embodirl-train hydra.run.dir=outputs/<date>/<time>", "resume that run from its checkpoints/last.pt"),
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
-    ("embodirl-export run=outputs/<date>/<time>", "its best.pt as ONNX + manifest.json for a robot (<run>/export/)"),
+    ("embodirl-export run=outputs/<date>/<time>", "its last.pt as ONNX + manifest.json for a robot (<run>/export/)"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
 )
 
@@ -51,8 +51,8 @@ EVAL_EXAMPLES = (
 )
 
 EXPORT_EXAMPLES = (
-    ("embodirl-export run=outputs/<date>/<time>", "best.pt as <run>/export/onnx/policy.onnx + manifest.json"),
-    ("embodirl-export run=<run> checkpoint=last format=torchscript", "last.pt as <run>/export/torchscript/policy.pt"),
+    ("embodirl-export run=outputs/<date>/<time>", "last.pt as <run>/export/onnx/policy.onnx + manifest.json"),
+    ("embodirl-export run=<run> checkpoint=best format=torchscript", "best.pt as <run>/export/torchscript/policy.pt"),
     ("embodirl-export run=<run> out=deploy/v2", "into a directory of your choice"),
     ("embodirl-export run=<run> overwrite=true", "replace the earlier export (refused without it)"),
 )
