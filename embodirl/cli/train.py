@@ -87,7 +87,7 @@ def _train(cfg: DictConfig) -> float:
 
         sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
         names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env,
-                               experiment_env(hydra_cfg.job.config_name, list(hydra_cfg.overrides.task)))
+                               experiment_env(hydra_cfg.job.config_name or "train", list(hydra_cfg.overrides.task)))
         summary = run_training(cfg, run_dir, files, names)
     except Exception as exc:
         if isinstance(exc, PreemptedError) and not multirun:
