@@ -325,9 +325,10 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
         cfg = compose("train", overrides=single, return_hydra_config=True)
         choices = plain_dict(cfg.hydra.runtime.choices)
         groups = _groups_section(GlobalHydra.instance().config_loader(), choices)
+        algos = "|".join(GlobalHydra.instance().config_loader().get_group_options("algo"))  # the folder is the list
     job = plain_dict(cfg)
     job.pop("hydra")
-    lines = [f"{prog}: train an RL policy (PPO, GRPO) on batched envs; every key below is a command-line override.",
+    lines = [f"{prog}: train a policy (algo={algos}) on batched envs; every key below is a command-line override.",
              "", f"Usage: {prog} [group=option ...] [key=value ...] [+experiment=NAME] [+sweep=NAME] [-m]", "",
              "Examples:"]
     for command, what in EXAMPLES:
@@ -338,7 +339,7 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
                      + (f" (sweep overrides left out: {' '.join(swept)})" if swept else ""))
     lines += _keys_section(job, key_help(job, choices), choices)
     lines += ["", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags;",
-              f"      eval \"$({prog} -sc install=bash)\" installs shell completion; README \"Using it\"."]
+              f"      eval \"$({prog} -sc install=bash)\" installs shell completion (docs/getting-started.md)."]
     return "\n".join(lines)
 
 
