@@ -1,4 +1,4 @@
-"""``embodirl-export run=RUN_DIR checkpoint=best format=onnx|torchscript``: a trained policy for a robot.
+"""``embodirl-export run=RUN_DIR checkpoint=last|best format=onnx|torchscript``: a trained policy for a robot.
 
 Writes the checkpoint's deterministic actor (:class:`~embodirl.policies.export.DeterministicActor`: observation
 normaliser, deterministic action and the clip to the action bounds inside) as ``policy.onnx`` (onnxruntime) or

@@ -37,7 +37,7 @@ EXAMPLES = (
     ("embodirl-train resume=outputs/<date>/<time>", "continue that run (or sweep job) as it was started"),
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
-    ("embodirl-export run=outputs/<date>/<time>", "its best.pt as ONNX + manifest.json for a robot (<run>/export/)"),
+    ("embodirl-export run=outputs/<date>/<time>", "its last.pt as ONNX + manifest.json for a robot (<run>/export/)"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
 )
 
@@ -51,8 +51,8 @@ EVAL_EXAMPLES = (
 )
 
 EXPORT_EXAMPLES = (
-    ("embodirl-export run=outputs/<date>/<time>", "best.pt as <run>/export/onnx/policy.onnx + manifest.json"),
-    ("embodirl-export run=<run> checkpoint=last format=torchscript", "last.pt as <run>/export/torchscript/policy.pt"),
+    ("embodirl-export run=outputs/<date>/<time>", "last.pt as <run>/export/onnx/policy.onnx + manifest.json"),
+    ("embodirl-export run=<run> checkpoint=best format=torchscript", "best.pt as <run>/export/torchscript/policy.pt"),
     ("embodirl-export run=<run> out=deploy/v2", "into a directory of your choice"),
     ("embodirl-export run=<run> overwrite=true", "replace the earlier export (refused without it)"),
 )
@@ -354,9 +354,10 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
         cfg = compose("train", overrides=single, return_hydra_config=True)
         choices = plain_dict(cfg.hydra.runtime.choices)
         groups = _groups_section(GlobalHydra.instance().config_loader(), choices)
+        algos = "|".join(GlobalHydra.instance().config_loader().get_group_options("algo"))  # the folder is the list
     job = plain_dict(cfg)
     job.pop("hydra")
-    lines = [f"{prog}: train an RL policy (PPO, GRPO) on batched envs; every key below is a command-line override.",
+    lines = [f"{prog}: train a policy (algo={algos}) on batched envs; every key below is a command-line override.",
              "", f"Usage: {prog} [group=option ...] [key=value ...] [experiment=NAME] [sweep=NAME] [-m]", "",
              "Examples:"]
     for command, what in EXAMPLES:
@@ -367,7 +368,7 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
                      + (f" (sweep overrides left out: {' '.join(swept)})" if swept else ""))
     lines += _keys_section(job, key_help(job, choices), choices)
     lines += ["", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags;",
-              f"      eval \"$({prog} -sc install=bash)\" installs shell completion; README \"Using it\"."]
+              f"      eval \"$({prog} -sc install=bash)\" installs shell completion (docs/getting-started.md)."]
     return "\n".join(lines)
 
 

@@ -153,10 +153,11 @@ def _train(cfg: DictConfig) -> float:
              "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
     try:
         check_run_config(cfg)  # every key against its schema, before torch is imported
-        from embodirl.app.run import run_training, wandb_identity  # imports torch
+        from embodirl.app.run import experiment_env, run_training, wandb_identity  # imports torch
 
         sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
-        names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env.get("id"))
+        names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env,
+                               experiment_env(hydra_cfg.job.config_name or "train", list(hydra_cfg.overrides.task)))
         summary = run_training(cfg, run_dir, files, names)
     except Exception as exc:
         if multirun and not isinstance(exc, PreemptedError):

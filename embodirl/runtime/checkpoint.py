@@ -200,9 +200,10 @@ def _check_trainer(trainer: Any, where: str) -> None:
         value = trainer.get(key)
         if key in trainer and not (_is_seconds(value) or (optional and value is None)):
             raise _refuse(where, f"trainer.{key}", value, ("null or " if optional else "") + "a finite float >= 0")
-    value = trainer.get("best_value")
-    if value is not None and not (isinstance(value, int | float) and math.isfinite(value)):
-        raise _refuse(where, "trainer.best_value", value, "null or a finite float")
+    for key in ("best_value", "best_return"):
+        value = trainer.get(key)
+        if value is not None and not (isinstance(value, int | float) and math.isfinite(value)):
+            raise _refuse(where, f"trainer.{key}", value, "null or a finite float")
 
 
 def _check_rng(rng: Any, where: str) -> None:
