@@ -36,10 +36,12 @@ class DivergenceConfig(Schema):
 
     max_approx_kl: float | None = key(10.0, gt=0, doc="fail the run once an update's diag/approx_kl exceeds this")
     max_value_loss: float | None = key(1e10, gt=0, doc="fail the run once an update's loss/value exceeds this")
+    max_distill_loss: float | None = key(1e6, gt=0, doc="fail the run once an update's loss/distill (algo=distill) "
+                                         "exceeds this")
 
     def limits(self) -> dict[str, tuple[str, float]]:
         """``metric -> (key, limit)`` of the checks that are on."""
-        pairs = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss"}
+        pairs = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss", "loss/distill": "max_distill_loss"}
         return {metric: (name, limit) for metric, name in pairs.items() if (limit := getattr(self, name)) is not None}
 
 
