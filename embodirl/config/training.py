@@ -54,6 +54,16 @@ class PlateauConfig(Schema):
     mode: Literal["max", "min"] = key("max", doc="whether the metric should rise (max) or fall (min)")
 
 
+def is_rate(metric: str | None) -> bool:
+    """Whether ``metric`` is a rate in [0, 1] (``eval/success_rate``, ``episode/success_rate``, ...)."""
+    return metric is not None and metric.rsplit("/", 1)[-1].endswith("success_rate")
+
+
+def never_met(op: str, value: float) -> bool:
+    """Whether ``rate op value`` is false for every rate in [0, 1]."""
+    return {">=": value > 1, ">": value >= 1, "==": not 0 <= value <= 1, "<=": value < 0, "<": value <= 0}[op]
+
+
 @dataclass(frozen=True, kw_only=True)
 class StopOnConfig(Schema):
     """One ``trainer.stop_on`` entry: a threshold ``{metric, op, value}`` or a plateau ``{metric, plateau}``."""
@@ -79,6 +89,9 @@ class StopOnConfig(Schema):
             raise ConfigError(missing, None, "a threshold {metric, op, value} or a plateau {metric, plateau: {...}}",
                               f"pass {missing}={example}, or make the entry a plateau: {{metric: eval/return_mean, "
                               "plateau: {patience_evals: 5}}")
+        if is_rate(self.metric) and self.op is not None and self.value is not None and never_met(self.op, self.value):
+            raise ConfigError("value", self.value, f"a value {self.metric} {self.op} value can meet ({self.metric} is "
+                              "a rate in [0, 1])", "pass value=0.9 (a 90 % success rate)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +123,9 @@ class CurriculumConfig(Schema):
             missing = "metric" if self.metric is None else "threshold"
             raise ConfigError(missing, None, "metric and threshold together",
                               "pass metric=eval/success_rate threshold=0.8")
+        if is_rate(self.metric) and self.threshold is not None and self.threshold > 1:
+            raise ConfigError("threshold", self.threshold, f"a threshold in [0, 1] ({self.metric} is a rate in [0, 1]: "
+                              "no level would ever be reached)", "pass threshold=0.8 (an 80 % success rate)")
 
 
 @dataclass(frozen=True, kw_only=True)

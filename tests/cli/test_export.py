@@ -229,3 +229,12 @@ def test_a_discrete_space_with_a_start_exports_the_envs_own_actions(tmp_path, ex
     actor, obs = torch.jit.load(str(out / "policy.pt")), torch.randn(256, 4)
     index = actor.policy.actor(obs).argmax(-1)  # the Categorical's mode, 0 .. n-1
     assert torch.equal(actor(obs)[0], index - 1)
+
+
+def test_an_empty_out_is_refused_and_nothing_lands_in_the_current_directory(run_dir, export, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # out= (empty) wrote policy.pt and manifest.json wherever one stood
+    result = export([f"run={run_dir}", "format=torchscript", "out="])
+    assert result.code == 2
+    line = result.err.strip()
+    assert "\n" not in line and "out='' is invalid" in line and "Fix: pass out=<a directory>" in line
+    assert list(tmp_path.iterdir()) == []
