@@ -89,9 +89,6 @@ class StopOnConfig(Schema):
             raise ConfigError(missing, None, "a threshold {metric, op, value} or a plateau {metric, plateau: {...}}",
                               f"pass {missing}={example}, or make the entry a plateau: {{metric: eval/return_mean, "
                               "plateau: {patience_evals: 5}}")
-        if is_rate(self.metric) and self.op is not None and self.value is not None and never_met(self.op, self.value):
-            raise ConfigError("value", self.value, f"a value {self.metric} {self.op} value can meet ({self.metric} is "
-                              "a rate in [0, 1])", "pass value=0.9 (a 90 % success rate)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +156,12 @@ class TrainerConfig(Schema):
                                               "update's metric exceeds its limit; null = no check")
 
     def check(self) -> None:
+        for i, stop in enumerate(self.stop_on):  # here, not in StopOnConfig: the fix rewrites the whole list
+            if is_rate(stop.metric) and stop.op is not None and stop.value is not None and \
+                    never_met(stop.op, stop.value):
+                raise ConfigError(f"stop_on[{i}].value", stop.value, f"a value {stop.metric} {stop.op} value can "
+                                  f"meet ({stop.metric} is a rate in [0, 1])", f"pass trainer.stop_on=[{{metric: "
+                                  f"{stop.metric}, op: '{stop.op}', value: 0.9}}] (a 90 % success rate)")
         if self.best_metric is not None and not self.best_metric:
             raise ConfigError("best_metric", self.best_metric, "null or a metric name",
                               "pass trainer.best_metric=null (the env's solved_metric)")
