@@ -24,9 +24,12 @@ from embodirl.config.randomize import MAX_FACTOR, RandomizableParams, RandomizeC
 from embodirl.envs.rng import uniform_from_key
 from embodirl.errors import CheckpointError, ConfigError
 
-__all__ = ["FIRST_COMPONENT", "Randomization", "make_randomization", "sample_values"]
+__all__ = ["DAMAGED_CHECKPOINT_FIX", "FIRST_COMPONENT", "Randomization", "make_randomization", "sample_values"]
 
 FIRST_COMPONENT = 64  #: the reset stream's components from here on are the randomized parameters' (one each)
+#: The fix of a checkpoint whose state breaks the config's rules (here and in the curriculum's levels).
+DAMAGED_CHECKPOINT_FIX = ("Fix: the file is damaged or was edited: resume from another checkpoint (trainer.resume="
+                          "<run>/checkpoints/step_*.pt) or start afresh with hydra.run.dir=<a new directory>")
 
 
 def sample_values(u: Tensor, low: Tensor, high: Tensor, log_uniform: Tensor) -> Tensor:
@@ -149,8 +152,7 @@ class Randomization:
 
     def _check_state(self, state: Mapping[str, Tensor]) -> None:
         """The rules of ``env.randomize`` on a checkpoint's ranges and drawn values (keys ``randomize_*``)."""
-        fix = ("Fix: the file is damaged or was edited: resume from another checkpoint (trainer.resume=<run>/"
-               "checkpoints/step_*.pt) or start afresh with hydra.run.dir=<a new directory>")
+        fix = DAMAGED_CHECKPOINT_FIX
         for key in ("randomize_low", "randomize_high"):
             value = state.get(key)
             if not isinstance(value, Tensor) or tuple(value.shape) != tuple(self.low.shape):

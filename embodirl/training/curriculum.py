@@ -17,6 +17,7 @@ from typing import Any
 
 from embodirl.config.training import CurriculumConfig
 from embodirl.envs.base import BatchedEnv
+from embodirl.envs.randomization import DAMAGED_CHECKPOINT_FIX
 from embodirl.errors import CheckpointError, ConfigError, is_int
 
 __all__ = ["Curriculum"]
@@ -60,8 +61,7 @@ class Curriculum:
         Raises:
             CheckpointError: ``levels`` is no mapping, or holds a level that is no count >= 0 (a damaged file).
         """
-        fix = ("Fix: the file is damaged or was edited: resume from another checkpoint (trainer.resume=<run>/"
-               "checkpoints/step_*.pt) or start afresh with hydra.run.dir=<a new directory>")
+        fix = DAMAGED_CHECKPOINT_FIX
         if not isinstance(levels, Mapping):
             raise CheckpointError(f"the checkpoint's trainer.curriculum state is {type(levels).__name__}: expected a "
                                   f"mapping of entry names to levels. {fix}")
