@@ -152,6 +152,22 @@ def check_output_dirs(args: list[str]) -> None:
             example = "${hydra.job.num}" if key == "hydra.sweep.subdir" else "outputs/my_run"
             raise ConfigError(key, value, "a directory (an empty one would be the current directory)",
                               f"pass {key}={example}, or leave {key} out for the default")
+        if sep:
+            _check_output_dir(key, value.strip().strip("'\"").strip())
+
+
+def _check_output_dir(key: str, value: str) -> None:
+    """Refuse a run or sweep directory that is the current one (Hydra's files and every run's would land among
+    the user's own), and a sweep subdirectory that is the same for every job (each job would take the others'
+    directory: their checkpoints and metrics mixed)."""
+    if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value and \
+            os.path.realpath(os.path.expanduser(value)) == os.path.realpath(os.getcwd()):
+        raise ConfigError(key, value, "a directory of its own (this is the current directory)",
+                          f"pass {key}=outputs/my_run, or leave {key} out for the default")
+    if key == "hydra.sweep.subdir" and "${" not in value:
+        raise ConfigError(key, value, "a subdirectory that differs per job (this one is the same for every job, "
+                          "so the jobs would share one run directory)",
+                          "pass hydra.sweep.subdir='${hydra.job.num}', or leave it out for the default")
 
 
 def _logging_os_error(exc: BaseException) -> OSError | None:

@@ -38,6 +38,9 @@ def export_dir(out: str | None, run: Any, checkpoint: Any, path: Path, fmt: str)
     from embodirl.cli.evaluate import owning_run
 
     if out is not None:
+        if not str(out).strip():  # Path("") is the current directory: the export would land wherever one stands
+            raise ConfigError("out", out, "a directory (an empty one would be the current directory)",
+                              "pass out=<a directory>, or leave out= off for <run>/export/<format>")
         return Path(out)
     owner = owning_run(run, checkpoint)
     return (owner if owner is not None else path.parent) / "export" / fmt

@@ -151,6 +151,8 @@ class TeacherConfig(Schema):
     checkpoint: str = key("best", doc="best | last | a file name in <run>/checkpoints/")
     trusted_targets: list[str] = key(factory=list, doc="classes of your own the teacher's stored config may name "
                                      "(as embodirl-eval's trusted_targets)", example=["my_rl.policy.MyPolicy"])
+    allow_change: bool = key(False, doc="resume a student whose teacher's weights changed since the student's "
+                             "checkpoint (refused otherwise: the student would go on learning from another teacher)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,6 +49,7 @@ CHANGEABLE_ON_RESUME = (
     "eval.env_overrides.", "eval.video", "eval.video_num_envs", "eval.video_size", "eval.video_fps",
     "eval.video_format", "logger.", "objective",
     "num_threads", "num_update_threads",
+    "algo.teacher.allow_change",
 )
 
 

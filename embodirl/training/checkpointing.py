@@ -144,6 +144,8 @@ class Checkpointer:
             self.policy.load_state_dict(saved["policy"])
             self.algo.load_state_dict(saved["algo"])
             return TrainState(**saved["trainer"])
+        except CheckpointError:
+            raise  # the algorithm's own refusal names what differs and the fix
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"{key}={str(path)!r} does not fit this run's policy/algorithm ({str(exc).splitlines()[0]}). "

@@ -239,3 +239,12 @@ def test_export_and_eval_take_the_same_checkpoint_by_default():
 
     assert compose_config([], "export").checkpoint == compose_config([], "eval").checkpoint == "last"
     assert ExportConfig().checkpoint == EvaluateConfig().checkpoint == "last"
+
+
+def test_an_empty_out_is_refused_and_nothing_lands_in_the_current_directory(run_dir, export, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # out= (empty) wrote policy.pt and manifest.json wherever one stood
+    result = export([f"run={run_dir}", "format=torchscript", "out="])
+    assert result.code == 2
+    line = result.err.strip()
+    assert "\n" not in line and "out='' is invalid" in line and "Fix: pass out=<a directory>" in line
+    assert list(tmp_path.iterdir()) == []
