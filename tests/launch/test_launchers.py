@@ -180,7 +180,10 @@ def test_launcher_profile_composes_and_renders(name, tmp_path, fake_slurm_path):
     assert flags["signal"] == f"USR2@{launcher.signal_delay_s}"
     assert flags["time"] == str(launcher.timeout_min)
     assert flags["nodes"] == str(launcher.nodes) and flags["ntasks-per-node"] == str(launcher.tasks_per_node)
-    assert flags["gpus-per-node"] == str(launcher.gpus_per_node)
+    if launcher.gpus_per_node is None:  # the CPU profile asks for no GPU at all
+        assert "gpus-per-node" not in flags
+    else:
+        assert flags["gpus-per-node"] == str(launcher.gpus_per_node)
     assert flags["open-mode"] == "append"  # a requeued attempt appends to the same logs
     # CPU-only clusters without GRES reject any --gpus-per-node line: null leaves it out
     launcher.gpus_per_node = None
