@@ -8,6 +8,7 @@
 #   embodirl-train -m hydra/launcher=slurm_cpu seed=0,1
 #   bash launch/local_slurm.sh stop     # stop the daemons by their pid files
 #
+# Exit status: 0 started (or already running), 3 SLURM cannot be installed here, 1 anything else.
 # Everything lives in one state directory (EMBODIRL_SLURM_DIR, default /tmp/embodirl-slurm): the generated
 # slurm.conf, the munge key and socket, spool, state, logs and pid files. Nothing under /etc is written, so an
 # existing SLURM or munge set-up on the host is left alone.
@@ -17,14 +18,15 @@ dir="${EMBODIRL_SLURM_DIR:-/tmp/embodirl-slurm}"
 host="$(hostname -s)"
 
 die() { echo "local_slurm.sh: $*" >&2; exit 1; }
+cannot_install() { echo "local_slurm.sh: $*" >&2; exit 3; }  # status 3: SLURM is not to be had on this machine
 
 install_packages() {
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null && return 0
-  [ "$(id -u)" = 0 ] || die "slurmctld/slurmd/munged are missing and only root can install them. Fix: sudo apt-get install -y slurm-wlm munge"
-  command -v apt-get >/dev/null || die "slurmctld/slurmd/munged are missing and there is no apt-get. Fix: install SLURM (slurmctld, slurmd) and munge with this system's package manager"
+  [ "$(id -u)" = 0 ] || cannot_install "slurmctld/slurmd/munged are missing and only root can install them. Fix: sudo apt-get install -y slurm-wlm munge"
+  command -v apt-get >/dev/null || cannot_install "slurmctld/slurmd/munged are missing and there is no apt-get. Fix: install SLURM (slurmctld, slurmd) and munge with this system's package manager"
   echo "== installing slurm-wlm and munge (apt-get, about a minute)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } ||
+    cannot_install "apt-get could not install slurm-wlm and munge (see above)"
 }
 
 write_config() {
