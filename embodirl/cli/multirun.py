@@ -90,7 +90,8 @@ def _check_cluster(launcher: Any) -> None:
     node = f"one node of partition {part.name} has {part.gpus} GPUs, {part.cpus} CPUs, {part.memory_mb} MB"
     expected = (f"a request that fits a node ({node}; asked: {tasks} task(s) x {asked['cpus_per_task']} CPUs, "
                 f"{asked['gpus_per_node']} GPUs, {asked['mem_gb']} GB)")
-    cpu_profile = " (hydra/launcher=slurm_cpu is the CPU profile)" if "gpus_per_node" in too_big and not part.gpus else ""
+    no_gpus = "gpus_per_node" in too_big and not part.gpus
+    cpu_profile = " (hydra/launcher=slurm_cpu is the CPU profile)" if no_gpus else ""
     raise ConfigError(f"hydra.launcher.{first}", asked[first], expected, f"pass {' '.join(fixes)}{cpu_profile}",
                       absolute=True)
 
