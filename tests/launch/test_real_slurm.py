@@ -83,6 +83,19 @@ def wait_for_iterations(proc: subprocess.Popen, run_dir: Path, iterations: int, 
     pytest.fail(f"no {iterations} iterations logged in {run_dir} within {timeout} s")
 
 
+def release_when_requeued(job: str, timeout: float = 60) -> None:
+    """SLURM holds a requeued batch job for 120 s (its BeginTime); start it now instead, as an admin may
+    (``scontrol update StartTime=now``), so that the test does not wait for the hold."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True).stdout
+        if "BeginTime" in queued:
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+            return
+        time.sleep(0.2)
+    pytest.fail(f"job {job} was not requeued within {timeout} s")
+
+
 # --- before submission: what sinfo can tell ---------------------------------------------------------------
 @pytest.mark.parametrize(("overrides", "fragments"), [
     (["hydra/launcher=slurm"], ["hydra.launcher.gpus_per_node=1", "0 GPUs",
@@ -153,6 +166,7 @@ def test_preempted_by_signal_requeued_and_resumed(tmp_path):
         (job,) = job_ids(sweep)
         first_pid = read_json(run_dir / "status.json")["pid"]
         subprocess.run(["scancel", "--signal=USR2", job], check=True)
+        release_when_requeued(job)
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         kill_tree(proc)
@@ -162,6 +176,31 @@ def test_preempted_by_signal_requeued_and_resumed(tmp_path):
     assert_resumed_not_restarted(run_dir, total, per_iteration=8 * 16)
     logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*/*_log.*"))
     assert "Requeued job" in logs
+
+
+# --- a job over its time limit: requeued max_num_timeout times, then reported ----------------------------------
+def test_job_over_its_time_limit_is_requeued_up_to_max_num_timeout(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / "0"
+    # timeout_min=1: SLURM's USR2 comes signal_delay_s before the limit (its signal timer ticks about every 30 s)
+    proc = start_train(["-m", *CPU_JOB, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30",
+                        "hydra.launcher.max_num_timeout=1", *TINY, "trainer.total_env_steps=100000000",
+                        "trainer.stop_on_solved=false", "trainer.checkpoint_every_env_steps=1024",
+                        f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    try:
+        wait_for_iterations(proc, run_dir, 1)
+        (job,) = job_ids(sweep)
+        release_when_requeued(job, timeout=120)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 1, out + err
+    assert "timed-out too many times" in err and "job 0 [" in err, err
+    status = read_json(run_dir / "status.json")
+    assert status["attempt"] == 2 and status["status"] != "running"
+    assert "resumed from" in (run_dir / "train.log").read_text()
+    steps = env_steps_logged(run_dir)
+    assert steps == sorted(set(steps)) and steps  # the second attempt continued; nothing logged twice
 
 
 # --- scancel of a running job: the sweep ends and says so (without accounting, it used to wait for ever) -----
