@@ -98,7 +98,7 @@ def exit_code(exc: BaseException) -> int:
         return 124
     if isinstance(exc, DivergedError):
         return 3
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException):
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException) or _is_sbatch_refusal(exc):
         return 2
     return 1
 
@@ -122,7 +122,16 @@ def message(exc: BaseException) -> str | None:
         return "error: " + one_line(str(exc))
     if isinstance(exc, OSError):
         return "error: " + _os_message(exc)
+    if _is_sbatch_refusal(exc):
+        from embodirl.runtime.slurm import explain_sbatch_error
+
+        return "error: " + explain_sbatch_error(str(exc))
     return None
+
+
+def _is_sbatch_refusal(exc: BaseException) -> bool:
+    """submitit's FailedJobError carrying sbatch's own refusal (a request the cluster cannot serve)."""
+    return type(exc).__name__ == "FailedJobError" and "sbatch: error" in str(exc)
 
 
 def fail(prog: str, exc: BaseException, code: int | None = None) -> NoReturn:
