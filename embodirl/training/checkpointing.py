@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from embodirl.algos.base import OnPolicyAlgorithm
+from embodirl.algos.base import Algorithm
 from embodirl.collect.collector import Collector
 from embodirl.envs.base import env_mode
 from embodirl.errors import CheckpointError
@@ -62,7 +62,7 @@ class Checkpointer:
         is_main: Rank 0, the only one that writes files, restores the env and the random generators.
     """
 
-    def __init__(self, folder: Path, *, collector: Collector, algo: OnPolicyAlgorithm, config: dict, keep: int,
+    def __init__(self, folder: Path, *, collector: Collector, algo: Algorithm, config: dict, keep: int,
                  resume: str | None, is_main: bool) -> None:
         self.folder, self.collector, self.algo, self.config = folder, collector, algo, config
         self.keep, self.resume_path, self.is_main = keep, resume, is_main
@@ -121,7 +121,8 @@ class Checkpointer:
         path, key = found
         saved = load_checkpoint(path, key=key)
         counters = self._load_learner(saved, path, key)
-        check_optimizer_state(self.algo.optimizer, f"{key}={str(path)!r}")
+        for name, optimizer in self.algo.optimizers().items():
+            check_optimizer_state(optimizer, f"{key}={str(path)!r}", name)
         self._load_env(saved, seed + counters.iteration)
         if self.is_main:
             set_rng_state(saved["rng"])
