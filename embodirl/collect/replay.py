@@ -67,7 +67,9 @@ class ReplayBuffer:
         if num_steps > self.slots:  # only the newest fit
             steps, num_steps = steps[:, -self.slots:], self.slots
         index = (self.pos + torch.arange(num_steps, device=self.device)) % self.slots
-        self.storage[:, index] = steps
+        storage = self.storage
+        assert storage is not None
+        storage[:, index] = steps
         self.pos = (self.pos + num_steps) % self.slots
         self.size = min(self.size + num_steps, self.slots)
         self._size.fill_(self.size)
