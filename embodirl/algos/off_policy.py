@@ -133,7 +133,7 @@ class OffPolicyAlgorithm(ABC):
         counts: dict[str, int] = {}
         if self.env_steps_seen >= self.cfg.learning_starts:
             for _ in range(max(1, round(num_steps * self.cfg.updates_per_step))):
-                for name, value in self.train_step(self.buffer.sample(self.cfg.batch_size)).items():
+                for name, value in self.train_step(self.buffer.sample(self.cfg.minibatch_size)).items():
                     sums[name] = sums[name] + value.detach() if name in sums else value.detach().float()
                     counts[name] = counts.get(name, 0) + 1
                 self.num_updates += 1

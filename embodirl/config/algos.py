@@ -192,7 +192,7 @@ class OffPolicyConfig(Schema):
     num_steps: int = key(8, ge=1, doc="env steps per env collected between updates (one iteration; a logged line)")
     buffer_size: int = key(1_000_000, ge=1, doc="transitions the replay buffer keeps (capacity / env.num_envs per "
                            "env; the oldest are overwritten)")
-    batch_size: int = key(256, ge=1, doc="transitions sampled per gradient step")
+    minibatch_size: int = key(256, ge=1, doc="transitions sampled from the buffer per gradient step")
     learning_starts: int = key(5000, ge=0, doc="env steps collected before the first gradient step")
     updates_per_step: float = key(1.0, gt=0, doc="gradient steps per collected step of all envs (update-to-data "
                                   "ratio): an iteration takes round(num_steps x this)")

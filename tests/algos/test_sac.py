@@ -19,7 +19,7 @@ from embodirl.errors import ConfigError
 from embodirl.policies.distributions import TanhGaussian
 from tests.conftest import compose_config, in_process_run
 
-SMALL = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.batch_size=16",
+SMALL = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
          "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
          "trainer.total_env_steps=1024"]
 
@@ -119,6 +119,25 @@ def test_a_resumed_run_restores_the_networks_and_says_its_buffer_is_empty(caplog
     assert fresh.num_updates == 4 and len(fresh.buffer) == 0
     for a, b in zip(algo.critics.parameters(), fresh.critics.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_sac_run_checkpoints_evaluates_and_a_restart_resumes_saying_its_buffer_is_empty(tmp_path, caplog):
+    from embodirl.app.run import run_training
+    from embodirl.runtime.checkpoint import load_checkpoint
+
+    run = [*SMALL, "trainer.total_env_steps=128", "eval.every_env_steps=64", "trainer.checkpoint_every_env_steps=64",
+           "logger.console=none", "logger.tensorboard=false"]
+    run_training(compose_config(run), tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [32, 64, 96, 128]
+    assert "loss/critic" not in records[0] and records[-1]["diag/num_updates"] == 12  # learning_starts=64
+    assert records[-1]["eval/return_mean"] is not None and (tmp_path / "checkpoints" / "best.pt").exists()
+    saved = load_checkpoint(tmp_path / "checkpoints" / "last.pt")  # the validator takes SAC's state
+    assert {"critics", "target_critics", "alpha", "critic_optimizer", "num_updates"} <= set(saved["algo"])
+    with caplog.at_level(logging.WARNING):
+        summary = run_training(compose_config([*run[:-4], "trainer.total_env_steps=160", *run[-3:]]), tmp_path)
+    assert summary["env_steps"] == 160
+    assert "SAC resumes at env_steps=128 with an EMPTY replay buffer" in caplog.text
 
 
 @pytest.mark.slow
