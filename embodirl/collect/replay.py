@@ -46,6 +46,7 @@ class ReplayBuffer:
         self.num_envs, self.slots = num_envs, capacity // num_envs
         self.device, self.n_step, self.gamma = torch.device(device), n_step, gamma
         self.storage: TensorDict | None = None  # allocated at the first extend, from the data's layout
+        self.flat: TensorDict | None = None
         self.pos = 0  # the slot the next transition goes to (every row advances together)
         self.size = 0  # stored transitions per env
         self._size = torch.zeros((), dtype=torch.long, device=self.device)  # the same, read by sample without a sync
@@ -63,6 +64,7 @@ class ReplayBuffer:
             shape = (self.num_envs, self.slots)
             self.storage = steps[:, :1].apply(lambda x: torch.zeros((*shape, *x.shape[2:]), dtype=x.dtype,
                                                                     device=self.device), batch_size=list(shape))
+            self.flat = self.storage.view(-1)  # the same memory as [num_envs * slots]: one index tensor gathers
         num_steps = steps.batch_size[1]
         if num_steps > self.slots:  # only the newest fit
             steps, num_steps = steps[:, -self.slots:], self.slots
@@ -83,7 +85,8 @@ class ReplayBuffer:
         oldest = (self.pos - self._size) % self.slots  # the first stored slot of every row
         t = (oldest + (torch.rand(batch_size, device=self.device) * self._size).long().clamp_max(self.slots - 1)) \
             % self.slots
-        batch = self.storage[env, t]
+        assert self.flat is not None
+        batch = self.flat[env * self.slots + t]
         if self.n_step == 1:
             batch.set("discount", torch.full((batch_size,), self.gamma, device=self.device))
             return batch
@@ -91,21 +94,20 @@ class ReplayBuffer:
 
     def _n_step(self, batch: TensorDict, env: Tensor, t: Tensor) -> TensorDict:
         """Replace the one-step ``reward``, ``next_obs``, ``terminated`` of ``batch`` by their n-step values."""
-        assert self.storage is not None
+        assert self.flat is not None
         k = torch.arange(self.n_step, device=self.device)
-        ahead = (t[:, None] + k) % self.slots  # [B, n] slots of transitions t, t+1, ...
-        rows = env[:, None].expand_as(ahead)
+        ahead = env[:, None] * self.slots + (t[:, None] + k) % self.slots  # [B, n] transitions t, t+1, ... (flat)
         stored = (self.pos - 1 - t) % self.slots + 1  # transitions from t to the newest, t's own included
-        done = self.storage["done"][rows, ahead]
+        done = self.flat["done"][ahead]
         # Transition t+k counts if it is stored and no earlier one of the n ended the episode (a prefix of k).
         ended_before = torch.cumsum(done.long(), 1) - done.long() > 0
         counted = (k < stored[:, None]) & ~ended_before
         m = counted.sum(1)  # >= 1: transition t itself always counts
-        reward = (self.storage["reward"][rows, ahead] * self._powers * counted).sum(1)
+        reward = (self.flat["reward"][ahead] * self._powers * counted).sum(1)
         last = ahead.gather(1, (m - 1)[:, None]).squeeze(1)
         batch.set("reward", reward)
-        batch.set("next_obs", self.storage["next_obs"][env, last])
-        batch.set("terminated", self.storage["terminated"][env, last])
+        batch.set("next_obs", self.flat["next_obs"][last])
+        batch.set("terminated", self.flat["terminated"][last])
         batch.set("discount", self.gamma ** m.float())
         return batch
 
@@ -118,7 +120,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s transitions, in order (the next ``extend`` continues after them)."""
-        self.storage, self.pos, self.size = None, 0, 0
+        self.storage, self.flat, self.pos, self.size = None, None, 0, 0
         self._size.zero_()
         if state["size"]:
             self.extend(state["storage"].to(self.device))

@@ -146,8 +146,9 @@ def test_embodirl_train_algo_sac_learns_pendulum(tmp_path, monkeypatch):
 
     run_dir = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", [
-        "embodirl-train", "algo=sac", "env=gym", "env.id=Pendulum-v1", "env.num_envs=4", "algo.learning_starts=1000",
-        "algo.updates_per_step=4", "trainer.total_env_steps=6000", "eval.every_env_steps=6000", "seed=0",
+        "embodirl-train", "algo=sac", "env=gym", "env.id=Pendulum-v1", "env.num_envs=4", "algo.learning_starts=500",
+        "algo.updates_per_step=4", "policy.hidden_sizes=[64,64]", "algo.critic_hidden_sizes=[64,64]",
+        "trainer.total_env_steps=4000", "eval.every_env_steps=4000", "seed=0",
         "device=cpu", "logger.console=none", "logger.tensorboard=false", f"hydra.run.dir={run_dir}"])
     with in_process_run(600):
         try:
@@ -155,4 +156,5 @@ def test_embodirl_train_algo_sac_learns_pendulum(tmp_path, monkeypatch):
         except SystemExit as exc:
             assert exc.code in (0, None), exc.code
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["eval/return_mean"] >= -400, summary  # a random policy scores about -1,200
+    # -200 at 4,000 env steps on our CPU (30 s of CPU time); an untrained policy scores about -1,200 to -1,500
+    assert summary["eval/return_mean"] >= -400, summary
