@@ -62,16 +62,16 @@ class ReplayBuffer:
             raise ValueError(f"extend takes a [num_envs={self.num_envs}, T] block, got {list(steps.batch_size)}")
         if self.storage is None:
             shape = (self.num_envs, self.slots)
-            self.storage = steps[:, :1].apply(lambda x: torch.zeros((*shape, *x.shape[2:]), dtype=x.dtype,
-                                                                    device=self.device), batch_size=list(shape))
-            self.flat = self.storage.view(-1)  # the same memory as [num_envs * slots]: one index tensor gathers
+            storage = steps[:, :1].apply(lambda x: torch.zeros((*shape, *x.shape[2:]), dtype=x.dtype,
+                                                               device=self.device), batch_size=list(shape))
+            assert storage is not None
+            # flat: the same memory seen as [num_envs * slots], so one index tensor gathers a sample
+            self.storage, self.flat = storage, storage.view(-1)
         num_steps = steps.batch_size[1]
         if num_steps > self.slots:  # only the newest fit
             steps, num_steps = steps[:, -self.slots:], self.slots
         index = (self.pos + torch.arange(num_steps, device=self.device)) % self.slots
-        storage = self.storage
-        assert storage is not None
-        storage[:, index] = steps
+        self.storage[:, index] = steps
         self.pos = (self.pos + num_steps) % self.slots
         self.size = min(self.size + num_steps, self.slots)
         self._size.fill_(self.size)
