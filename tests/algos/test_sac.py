@@ -125,7 +125,7 @@ def test_a_sac_run_checkpoints_evaluates_and_a_restart_resumes_saying_its_buffer
     from embodirl.app.run import run_training
     from embodirl.runtime.checkpoint import load_checkpoint
 
-    run = [*SMALL, "trainer.total_env_steps=128", "eval.every_env_steps=64", "trainer.checkpoint_every_env_steps=64",
+    run = [*SMALL, "trainer.total_env_steps=128", "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64",
            "logger.console=none", "logger.tensorboard=false"]
     run_training(compose_config(run), tmp_path)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
