@@ -15,7 +15,8 @@ The base class owns the rest: the buffer on the env's device (:class:`~embodirl.
 once the env's ``num_envs`` is known), ``learning_starts``, ``updates_per_step`` gradient steps per collected step
 of the envs, the metrics fetched with one host sync (a non-finite loss stops the run), and the state.
 
-The replay buffer is not saved with the checkpoints: a resumed run logs that it refills an empty buffer.
+The replay buffer is not part of :meth:`~OffPolicyAlgorithm.state_dict` (``last.pt`` stays small): the
+checkpointer saves it apart, in ``checkpoints/replay.pt`` beside each ``last.pt``, and restores it on resume.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class OffPolicyAlgorithm(ABC):
                 "env_steps_seen": self.env_steps_seen, "num_updates": self.num_updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the buffer restarts empty (said once when the state had collected data)."""
+        """Restore :meth:`state_dict`; the buffer restarts empty (the checkpointer refills it from its own file)."""
         for key, module in self.networks().items():
             module.load_state_dict(state[key])
         for key, optimizer in self.optimizers().items():
@@ -180,7 +181,3 @@ class OffPolicyAlgorithm(ABC):
         self.env_steps_seen, self.num_updates = int(state["env_steps_seen"]), int(state["num_updates"])
         if self.buffer is not None:
             self.buffer.load_state_dict({"size": 0})
-        if self.env_steps_seen > 0:
-            log.warning("%s resumes at env_steps=%d with an EMPTY replay buffer (the buffer is not saved with "
-                        "checkpoints): its first updates sample only the transitions collected from now on",
-                        type(self).__name__, self.env_steps_seen)

@@ -112,15 +112,19 @@ class ReplayBuffer:
         return batch
 
     def state_dict(self) -> dict[str, Any]:
-        """The stored transitions (``[num_envs, size]``, oldest first) and where the ring continues."""
-        if self.storage is None:
-            return {"size": 0}
+        """The stored transitions on the CPU (``[num_envs, size]``, oldest first, by ``/``-joined key: plain tensors,
+        as ``torch.load(weights_only=True)`` reads them) and their count per env."""
+        if self.storage is None or self.size == 0:
+            return {"size": 0, "storage": {}}
         order = (self.pos - self.size + torch.arange(self.size, device=self.device)) % self.slots
-        return {"size": self.size, "storage": self.storage[:, order].cpu()}
+        stored = self.storage[:, order].cpu().flatten_keys("/")
+        return {"size": self.size, "storage": {key: stored.get(key) for key in stored.keys()}}  # noqa: SIM118 (iterating a TensorDict yields rows)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s transitions, in order (the next ``extend`` continues after them)."""
         self.storage, self.flat, self.pos, self.size = None, None, 0, 0
         self._size.zero_()
         if state["size"]:
-            self.extend(state["storage"].to(self.device))
+            size = int(state["size"])
+            stored = TensorDict(state["storage"], batch_size=[self.num_envs, size]).unflatten_keys("/")
+            self.extend(stored.to(self.device))

@@ -108,36 +108,47 @@ def test_sac_refuses_a_policy_without_a_squashed_gaussian_and_discrete_actions()
         build_components(compose_config([*SMALL, "env=cartpole"]))
 
 
-def test_a_resumed_run_restores_the_networks_and_says_its_buffer_is_empty(caplog):
+def test_restored_state_holds_the_networks_and_leaves_the_buffer_to_the_checkpointer():
     algo, collector = sac_on_push_cube("algo.learning_starts=0")
     algo.update(collector.collect())
-    state = algo.state_dict()
-    fresh, _ = sac_on_push_cube("algo.learning_starts=0")
-    with caplog.at_level(logging.WARNING):
-        fresh.load_state_dict(state)
-    assert "resumes at env_steps=32 with an EMPTY replay buffer" in caplog.text
-    assert fresh.num_updates == 4 and len(fresh.buffer) == 0
+    fresh, fresh_collector = sac_on_push_cube("algo.learning_starts=0")
+    fresh.update(fresh_collector.collect())
+    fresh.load_state_dict(algo.state_dict())
+    assert fresh.num_updates == 4 and fresh.env_steps_seen == 32 and len(fresh.buffer) == 0
     for a, b in zip(algo.critics.parameters(), fresh.critics.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
-def test_a_sac_run_checkpoints_evaluates_and_a_restart_resumes_saying_its_buffer_is_empty(tmp_path, caplog):
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_resumed_sac_run_equals_an_uninterrupted_one_and_says_when_its_buffer_is_lost(tmp_path, caplog):
     from embodirl.app.run import run_training
     from embodirl.runtime.checkpoint import load_checkpoint
 
-    run = [*SMALL, "trainer.total_env_steps=128", "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64",
-           "logger.console=none", "logger.tensorboard=false"]
-    run_training(compose_config(run), tmp_path)
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["env_steps"] for r in records] == [32, 64, 96, 128]
-    assert "loss/critic" not in records[0] and records[-1]["diag/num_updates"] == 12  # learning_starts=64
-    assert records[-1]["eval/return_mean"] is not None and (tmp_path / "checkpoints" / "best.pt").exists()
-    saved = load_checkpoint(tmp_path / "checkpoints" / "last.pt")  # the validator takes SAC's state
+    run = [*SMALL, "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64", "logger.console=none",
+           "logger.tensorboard=false"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run_training(compose_config([*run, "trainer.total_env_steps=192"]), full)
+    records = _records(full)
+    assert [r["env_steps"] for r in records] == [32, 64, 96, 128, 160, 192]
+    assert "loss/critic" not in records[0] and records[-1]["diag/num_updates"] == 20  # learning_starts=64
+    assert records[3]["eval/return_mean"] is not None and (full / "checkpoints" / "best.pt").exists()
+    saved = load_checkpoint(full / "checkpoints" / "last.pt")  # the validator takes SAC's state; no buffer in it
     assert {"critics", "target_critics", "alpha", "critic_optimizer", "num_updates"} <= set(saved["algo"])
+    run_training(compose_config([*run, "trainer.total_env_steps=128"]), resumed)
+    with caplog.at_level(logging.INFO):
+        run_training(compose_config([*run, "trainer.total_env_steps=192"]), resumed)  # continues from last.pt
+    assert "refilled the replay buffer with 128 transitions" in caplog.text  # every transition collected
+    for x, y in zip(records[4:], _records(resumed)[4:], strict=True):
+        assert x["loss/critic"] == y["loss/critic"] and x["loss/actor"] == y["loss/actor"]
+    a, b = saved["policy"], load_checkpoint(resumed / "checkpoints" / "last.pt")["policy"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    (resumed / "checkpoints" / "replay.pt").unlink()  # a lost buffer file: one line says the buffer starts empty
     with caplog.at_level(logging.WARNING):
-        summary = run_training(compose_config([*run[:-4], "trainer.total_env_steps=160", *run[-3:]]), tmp_path)
-    assert summary["env_steps"] == 160
-    assert "SAC resumes at env_steps=128 with an EMPTY replay buffer" in caplog.text
+        run_training(compose_config([*run, "trainer.total_env_steps=224"]), resumed)
+    assert "SAC resumes at env_steps=192 with an EMPTY replay buffer (no " in caplog.text
 
 
 @pytest.mark.slow

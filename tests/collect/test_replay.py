@@ -29,6 +29,7 @@ def test_wrap_around_keeps_the_newest_transitions_of_each_env_in_order():
     assert buffer.storage["reward"].tolist() == [[5.0, 2.0, 3.0, 4.0], [15.0, 12.0, 13.0, 14.0]]
     state = buffer.state_dict()  # oldest first
     assert state["storage"]["reward"].tolist() == [[2.0, 3.0, 4.0, 5.0], [12.0, 13.0, 14.0, 15.0]]
+    assert state["storage"]["obs/state"].shape == (2, 4, 1)  # plain tensors by key, as weights_only loads them
     restored = ReplayBuffer(capacity=8, num_envs=2, device="cpu")
     restored.load_state_dict(state)
     assert len(restored) == 8 and restored.pos == 0
