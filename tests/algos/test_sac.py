@@ -17,7 +17,7 @@ from embodirl.algos.off_policy import polyak_update
 from embodirl.config.policies import TanhGaussianConfig
 from embodirl.errors import ConfigError
 from embodirl.policies.distributions import TanhGaussian
-from tests.conftest import compose_config, in_process_run
+from tests.conftest import algo_on_cartpole, compose_config, in_process_run
 
 SMALL = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
          "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
@@ -58,6 +58,18 @@ def test_the_critic_loss_regresses_both_critics_on_the_soft_target_by_hand(monke
     # targets: [1 + 0.5 * 0, 1 + 0 (terminated)] = [1, 1]
     # critic 1: ((0 - 1)^2 + (1 - 1)^2) / 2 = 0.5 ; critic 2: ((2 - 1)^2 + (3 - 1)^2) / 2 = 2.5
     assert loss.item() == pytest.approx(3.0) and q_mean.item() == pytest.approx(1.5)
+
+
+def test_both_families_implement_the_algorithm_protocol_the_core_is_typed_on():
+    from embodirl.algos.base import OnPolicyAlgorithm
+    from embodirl.algos.off_policy import OffPolicyAlgorithm
+
+    ppo, _ = algo_on_cartpole("ppo")
+    sac, _ = sac_on_push_cube()
+    assert isinstance(ppo, OnPolicyAlgorithm) and isinstance(sac, OffPolicyAlgorithm)
+    for algo in (ppo, sac):
+        assert isinstance(algo, Algorithm) and algo.optimizers()
+        assert set(algo.optimizers()) <= set(algo.state_dict())  # the keys a resume checks the shapes under
 
 
 def test_polyak_moves_the_target_by_tau():
