@@ -84,7 +84,7 @@ class Trainer:
                                          keep=cfg.keep_checkpoints, resume=cfg.resume, is_main=self.dist.is_main)
         self.policy = self.checkpointer.policy
         configured = stop_conditions(cfg.stop_on)
-        self.stops = StopConditions(configured + success_stop(self.env.solved_threshold, cfg.stop_on_solved))
+        self.stops = StopConditions([*configured, *success_stop(self.env.solved_threshold, cfg.stop_on_solved)])
         self.best = BestTracker(cfg.best_metric or self.env.solved_metric, cfg.best_mode)
         best_key = "trainer.best_metric" if cfg.best_metric else "env.solved_metric"
         self.curriculum = Curriculum(cfg.curriculum, self.env)
