@@ -28,7 +28,7 @@ from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, res
 from embodirl.algos.base import Algorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
-from embodirl.config.envs import WRAPPER_KEYS, WrapperConfig
+from embodirl.config.envs import WRAPPER_KEYS, WrapperConfig, recipes_for, threshold_source
 from embodirl.config.instantiate import check_finite_values, instantiate, to_node
 from embodirl.config.schema import NO_MATCH, Node, Schema, conform, parse
 from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
@@ -40,6 +40,7 @@ from embodirl.policies.base import Policy
 from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.runtime.distributed import DistInfo, broadcast_module
 from embodirl.training.console import StopGoal
+from embodirl.training.stopping import goal_note
 from embodirl.training.trainer import Trainer
 
 __all__ = [
@@ -330,6 +331,8 @@ def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_
                              is_solved=parts.env.is_solved)
     goal = StopGoal(trainer_cfg.total_env_steps, parts.env.solved_metric, parts.env.solved_threshold,
                     trainer_cfg.stop_on_solved, trainer_cfg.max_wall_time_s)
+    if dist.is_main:  # how the run stops, and where its threshold comes from (or the recipes, when it has none)
+        log.log(*goal_note(goal, env_label(parts.env), threshold_source(cfg.env), recipes_for(cfg.env)))
     loggers = instantiate(parts.logger, "logger.", run_dir=run_dir, config=config, goal=goal, run_name=run_name,
                           enabled=dist.is_main)  # only rank 0 writes metrics, TensorBoard and wandb
     trainer = instantiate(parts.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluation=evaluation,

@@ -8,8 +8,12 @@ constructors; everything else is checked here, before torch is imported.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Any, ClassVar, Literal
+
+import yaml
 
 from embodirl.config.instantiate import check_finite_values
 from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
@@ -18,7 +22,7 @@ from embodirl.errors import ConfigError
 
 __all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig",
            "GenesisConfig", "GymConfig", "GymVectorConfig", "PlaygroundConfig", "PushCubeArmConfig", "PushCubeConfig",
-           "TorchVectorConfig", "WrapperConfig"]
+           "TorchVectorConfig", "WrapperConfig", "recipes_for", "threshold_source"]
 
 RewardMode = Literal["normalized_dense", "dense", "sparse"]
 Pair = tuple[float, float]
@@ -446,3 +450,26 @@ class GenesisConfig(EnvConfig):
             raise ConfigError("model", self.model, "an .xml (MJCF) or .urdf file", "pass env.model=<path>/robot.xml")
         if not self.action_joints:
             raise ConfigError("action_joints", [], "at least one joint name", "pass env.action_joints=[slider]")
+
+
+def threshold_source(env: Mapping[str, Any]) -> str:
+    """Where an ``env`` node's solved threshold comes from, for the log line that says how the run stops."""
+    if env.get("solved_threshold") is not None:
+        return "env.solved_threshold"
+    if env.get("_target_") in (GymConfig.target, GymVectorConfig.target) and isinstance(env.get("id"), str):
+        return f"gymnasium's reward_threshold for {env['id']}"
+    return "the env's own"
+
+
+def recipes_for(env: Mapping[str, Any]) -> list[str]:
+    """The ``+experiment=`` recipes (``conf/experiment/*.yaml``) that train the gymnasium id of an ``env`` node."""
+    env_id = env.get("id")
+    if not isinstance(env_id, str):
+        return []
+    folder = files("embodirl.conf").joinpath("experiment")
+    names = []
+    for path in sorted(folder.iterdir(), key=lambda p: p.name):
+        recipe = yaml.safe_load(path.read_text()) if path.name.endswith(".yaml") else None
+        if isinstance(recipe, dict) and isinstance(recipe.get("env"), dict) and recipe["env"].get("id") == env_id:
+            names.append(path.name.removesuffix(".yaml"))
+    return names

@@ -9,6 +9,7 @@ effect (learning rate, entropy weight), ``eval/*`` deterministic evaluation,
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import math
@@ -21,9 +22,11 @@ from typing import Any, Literal
 from embodirl.config.training import LoggerConfig, WandbConfig
 from embodirl.errors import ConfigError
 from embodirl.training.console import ConsoleLogger, StopGoal
+from embodirl.training.hparams import HParam, read_overrides, tb_run_name
+from embodirl.training.hparams import hparams as run_hparams
 
 __all__ = ["ConsoleLogger", "JsonlLogger", "LoggerError", "Loggers", "MetricLoggers", "StopGoal", "TensorBoardLogger",
-           "WandbLogger", "build_loggers", "wandb_mode"]
+           "WandbLogger", "build_loggers", "config_markdown", "gif_bytes", "wandb_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +140,24 @@ def _wait_for_a_later_second(log_dir: Path) -> None:
 
 
 class TensorBoardLogger:
-    """Scalars against ``env_steps`` in TensorBoard event files under ``tb/``.
+    """Scalars against ``env_steps`` in TensorBoard event files under ``tb/``, with the run's hyperparameters (the
+    HParams dashboard), its config (the Text dashboard) and its evaluation videos (animated GIFs, Images dashboard).
 
     A record's scalars go out as one event (one ``Summary`` holding every value, as TensorFlow's merged
     summaries do): TensorBoard reads each tag as usual, and a record is built, serialized, checksummed and
     queued once instead of once per scalar (``add_scalar``).
+
+    Only the session-start half of the HParams data is written (no experiment summary): TensorBoard then builds the
+    comparison of a sweep from every run's values and finds the metrics among the runs' scalars (``eval/*`` ...).
     """
 
-    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+    def __init__(self, log_dir: Path, purge_step: int | None = None, hparams: dict[str, HParam] | None = None,
+                 config_text: str | None = None) -> None:
         """Write into ``log_dir``; with ``purge_step``, TensorBoard hides the events of earlier files in it at
-        steps >= ``purge_step`` (``SummaryWriter``'s ``purge_step``: a session-start event at that step)."""
+        steps >= ``purge_step`` (``SummaryWriter``'s ``purge_step``: a session-start event at that step).
+        ``hparams`` (name -> value) and ``config_text`` (markdown) are written once, at step 0."""
         from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb
         from torch.utils.tensorboard import SummaryWriter
 
         self._summary, self._value = Summary, Summary.Value
@@ -157,6 +167,10 @@ class TensorBoardLogger:
         if events is None:  # SummaryWriter opens its event file when it is built
             raise RuntimeError(f"TensorBoard opened no event file in {log_dir}")
         self._events: Any = events
+        if hparams:
+            self._events.add_summary(hparams_pb(hparams), 0)
+        if config_text is not None:
+            self.writer.add_text("config", config_text, 0)
 
     def log(self, record: dict[str, Any]) -> None:
         value = self._value
@@ -166,19 +180,25 @@ class TensorBoardLogger:
         self._events.add_summary(self._summary(value=scalars), record["env_steps"])
 
     def log_video(self, tag: str, frames: Any, path: Path, step: int, fps: int) -> None:
-        """TensorBoard encodes videos with moviepy; without it, the first and last frames go in as images."""
-        import importlib.util
-
-        import torch
-
-        video = torch.from_numpy(frames).permute(0, 3, 1, 2).unsqueeze(0)  # [1, T, C, H, W]
-        if importlib.util.find_spec("moviepy") is not None:
-            self.writer.add_video(tag, video, step, fps=fps)
-        else:
-            self.writer.add_images(f"{tag}_first_last", video[0, [0, -1]], step)
+        """The video as an animated GIF image (what ``add_video`` writes, without needing moviepy): the saved file
+        when it is a GIF, else the frames encoded with Pillow."""
+        height, width = frames.shape[1:3]
+        gif = path.read_bytes() if path.suffix == ".gif" else gif_bytes(frames, fps)
+        image = self._summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+        self._events.add_summary(self._summary(value=[self._value(tag=tag, image=image)]), step)
 
     def close(self) -> None:
         self.writer.close()
+
+
+def gif_bytes(frames: Any, fps: int) -> bytes:
+    """``[T, H, W, 3]`` uint8 frames as an animated GIF that loops (Pillow)."""
+    from PIL import Image
+
+    images = [Image.fromarray(frame) for frame in frames]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+    return buffer.getvalue()
 
 
 class WandbLogger:
@@ -317,16 +337,27 @@ def build_loggers(run_dir: Path, cfg: LoggerConfig, config_dict: dict, goal: Sto
     jsonl = JsonlLogger(run_dir / "metrics.jsonl", start_env_steps)
     writers: list[Any] = []
     if cfg.tensorboard:
-        tb_dir = run_dir / "tb"
+        overrides = read_overrides(run_dir)
+        name = tb_run_name(overrides)  # a sweep job's run is named by its varying overrides
+        tb_dir = run_dir / "tb" / name if name else run_dir / "tb"
         earlier = tb_dir.is_dir() and any(tb_dir.glob("events.out.tfevents.*"))
         # TensorBoard hides the earlier events at and after purge_step: those past the checkpoint, exactly the
         # lines JsonlLogger drops, while the checkpoint's own step stays (it is not logged again).
-        writers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps + 1 if earlier else None))
+        writers.append(_checked(TensorBoardLogger, tb_dir, start_env_steps + 1 if earlier else None,
+                                run_hparams(config_dict, overrides), config_markdown(config_dict)))
     if cfg.wandb.enabled:
         writers.append(_checked(WandbLogger, run_dir, config_dict, cfg.wandb, wandb_name, wandb_group))
     # Built last, so that its clock (the steps/s it shows) starts with training, not before the writers' set-up.
     console = ConsoleLogger(goal, cfg.console, cfg.console_every_s, start_env_steps, wandb_name or "train")
     return MetricLoggers([jsonl, console, *writers])
+
+
+def config_markdown(config: dict) -> str:
+    """The resolved config as a YAML code block (TensorBoard's Text dashboard renders markdown)."""
+    import yaml
+
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return "\n".join("    " + line for line in text.splitlines())
 
 
 def _checked(cls: type, *args: Any) -> Any:

@@ -10,6 +10,10 @@ makes any of them hold (besides the budget, ``stop_on_solved`` and the wall-time
   than ``min_delta`` (``mode: min`` for metrics that should fall). ``eval/*`` metrics get one value per
   evaluation; any other metric one per iteration.
 
+A run whose env has no solved threshold (a gymnasium id that registers none, your own env) also stops once
+``eval/success_rate >= 0.9`` where the env reports success (:func:`success_stop`): the success-based stop of
+``env=torch_vector`` and the native tasks. :func:`goal_note` is the log line that says how a run stops.
+
 Metric names are checked against what the run logs (:class:`MetricNames`): before training for the names
 known in advance, and after the first record (``loss/*``, ``diag/*``, ``perf/*``) or the first
 evaluation (success metrics, which exist only for envs that report success) for the others.
@@ -17,6 +21,7 @@ evaluation (success metrics, which exist only for envs that report success) for 
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 from collections.abc import Iterable, Sequence
@@ -25,10 +30,11 @@ from typing import Any, Literal, TypeGuard
 
 from embodirl.config.training import StopOnConfig, TrainerConfig
 from embodirl.errors import ConfigError
+from embodirl.training.console import StopGoal
 from embodirl.training.state import TrainState
 
-__all__ = ["ALWAYS_LOGGED", "SUCCESS_KEYS", "MetricNames", "Plateau", "StopConditions", "Threshold", "metric_names",
-           "stop_conditions", "stop_reason"]
+__all__ = ["ALWAYS_LOGGED", "SUCCESS_KEYS", "SUCCESS_STOP", "MetricNames", "Plateau", "StopConditions", "Threshold",
+           "goal_note", "metric_names", "stop_conditions", "stop_reason", "success_stop"]
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 # Metrics every run logs (every iteration, or at every evaluation); others depend on the algorithm or the env.
@@ -37,6 +43,7 @@ ALWAYS_LOGGED = ("iteration", "env_steps", "wall_time_s", "sps", "perf/collect_s
                  "eval/return_std", "eval/length_mean", "eval/num_episodes")
 # Logged only for envs that report success: known once the first evaluation has run.
 SUCCESS_KEYS = ("episode/success_rate", "eval/success_rate", "eval/success_once", "eval/success_at_end")
+SUCCESS_STOP = 0.9  # eval/success_rate that stops a run whose env has no solved threshold (torch_vector's default)
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
@@ -79,6 +86,35 @@ def stop_conditions(entries: Sequence[StopOnConfig]) -> list[Threshold | Plateau
         elif entry.op is not None and entry.value is not None:  # StopOnConfig.check: one of the two shapes
             conditions.append(Threshold(entry.metric, entry.op, float(entry.value)))
     return conditions
+
+
+def success_stop(solved_threshold: float | None, stop_on_solved: bool) -> list[Threshold]:
+    """``[eval/success_rate >= 0.9]`` for a run that stops once solved but whose env has no solved threshold, else
+    ``[]``. The condition never holds for an env that reports no success: its ``eval/success_rate`` is None."""
+    if solved_threshold is not None or not stop_on_solved:
+        return []
+    return [Threshold("eval/success_rate", ">=", SUCCESS_STOP)]
+
+
+def goal_note(goal: StopGoal, env_name: str, source: str, recipes: Sequence[str]) -> tuple[int, str]:
+    """The log level and line that say how a run stops: at its solved threshold, naming where the threshold comes
+    from, or (a warning) at its budget, pointing at the recipes that tune the env and at the keys that set a goal.
+
+    Args:
+        goal: The budget and the solved criterion.
+        env_name: The env, e.g. ``Pendulum-v1`` (a gymnasium id) or ``env=cartpole``.
+        source: Where the threshold comes from (:func:`embodirl.config.envs.threshold_source`).
+        recipes: ``+experiment=`` recipes for this env (:func:`embodirl.config.envs.recipes_for`).
+    """
+    if goal.solved_threshold is not None:
+        action = "stops" if goal.stop_on_solved else "counts as solved"
+        return logging.INFO, (f"the run {action} once {goal.solved_metric} >= {goal.solved_threshold:g} ({source}; "
+                              f"set another with env.solved_threshold=<value>)")
+    recipe = f"use a recipe tuned for it ({', '.join(f'+experiment={r}' for r in recipes)}), or " if recipes else ""
+    return logging.WARNING, (f"{env_name} has no solved threshold (env.solved_threshold is null and so is {source}): "
+                             f"the run stops after trainer.total_env_steps={goal.total_env_steps:,} env steps (sooner "
+                             f"only if the env reports success: eval/success_rate >= {SUCCESS_STOP:g}); {recipe}set a "
+                             "goal with env.solved_threshold=<eval return> or trainer.stop_on")
 
 
 def stop_reason(state: TrainState, cfg: TrainerConfig) -> str | None:

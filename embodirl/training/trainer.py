@@ -35,7 +35,7 @@ from embodirl.training.divergence import check_divergence
 from embodirl.training.evaluation import PeriodicEvaluation
 from embodirl.training.loggers import Loggers, MetricLoggers
 from embodirl.training.state import TrainState, next_threshold
-from embodirl.training.stopping import StopConditions, metric_names, stop_conditions, stop_reason
+from embodirl.training.stopping import StopConditions, metric_names, stop_conditions, stop_reason, success_stop
 from embodirl.training.summary import end_reason, run_summary, write_summary
 
 __all__ = ["TrainState", "Trainer"]
@@ -83,13 +83,14 @@ class Trainer:
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", collector=collector, algo=algo, config=config,
                                          keep=cfg.keep_checkpoints, resume=cfg.resume, is_main=self.dist.is_main)
         self.policy = self.checkpointer.policy
-        self.stops = StopConditions(stop_conditions(cfg.stop_on))
+        configured = stop_conditions(cfg.stop_on)
+        self.stops = StopConditions([*configured, *success_stop(self.env.solved_threshold, cfg.stop_on_solved)])
         self.best = BestTracker(cfg.best_metric or self.env.solved_metric, cfg.best_mode)
         best_key = "trainer.best_metric" if cfg.best_metric else "env.solved_metric"
         self.curriculum = Curriculum(cfg.curriculum, self.env)
         thresholds = [(f"trainer.curriculum.{name}.metric", entry.metric)
                       for name, entry in cfg.curriculum.items() if entry.metric is not None]
-        self.metric_names = metric_names(self.stops.conditions, (best_key, self.best.metric),
+        self.metric_names = metric_names(configured, (best_key, self.best.metric),
                                          getattr(self.env, "info_metrics", ()), getattr(self.env, "reward_terms", ()),
                                          thresholds)
         self.callbacks = Callbacks([instantiate(node, f"trainer.callbacks[{i}].")
