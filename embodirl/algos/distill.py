@@ -59,7 +59,7 @@ def teacher_checkpoint(cfg: TeacherConfig) -> Path:
     folder = run / "checkpoints"
     if not folder.is_dir():
         raise ConfigError(RUN_KEY, cfg.run, "the run directory of a finished embodirl-train run (one that holds "
-                          "checkpoints/)", "train a teacher first (embodirl-train +experiment=ppo_push_cube_teacher) "
+                          "checkpoints/)", "train a teacher first (embodirl-train experiment=ppo_push_cube_teacher) "
                           "and pass the run directory it printed", absolute=True)
     name = cfg.checkpoint
     if "/" in name or "\\" in name:

@@ -176,7 +176,7 @@ class DistillConfig(OnPolicyConfig):
         super().check()
         if self.teacher.run is None:
             raise ConfigError("teacher.run", None, "the run directory of a trained teacher",
-                              "train one (embodirl-train +experiment=ppo_push_cube) and pass "
+                              "train one (embodirl-train experiment=ppo_push_cube) and pass "
                               "teacher.run=<its run directory>")
         why = "(distillation measures no approx-KL: its loss is a regression on the teacher's actions)"
         if self.lr_schedule == "adaptive_kl":

@@ -462,7 +462,7 @@ def threshold_source(env: Mapping[str, Any]) -> str:
 
 
 def recipes_for(env: Mapping[str, Any]) -> list[str]:
-    """The ``+experiment=`` recipes (``conf/experiment/*.yaml``) that train the gymnasium id of an ``env`` node."""
+    """The ``experiment=`` recipes (``conf/experiment/*.yaml``) that train the gymnasium id of an ``env`` node."""
     env_id = env.get("id")
     if not isinstance(env_id, str):
         return []

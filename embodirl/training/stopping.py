@@ -104,13 +104,13 @@ def goal_note(goal: StopGoal, env_name: str, source: str, recipes: Sequence[str]
         goal: The budget and the solved criterion.
         env_name: The env, e.g. ``Pendulum-v1`` (a gymnasium id) or ``env=cartpole``.
         source: Where the threshold comes from (:func:`embodirl.config.envs.threshold_source`).
-        recipes: ``+experiment=`` recipes for this env (:func:`embodirl.config.envs.recipes_for`).
+        recipes: ``experiment=`` recipes for this env (:func:`embodirl.config.envs.recipes_for`).
     """
     if goal.solved_threshold is not None:
         action = "stops" if goal.stop_on_solved else "counts as solved"
         return logging.INFO, (f"the run {action} once {goal.solved_metric} >= {goal.solved_threshold:g} ({source}; "
                               f"set another with env.solved_threshold=<value>)")
-    recipe = f"use a recipe tuned for it ({', '.join(f'+experiment={r}' for r in recipes)}), or " if recipes else ""
+    recipe = f"use a recipe tuned for it ({', '.join(f'experiment={r}' for r in recipes)}), or " if recipes else ""
     return logging.WARNING, (f"{env_name} has no solved threshold (env.solved_threshold is null and so is {source}): "
                              f"the run stops after trainer.total_env_steps={goal.total_env_steps:,} env steps (sooner "
                              f"only if the env reports success: eval/success_rate >= {SUCCESS_STOP:g}); {recipe}set a "

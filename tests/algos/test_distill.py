@@ -93,7 +93,7 @@ def test_a_missing_teacher_run_is_one_line_before_training(cli, tmp_path):
     assert out.code == 2
     line = out.err.strip()
     assert "\n" not in line and "algo.teacher.run=" in line and "nowhere" in line
-    assert "Fix: train a teacher first (embodirl-train +experiment=ppo_push_cube_teacher)" in line
+    assert "Fix: train a teacher first (embodirl-train experiment=ppo_push_cube_teacher)" in line
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 

@@ -54,7 +54,7 @@ def test_ppo_is_sized_to_a_gym_env_and_nowhere_else():
     assert compose_config(["env=gym", "algo.minibatch_size=64"]).algo.minibatch_size == 64  # the command line wins
     assert compose_config(["env=gym", "algo=a2c"]).algo.minibatch_size is None  # other algorithms keep theirs
     for name in ("ppo_pendulum", "ppo_acrobot"):  # the recipes keep theirs
-        algo = compose_config([f"+experiment={name}"]).algo
+        algo = compose_config([f"experiment={name}"]).algo
         assert (algo.num_steps, algo.minibatch_size) == (_recipe(name)["algo"]["num_steps"],
                                                          _recipe(name)["algo"]["minibatch_size"])
 
@@ -62,7 +62,7 @@ def test_ppo_is_sized_to_a_gym_env_and_nowhere_else():
 def test_threshold_source_and_recipes_come_from_the_env_node():
     assert threshold_source(compose_config(["env=gym", "env.id=CartPole-v1"]).env) == \
         "gymnasium's reward_threshold for CartPole-v1"
-    assert threshold_source(compose_config(["+experiment=ppo_pendulum"]).env) == "env.solved_threshold"
+    assert threshold_source(compose_config(["experiment=ppo_pendulum"]).env) == "env.solved_threshold"
     assert threshold_source(compose_config([]).env) == "the env's own"
     assert recipes_for(compose_config(["env=gym", "env.id=Pendulum-v1"]).env) == ["ppo_pendulum"]
     assert recipes_for(compose_config(["env=gym", "env.id=Blackjack-v1"]).env) == []
@@ -78,7 +78,7 @@ def test_goal_note_names_the_threshold_or_warns_with_the_recipe():
                             ["ppo_pendulum"])
     assert level == logging.WARNING
     assert "GymEnv Pendulum-v1 has no solved threshold" in text and "trainer.total_env_steps=2,000,000" in text
-    assert "+experiment=ppo_pendulum" in text and "env.solved_threshold=<eval return>" in text
+    assert "experiment=ppo_pendulum" in text and "env.solved_threshold=<eval return>" in text
 
 
 def test_success_stop_only_without_a_threshold():
@@ -94,7 +94,7 @@ def test_pendulum_by_id_warns_once_without_the_minibatch_warning(tmp_path, tiny,
     assert summary["status"] == "completed" and summary["stop_reason"] == "total_env_steps"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not any("exceeds the rollout" in w for w in warnings), warnings
-    assert sum("+experiment=ppo_pendulum" in w for w in warnings) == 1, warnings
+    assert sum("experiment=ppo_pendulum" in w for w in warnings) == 1, warnings
 
 
 def test_cartpole_by_id_logs_its_registered_threshold(tmp_path, tiny, caplog):
