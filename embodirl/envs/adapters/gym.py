@@ -17,6 +17,7 @@ import importlib
 import logging
 import re
 import typing
+import warnings
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -39,7 +40,7 @@ from embodirl.envs.observations import ObsKey, key_name, observation_spec
 from embodirl.errors import ConfigError, check, is_int
 from embodirl.runtime.preemption import PreemptedError
 
-__all__ = ["GymEnv", "as_tensor", "make_vec", "to_numpy"]
+__all__ = ["GymEnv", "as_tensor", "make_vec", "quiet_worker_reports", "to_numpy", "wrapped_chain"]
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class GymEnv(BatchedEnv):
         self.render_mode = render_mode
         key, name = self._source(cfg)
         self._name_key, self._name = f"env.{key}", name  # what names the env in errors raised while it runs
+        quiet_worker_reports(self._vec)
         try:
             self._check_spaces(key, name, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps",
@@ -442,6 +444,24 @@ class GymEnv(BatchedEnv):
 
 
 _NP_BOOL = np.dtype(bool)
+
+
+def wrapped_chain(vec: Any) -> list[Any]:
+    """``vec`` and every vector env it wraps, outermost first."""
+    chain = [vec]
+    while isinstance(chain[-1], gym.vector.VectorWrapper):
+        chain.append(chain[-1].env)
+    return chain
+
+
+def quiet_worker_reports(vec: Any) -> None:
+    """Under an ``AsyncVectorEnv``, hide gymnasium's report of an error in a worker process (its traceback, as
+    warnings) unless this module logs at debug level (``hydra.verbose=embodirl.envs``): the exception it raises
+    again in this process becomes the one line that names the env (:class:`EnvError`)."""
+    if any(isinstance(env, gym.vector.AsyncVectorEnv) for env in wrapped_chain(vec)) and not log.isEnabledFor(
+            logging.DEBUG):
+        warnings.filterwarnings("ignore", message=".*ERROR: ", category=UserWarning,
+                                module=r"gymnasium\.vector\.async_vector_env")
 
 
 def _numeric(array: Any) -> bool:

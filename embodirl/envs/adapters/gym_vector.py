@@ -37,7 +37,7 @@ from hydra.utils import instantiate
 from torch import Tensor
 
 from embodirl.config.envs import GymVectorConfig
-from embodirl.envs.adapters.gym import GymEnv, make_vec, to_numpy
+from embodirl.envs.adapters.gym import GymEnv, make_vec, to_numpy, wrapped_chain
 from embodirl.envs.adapters.gym_checks import APICheck
 from embodirl.envs.adapters.torch_vector import build_simulator
 from embodirl.envs.base import StepResult
@@ -60,14 +60,6 @@ def autoreset_mode(vec: Any, key: str, name: str) -> AutoresetMode:
         raise ConfigError(key, name, f"a gymnasium vector env whose metadata['autoreset_mode'] is one of {_MODES}; "
                           f"it states {stated!r}", "set metadata['autoreset_mode'] in your vector env (gymnasium's "
                           "SyncVectorEnv and AsyncVectorEnv set it), or build it with env.id") from None
-
-
-def _wrapped_chain(vec: Any) -> list[Any]:
-    """``vec`` and every vector env it wraps, outermost first."""
-    chain = [vec]
-    while isinstance(chain[-1], gym.vector.VectorWrapper):
-        chain.append(chain[-1].env)
-    return chain
 
 
 class GymVectorEnv(GymEnv):
@@ -134,7 +126,7 @@ class GymVectorEnv(GymEnv):
         of final observations); the adapter converts to tensors itself."""
         if self._mode is not AutoresetMode.SAME_STEP:
             return vec
-        chain = _wrapped_chain(vec)
+        chain = wrapped_chain(vec)
         converters = [i for i, env in enumerate(chain) if isinstance(env, ArrayConversion)]
         if not converters:
             return vec
@@ -189,7 +181,7 @@ def _check_sub_envs(vec: Any) -> None:
     """Wrap each sub-env of a ``SyncVectorEnv`` (the user's, under any wrappers) in :class:`APICheck`, which refuses
     values the vector env would coerce silently (a reward of ``"1.0"``, ``terminated`` of 2); an ``AsyncVectorEnv``'s
     sub-envs live in other processes, out of reach."""
-    for env in _wrapped_chain(vec):
+    for env in wrapped_chain(vec):
         if isinstance(env, gym.vector.SyncVectorEnv):
             env.envs = [sub if isinstance(sub, APICheck) else APICheck(sub) for sub in env.envs]
 
