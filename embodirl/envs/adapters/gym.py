@@ -174,7 +174,7 @@ class GymEnv(BatchedEnv):
         if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
             self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
                                                     obs_space.high.astype(np.float32), dtype=np.float32)
-            self._keys = None
+            self._keys, self._box_shape = None, tuple(obs_space.shape)
         else:
             self.observation_space = _contract_space(obs_space)
             self._keys = observation_spec(self.observation_space)
@@ -408,7 +408,7 @@ class GymEnv(BatchedEnv):
         """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a
         TensorDict."""
         if self._keys is None:
-            return as_tensor(self._checked_obs(obs, self.observation_space.shape, "observation"), torch.float32,
+            return as_tensor(self._checked_obs(obs, self._box_shape, "observation"), torch.float32,
                              self.device)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
         for key, (shape, dtype) in self._keys.items():

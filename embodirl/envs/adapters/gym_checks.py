@@ -131,8 +131,8 @@ class APICheck(gym.Wrapper):
         EnvAPIError: Naming the value that was wrong, what was expected and the fix.
     """
 
-    @property
-    def spec(self) -> EnvSpec | None:
+    @property  # gymnasium's Wrapper.spec is a property too (its stubs say attribute)
+    def spec(self) -> EnvSpec | None:  # type: ignore[override]
         """The env's own spec: the check adds no wrapper to it (``gymnasium.make`` counts the spec's wrappers)."""
         return self.env.spec
 
@@ -174,13 +174,13 @@ class APICheck(gym.Wrapper):
     def _stop_checking(self) -> None:
         """Checked enough: later calls go straight to the env's own methods (an instance attribute beats the
         class's method), so the vector env's steps cost what they cost without the check."""
-        self.reset, self.step = self.env.reset, self.env.step  # type: ignore[method-assign]
+        self.reset, self.step = self.env.reset, self.env.step  # type: ignore[method-assign, assignment]
 
 
 class CheckedCreator:
     """An env constructor whose envs come wrapped in :class:`APICheck` (picklable, for ``AsyncVectorEnv``)."""
 
-    def __init__(self, creator: Callable[..., gym.Env]) -> None:
+    def __init__(self, creator: Callable[..., Any]) -> None:
         self.creator = creator
         if hasattr(creator, "metadata"):  # gymnasium.make reads the render modes from the constructor
             self.metadata = creator.metadata
