@@ -8,6 +8,9 @@ stay uint8, floats become float32, other integers int64; :mod:`embodirl.envs.obs
 ``SAME_STEP`` autoreset returns the next episode's first observation in the step that ends an episode and the
 true last one in ``info["final_obs"]``, which becomes :attr:`StepResult.final_obs`. Like the other envs,
 ``truncated`` excludes ``terminated`` (gymnasium's ``TimeLimit`` sets both when the last allowed step terminates).
+What the env returns is checked (:mod:`embodirl.envs.adapters.gym_checks`): a broken value or an exception raised
+by the env is one line (:class:`~embodirl.envs.adapters.gym_checks.EnvError`) naming ``env.id`` (or ``env.make``),
+the reset or step and what was wrong.
 """
 
 from __future__ import annotations
