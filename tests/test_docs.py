@@ -23,6 +23,7 @@ from tests.conftest import in_process_run
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SMOKE_BUDGET = 24_576  # three iterations of the default PPO: enough for a resume to train one more
+SMOKE_STEP = 8_192  # one iteration of the default PPO
 
 
 def shell_commands(page: Path) -> list[list[str]]:
@@ -66,19 +67,24 @@ def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
     """What the test runs for a documented ``embodirl-train`` line.
 
     ``--help`` and ``--cfg`` lines run as written. Every other line runs as a smoke version: ``trainer=debug``
-    (which keeps the algorithm, policy and env of the line and beats an experiment's budget), a budget of at most
-    :data:`SMOKE_BUDGET` env steps, and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
+    (which keeps the algorithm, policy and env of the line and beats an experiment's budget), a budget scaled to
+    at most :data:`SMOKE_BUDGET` env steps (500,000 -> all of it, 100,000 -> one iteration: a run continued with
+    a larger budget still trains more), and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
     """
     args = argv[1:]
     if any(a in ("--help", "-h", "--cfg") for a in args):
         return argv
-    budget = [f"trainer.total_env_steps={min(int(float(a.split('=')[1])), SMOKE_BUDGET)}" for a in args
+    budget = [f"trainer.total_env_steps={_smoke_budget(int(float(a.split('=')[1])))}" for a in args
               if a.startswith("trainer.total_env_steps=")]
     kept = [a for a in args if not a.startswith("trainer.total_env_steps=")]
     where = ("hydra.sweep.dir=", f"{run_dir}-sweep") if "-m" in args else ("hydra.run.dir=", run_dir)
     place = [] if any(a.startswith(where[0]) for a in args) else ["".join(where)]
     # the added overrides go last, after any flag: argparse reads the overrides as one run of words
     return [argv[0], *dict.fromkeys([*kept, "trainer=debug", *budget, *place])]
+
+
+def _smoke_budget(documented: int) -> int:
+    return min(documented, SMOKE_BUDGET, max(SMOKE_STEP, documented * SMOKE_BUDGET // 500_000))
 
 
 def run_page(commands: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
@@ -96,10 +102,13 @@ def run_page(commands: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys:
 
 
 def check_first_run(run: Path) -> None:
-    """The pages' first run, evaluated, reported and continued by a larger budget."""
+    """The pages' first run, evaluated and reported; their short run, stopped by its budget and continued by a
+    larger one."""
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
-    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == SMOKE_BUDGET
     assert len(list(run.glob("eval/*/eval.json"))) == 1 and (run / "report" / "report.md").is_file()
+    short = run.parent / "short"
+    steps = [json.loads(line)["env_steps"] for line in (short / "metrics.jsonl").read_text().splitlines()]
+    assert steps[0] == SMOKE_STEP and steps[-1] == SMOKE_BUDGET, steps
 
 
 @pytest.mark.slow
@@ -176,6 +185,8 @@ def test_the_readme_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
 def test_smoke_versions_keep_the_documented_overrides():
     assert smoke_version(["embodirl-train", "hydra.run.dir=runs/first", "trainer.total_env_steps=500000"]) == [
         "embodirl-train", "hydra.run.dir=runs/first", "trainer=debug", f"trainer.total_env_steps={SMOKE_BUDGET}"]
+    assert smoke_version(["embodirl-train", "trainer.total_env_steps=100000"], "runs/x") == [
+        "embodirl-train", "trainer=debug", f"trainer.total_env_steps={SMOKE_STEP}", "hydra.run.dir=runs/x"]
     assert smoke_version(["embodirl-train", "algo=grpo"], "runs/x") == [
         "embodirl-train", "algo=grpo", "trainer=debug", "hydra.run.dir=runs/x"]
     assert smoke_version(["embodirl-train", "-m", "seed=0,1"], "runs/x") == [
@@ -279,3 +290,37 @@ def test_the_export_guide_runs_and_its_play_loop_returns_what_embodirl_eval_repo
     (result,) = [json.loads(p.read_text()) for p in run.glob("eval/*/eval.json")]
     assert result["eval/num_episodes"] == 3 and len(set(returns)) > 1  # different episodes, not one repeated
     assert result["eval/return_mean"] == pytest.approx(sum(returns) / 3)
+
+
+def test_the_docs_home_page_installs_runs_and_lists_every_console_script():
+    home = DOCS / "index.md"
+    first = shell_commands(home)[:2]
+    assert first[0][:2] == ["pip", "install"] and first[1] == ["embodirl-train"], first
+    scripts = {entry.name for entry in entry_points(group="console_scripts") if entry.name.startswith("embodirl-")}
+    table = set(re.findall(r"^\| `(embodirl-[a-z]+)` \|", home.read_text(), re.MULTILINE))
+    assert scripts and table == scripts
+
+
+def test_the_extras_table_lists_every_extra():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    rows = set(re.findall(r"^\| `([a-z0-9]+)` \|", (DOCS / "getting-started.md").read_text(), re.MULTILINE))
+    assert set(extras) <= rows, set(extras) - rows
+
+
+def test_no_module_points_at_a_readme_section():
+    # The README keeps a Quickstart and links; a pointer such as README "Metrics" leads nowhere since the pages
+    # moved to docs/. A README named by its path (launch/README.md) is a file, and must exist.
+    for path in sorted((ROOT / "embodirl").rglob("*")):
+        if path.suffix not in (".py", ".yaml"):
+            continue
+        for named in re.findall(r"([\w/-]*README(?:\.md)?)", path.read_text()):
+            assert named.endswith(".md") and (ROOT / named).is_file(), f"{path.relative_to(ROOT)}: {named}"
+
+
+def test_the_help_page_names_every_algorithm(capsys):
+    from embodirl.cli.help import help_page
+
+    algos = sorted(p.stem for p in (ROOT / "embodirl" / "conf" / "algo").glob("*.yaml"))
+    assert f"(algo={'|'.join(algos)})" in help_page([]).splitlines()[0]

@@ -29,7 +29,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from tensordict import TensorDict
@@ -48,11 +48,65 @@ from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy
 from embodirl.runtime.distributed import allreduce_grads, allreduce_max, allreduce_mean
 
-__all__ = ["EAGER", "OnPolicyAlgorithm"]
+__all__ = ["EAGER", "Algorithm", "OnPolicyAlgorithm", "finish_metrics"]
 
 log = logging.getLogger(__name__)
 
 EAGER = Acceleration()  # neither compiled nor captured
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """What the core calls on an algorithm: the Trainer, the checkpoints, the build and its compile warm-up.
+
+    Two families implement it: :class:`OnPolicyAlgorithm` (epochs of minibatches over each rollout) and
+    :class:`~embodirl.algos.off_policy.OffPolicyAlgorithm` (a replay buffer sampled several times per env step).
+
+    Attributes:
+        policy: The policy that acts in the collector and the evaluator (what ``best.pt`` and export keep).
+        env_name: Names the env in messages about its output (the build sets it).
+    """
+
+    policy: Policy
+    env_name: str
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The ``loss/*`` and ``diag/*`` names :meth:`update` returns (an ``objective=`` is checked against them)."""
+
+    @property
+    def learning_rate(self) -> float:
+        """The (first) optimizer's current learning rate, named in the divergence message."""
+
+    def collect_plan(self, env: BatchedEnv) -> CollectPlan:
+        """What the collector must do for this algorithm on ``env`` (validates the pairing)."""
+
+    def update(self, rollout: TensorDict) -> dict[str, float]:
+        """Learn from a freshly collected ``[N, T+1]`` rollout; the metrics to log (fetched with one host sync)."""
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers by their key in :meth:`state_dict` (a resume checks their state's shapes)."""
+
+    def use_cuda_graphs(self) -> None:
+        """Capture the update's steps at their next calls, where it does (the Trainer calls it before training)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the policy that a resume needs (optimizers, counters, networks of its own)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+def finish_metrics(names: list[str], values: torch.Tensor) -> dict[str, float]:
+    """Average device-side metrics over ranks, fetch them with one host sync; raise on a non-finite loss."""
+    metrics = dict(zip(names, allreduce_mean(values.float()).tolist(), strict=True))
+    bad = {k: v for k, v in metrics.items() if k.startswith("loss/") and not math.isfinite(v)}
+    if bad:
+        raise NonFiniteLossError(
+            f"non-finite loss {bad}: training stopped, the last good checkpoint is kept. "
+            "Fix: lower algo.learning_rate, keep algo.max_grad_norm set, or enable policy.normalize_obs"
+        )
+    return metrics
 
 
 class OnPolicyAlgorithm(ABC):
@@ -147,7 +201,7 @@ class OnPolicyAlgorithm(ABC):
         self.env_steps_seen += simulated
         values = torch.cat([sums / num_steps, *(v.reshape(1) for v in rollout_metrics.values())])
         with self.blame_env(rollout):
-            metrics = self.finish_metrics([*self.steps.metric_names, *rollout_metrics], values)
+            metrics = finish_metrics([*self.steps.metric_names, *rollout_metrics], values)
         metrics.update({**self.schedule_metrics(), "diag/epochs": float(epochs)})
         if "valid" in samples:
             metrics.update({"diag/valid_fraction": indices.numel() / simulated,
@@ -288,6 +342,9 @@ class OnPolicyAlgorithm(ABC):
             state["grad_scaler"] = self.grad_scaler.state_dict()
         return state
 
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.env_steps_seen = int(state["env_steps_seen"])
@@ -295,15 +352,3 @@ class OnPolicyAlgorithm(ABC):
             self.set_learning_rate(float(state["learning_rate"]))
         if self.grad_scaler is not None and "grad_scaler" in state:
             self.grad_scaler.load_state_dict(state["grad_scaler"])
-
-    @staticmethod
-    def finish_metrics(names: list[str], values: torch.Tensor) -> dict[str, float]:
-        """Average device-side metrics over ranks, fetch them with one host sync; raise on a non-finite loss."""
-        metrics = dict(zip(names, allreduce_mean(values.float()).tolist(), strict=True))
-        bad = {k: v for k, v in metrics.items() if k.startswith("loss/") and not math.isfinite(v)}
-        if bad:
-            raise NonFiniteLossError(
-                f"non-finite loss {bad}: training stopped, the last good checkpoint is kept. "
-                "Fix: lower algo.learning_rate, keep algo.max_grad_norm set, or enable policy.normalize_obs"
-            )
-        return metrics

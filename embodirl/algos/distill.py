@@ -15,6 +15,7 @@ embodirl ships or ``algo.teacher.trusted_targets`` lists (:mod:`embodirl.config.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import typing
 from pathlib import Path
@@ -39,8 +40,9 @@ from embodirl.envs.observations import ObsSpec, key_name, observation_spec
 from embodirl.errors import CheckpointError, ConfigError
 from embodirl.policies.base import Policy
 from embodirl.runtime.checkpoint import load_checkpoint
+from embodirl.runtime.status import process_gone, read_status
 
-__all__ = ["Distill", "clipped_action_error", "load_teacher", "teacher_checkpoint"]
+__all__ = ["Distill", "clipped_action_error", "load_teacher", "teacher_checkpoint", "teacher_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,27 @@ def load_teacher(cfg: TeacherConfig, device: torch.device) -> tuple[Policy, gym.
     return typing.cast(Policy, teacher.to(device).eval()), obs_space, action_space
 
 
+def teacher_fingerprint(state: typing.Mapping[str, Tensor]) -> str:
+    """``sha256:<hex>`` of a teacher's policy weights (names, dtypes, shapes and bytes): what the student learns
+    from, whatever else its checkpoint holds (counters, optimizer state) or however it was saved."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{list(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def warn_if_training(cfg: TeacherConfig) -> None:
+    """Say so when the teacher's run is still training: its checkpoint may be replaced while students read it."""
+    record = read_status(str(cfg.run))
+    if record is not None and record.get("status") == "running" and not process_gone(record):
+        log.warning("the teacher %s is still training (its status.json says running, pid %s): its checkpoints/%s "
+                    "may change under this student; a resumed student refuses a changed teacher. Wait for the "
+                    "teacher to finish, or copy its checkpoint into a run directory of its own and pass that",
+                    cfg.run, record.get("pid"), teacher_checkpoint(cfg).name)
+
+
 def clipped_action_error(action: Tensor, target: Tensor, low: Tensor, high: Tensor) -> Tensor:
     """``action - target`` (``[B, A]``), except beyond a bound the target sits on: the env clips both actions to the
     bound, so overshooting it costs nothing (teachers trained with PPO often saturate, and a student asked to stop
@@ -123,6 +146,11 @@ def _same_action_space(a: gym.Space, b: gym.Space) -> bool:
     if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
         return a.shape == b.shape and np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
     return False
+
+
+def _short(fingerprint: object) -> str:
+    """``sha256:`` and the first 16 hex digits: enough to tell two teachers apart in one line."""
+    return str(fingerprint)[:23]
 
 
 def _describe(spec: ObsSpec) -> str:
@@ -150,7 +178,10 @@ class Distill(OnPolicyAlgorithm):
             raise ConfigError("policy", type(policy).__name__, "a feedforward policy with algo=distill (one with "
                               "action_params, e.g. actor_only or actor_critic)", "pass policy=actor_only",
                               absolute=True)
+        warn_if_training(cfg.teacher)
         self.teacher, self.teacher_obs_space, self.teacher_action_space = load_teacher(cfg.teacher, device)
+        self.teacher_path = teacher_checkpoint(cfg.teacher)
+        self.teacher_fingerprint = teacher_fingerprint(self.teacher.state_dict())
         spec = observation_spec(self.teacher_obs_space)
         names = getattr(self.teacher, "actor_keys", None) or [key_name(k) for k in spec]
         self.teacher_spec: ObsSpec = {k: v for k, v in spec.items() if key_name(k) in names}
@@ -180,6 +211,32 @@ class Distill(OnPolicyAlgorithm):
                               "train the teacher on this env's action space (e.g. the same env.control_mode)",
                               absolute=True)
         return CollectPlan(num_steps=self.cfg.num_steps)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state and the teacher's fingerprint: a resumed student must learn from the same teacher."""
+        teacher = {"fingerprint": self.teacher_fingerprint, "checkpoint": str(self.teacher_path)}
+        return {**super().state_dict(), "teacher": teacher}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the base state; refuse a teacher whose weights differ from the checkpoint's (unless
+        ``algo.teacher.allow_change``).
+
+        Raises:
+            CheckpointError: The teacher changed since the student's checkpoint was saved.
+        """
+        saved = state.get("teacher")
+        if isinstance(saved, dict) and saved.get("fingerprint") != self.teacher_fingerprint:
+            was = f"{_short(saved.get('fingerprint'))} from {saved.get('checkpoint')!r}"
+            now = f"{_short(self.teacher_fingerprint)} from {str(self.teacher_path)!r}"
+            if not self.cfg.teacher.allow_change:
+                raise CheckpointError(
+                    f"the student's checkpoint was trained by the teacher {was}, but the teacher now is {now} (its "
+                    "weights changed, e.g. it went on training): resuming would silently mix two teachers. Fix: "
+                    "restore the teacher's checkpoint, or pass hydra.run.dir=<a new directory> to train the student "
+                    "afresh, or algo.teacher.allow_change=true to continue with the new teacher")
+            log.warning("algo.teacher.allow_change=true: the student, trained by the teacher %s, continues with the "
+                        "teacher %s", was, now)
+        super().load_state_dict(state)
 
     @torch.no_grad()
     def prepare(self, rollout: TensorDict) -> TensorDict:

@@ -59,9 +59,11 @@ def print_eval(result: dict[str, Any], console: Console | None = None) -> None:
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     for key, value in result.items():
-        if key != "sweep":
+        if key != "conditions" and not isinstance(value, dict):  # the sweep has its own table
             table.add_row(key, _fmt(value))
     console.print(table)
+    if result.get("conditions"):  # one line, not a cell that wraps: which env conditions the metrics are under
+        console.print(f"conditions: {result['conditions']}", soft_wrap=True, highlight=False)
     if result.get("sweep"):
         print_sweep(result["sweep"], console)
 
@@ -69,7 +71,9 @@ def print_eval(result: dict[str, Any], console: Console | None = None) -> None:
 def print_sweep(sweep: dict[str, Any], console: Console | None = None) -> None:
     """Print a held-out sweep (``eval.json``'s ``sweep``): one row per value, its success rate and return."""
     console = console or output_console()
-    table = Table(title=f"held-out sweep of {sweep['param']} ({sweep['scale']})", title_justify="left")
+    where = f": {sweep['conditions']}" if sweep.get("conditions") else ""
+    console.print(f"held-out sweep of {sweep['param']} ({sweep['scale']}){where}", soft_wrap=True, highlight=False)
+    table = Table()
     for column in ("value", "eval/success_rate", "eval/return_mean"):
         table.add_column(column, justify="right")
     for row in sweep["bins"]:

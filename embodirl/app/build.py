@@ -25,7 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from embodirl.accel.allocator import keep_freed_memory
 from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, resolve_acceleration
-from embodirl.algos.base import OnPolicyAlgorithm
+from embodirl.algos.base import Algorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
 from embodirl.config.envs import WRAPPER_KEYS, WrapperConfig
@@ -75,7 +75,7 @@ class Components:
     env: BatchedEnv
     eval_env: BatchedEnv
     policy: Policy
-    algo: OnPolicyAlgorithm
+    algo: Algorithm
     collector: Collector
     evaluator: Evaluator
     device: torch.device
@@ -384,7 +384,7 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
                       trainer_node, eval_node, logger_node)
 
 
-def warm_up(collector: Collector, algo: OnPolicyAlgorithm, evaluator: Evaluator) -> float:
+def warm_up(collector: Collector, algo: Algorithm, evaluator: Evaluator) -> float:
     """Compile the hot steps by running them once, then restore every state they touched; return the seconds.
 
     One rollout, one update and one evaluation episode per eval env run on throw-away state: the policy,
@@ -422,7 +422,7 @@ def check_video(video: VideoConfig, env: BatchedEnv, count_key: str) -> None:
                               "rgb_array frames)") from None
 
 
-def check_objective_metric(objective: Any, algo: OnPolicyAlgorithm) -> None:
+def check_objective_metric(objective: Any, algo: Algorithm) -> None:
     """A ``loss/*`` or ``diag/*`` objective must be a metric the algorithm logs (when it declares ``metric_names``)."""
     names = getattr(algo, "metric_names", None)
     if names is None or not isinstance(objective, str) or not objective.startswith(("loss/", "diag/")):

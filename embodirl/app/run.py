@@ -23,7 +23,7 @@ from embodirl.runtime.rundir import RunDirLock, check_resume_config, remove_temp
 from embodirl.runtime.status import fate_of, write_status
 from embodirl.training.summary import SUMMARY_KEYS
 
-__all__ = ["OBJECTIVES", "check_objective", "run_training", "wandb_identity"]
+__all__ = ["OBJECTIVES", "check_objective", "env_label", "experiment_env", "run_training", "wandb_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -39,26 +39,62 @@ def check_objective(key: str) -> None:
 
 
 def wandb_identity(choices: Mapping[str, Any], seed: int, sweep: tuple[str, list[str]] | None,
-                   env_id: str | None = None) -> tuple[str, str]:
+                   env: Mapping[str, Any] | None = None,
+                   experiment_env: Mapping[str, Any] | None = None) -> tuple[str, str]:
     """Default wandb ``(name, group)``: ``<what>-seed<seed>``, grouped by ``<what>``, where ``<what>`` is the
-    experiment (``ppo_pendulum``), else ``<algo>-<env>`` with a gymnasium env's id for its group's name
-    (``ppo-Pendulum-v1``: every gymnasium id shares ``env=gym``, and their runs must not share a name). In a sweep
-    the name adds the job's overrides and the group is the sweep directory, so sweep runs never collide.
+    experiment (``ppo_pendulum``) when the run trains the experiment's own env, else ``<algo>-<env>`` with the env
+    named by :func:`env_label` (``ppo-Pendulum-v1``: every gymnasium id shares ``env=gym``, every vector env
+    ``env=gym_vector``, and their runs must not share a name). In a sweep the name adds the job's overrides and
+    the group is the sweep directory, so sweep runs never collide.
 
     Args:
         choices: Config group choices, e.g. ``{"algo": "ppo", "env": "cartpole"}``.
         seed: The run seed.
         sweep: ``(sweep_dir, job_overrides)`` for a multirun job, else None.
-        env_id: The env's ``id`` (gymnasium envs), if it has one.
+        env: The run's env node.
+        experiment_env: The env node the experiment composes by itself (:func:`experiment_env`); the experiment
+            names the run only when ``env`` is that env (``+experiment=ppo_push_cube env=cartpole`` is
+            ``ppo-cartpole``). None: not known, the experiment names it.
     """
-    env = env_id if isinstance(env_id, str) and env_id else choices.get("env", "env")
-    base = choices.get("experiment") or f"{choices.get('algo', 'algo')}-{env}"
+    env_node = env or {}
+    label = env_label(env_node, str(choices.get("env", "env")))
+    experiment = choices.get("experiment")
+    if experiment and experiment_env is not None and env_label(experiment_env, "") != env_label(env_node, ""):
+        experiment = None
+    base = experiment or f"{choices.get('algo', 'algo')}-{label}"
     name = f"{base}-seed{seed}"
     if sweep is None:
         return name, base
     sweep_dir, overrides = sweep
     extra = " ".join(o for o in overrides if not o.startswith("seed="))
     return (f"{name} {extra}" if extra else name), sweep_dir
+
+
+def env_label(env: Mapping[str, Any], option: str) -> str:
+    """The env a run trains, for its name: a gymnasium ``id``, else ``make``'s target (an import path, or a
+    node's ``_target_``), else the env class, else ``option`` (the env group's option)."""
+    make = env.get("make")
+    target = make.get("_target_") if isinstance(make, Mapping) else make
+    for name in (env.get("id"), target):
+        if isinstance(name, str) and name:
+            return name
+    return option or str(env.get("_target_", ""))
+
+
+def experiment_env(config_name: str, overrides: list[str]) -> Any | None:
+    """The env node the experiment among ``overrides`` (``+experiment=x``) composes with nothing else changed;
+    None without an experiment, or where it does not compose alone. Called inside the Hydra app (its search path)."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    chosen = [o for o in overrides if o.lstrip("+").split("=", 1)[0] == "experiment"]
+    if not chosen:
+        return None
+    try:
+        return compose(config_name=config_name, overrides=chosen[-1:]).env
+    except (HydraException, OmegaConfBaseException):
+        return None
 
 
 def _last_checkpoint_config(run_dir: Path) -> Any | None:

@@ -57,11 +57,11 @@ from typing import Any, NoReturn
 PRESETS: dict[str, list[str]] = {
     "ppo_cartpole": ["algo=ppo", "policy=actor_critic", "env=cartpole"],
     "grpo_cartpole": ["algo=grpo", "env=cartpole"],
-    "ppo_push_cube": ["+experiment=ppo_push_cube"],
-    "grpo_push_cube": ["+experiment=grpo_push_cube"],
-    "ppo_push_cube_arm": ["+experiment=ppo_push_cube_arm"],
-    "grpo_push_cube_arm": ["+experiment=grpo_push_cube_arm"],
-    "ppo_push_cube_rgb": ["+experiment=ppo_push_cube_rgb"],
+    "ppo_push_cube": ["experiment=ppo_push_cube"],
+    "grpo_push_cube": ["experiment=grpo_push_cube"],
+    "ppo_push_cube_arm": ["experiment=ppo_push_cube_arm"],
+    "grpo_push_cube_arm": ["experiment=grpo_push_cube_arm"],
+    "ppo_push_cube_rgb": ["experiment=ppo_push_cube_rgb"],
 }
 ENV_PRESETS: dict[str, list[str]] = {
     "cartpole": ["env=cartpole"],

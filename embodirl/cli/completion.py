@@ -1,17 +1,17 @@
-"""Bash (and zsh) completion for ``embodirl-train`` that writes ``+experiment=`` and ``+sweep=`` with their ``+``.
+"""Bash (and zsh) completion for ``embodirl-train``: Hydra's own, with a config group that has subgroups offered as
+``group=`` and ``group/``.
 
-Hydra's completion proposes every config group as ``group=``; for a group that the primary config's
-defaults list does not select (``experiment``, ``sweep``, a site's ``site``) Hydra then rejects
-``experiment=x`` ("use +experiment=x"). ``embodirl-train`` therefore answers the two completion
-commands itself and passes everything else to Hydra:
+Every shipped group completes as ``group=option`` (``experiment=``, ``sweep=`` included: ``train.yaml`` declares
+them, so no ``+`` is needed). Hydra offers a group that has subgroups (``algo``, with ``algo/optimizer``) as the
+bare word ``algo``, which is neither; ``embodirl-train`` therefore answers the two completion commands itself
+and passes everything else to Hydra:
 
 * ``embodirl-train -sc install=bash`` prints :data:`BASH_SCRIPT` (``eval "$(embodirl-train -sc
-  install=bash)"`` in ``~/.bashrc``; zsh: ``autoload -U bashcompinit && bashcompinit`` first). Unlike
-  Hydra's script it hands the words back unfiltered, so ``exp<TAB>`` may become ``+experiment=``.
+  install=bash)"`` in ``~/.bashrc``; zsh: ``autoload -U bashcompinit && bashcompinit`` first).
 * ``embodirl-train -sc query=bash`` (what the script runs on TAB, with ``COMP_LINE`` set) asks Hydra's
-  own completion and rewrites its answers with :func:`rewrite_choices`.
+  own completion and expands its answers with :func:`rewrite_choices`.
 
-``-sc uninstall=bash`` removes it; fish is left to Hydra (``-sc install=fish``), without the ``+`` fix.
+``-sc uninstall=bash`` removes it; fish is left to Hydra (``-sc install=fish``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import io
 import os
 from collections.abc import Callable
 
-from embodirl.cli.help import needs_plus, package_groups
+from embodirl.cli.help import package_groups
 
 __all__ = ["BASH_SCRIPT", "completion_request", "current_word", "query", "rewrite_choices", "shell_completion"]
 
@@ -63,27 +63,17 @@ def current_word(line: str) -> str:
 
 
 def rewrite_choices(choices: list[str], word: str) -> list[str]:
-    """Hydra's suggestions with the right ``+``: added for appended groups, dropped for selected ones.
+    """Hydra's suggestions with a bare group that has subgroups offered as ``group=`` and ``group/``; kept are those
+    that complete ``word``.
 
-    Only config groups are rewritten (``seed=`` is a key). Kept are those that complete ``word`` up to
-    that ``+`` (``exp`` -> ``+experiment=``).
-
-    Examples: ``["experiment=", "algo="]`` for ``""`` -> ``["+experiment=", "algo="]``; ``["algo"]`` (a group
-    with subgroups, e.g. ``algo/optimizer``) -> ``["algo=", "algo/"]``;
-    ``["+algo="]`` for ``"+al"`` -> ``["algo="]``; ``["experiment=ppo_cartpole"]`` for ``"experiment=p"``
-    -> ``["+experiment=ppo_cartpole"]``.
+    Examples: ``["algo"]`` for ``""`` -> ``["algo=", "algo/"]``; ``["experiment=ppo_cartpole",
+    "experiment=ppo_pendulum"]`` for ``"experiment=ppo_c"`` -> ``["experiment=ppo_cartpole"]``.
     """
     out = []
-    expanded = []
-    for choice in choices:  # Hydra offers a group with subgroups bare ("algo"): it takes "=" or "/"
-        expanded += [f"{choice}=", f"{choice}/"] if choice in package_groups() else [choice]
-    for choice in expanded:
-        bare = choice.removeprefix("+")
-        group, eq, _ = bare.partition("=")
-        if eq and not choice.startswith("~") and group.split("/")[0] in package_groups():
-            choice = f"+{bare}" if needs_plus(group) else bare
-        if choice.removeprefix("+").startswith(word.removeprefix("+")) and choice not in out:
-            out.append(choice)
+    for choice in choices:
+        for expanded in [f"{choice}=", f"{choice}/"] if choice in package_groups() else [choice]:
+            if expanded.startswith(word) and expanded not in out:
+                out.append(expanded)
     return out
 
 

@@ -98,7 +98,7 @@ def exit_code(exc: BaseException) -> int:
         return 124
     if isinstance(exc, DivergedError):
         return 3
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException):
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException) or _is_sbatch_refusal(exc):
         return 2
     return 1
 
@@ -122,7 +122,16 @@ def message(exc: BaseException) -> str | None:
         return "error: " + one_line(str(exc))
     if isinstance(exc, OSError):
         return "error: " + _os_message(exc)
+    if _is_sbatch_refusal(exc):
+        from embodirl.runtime.slurm import explain_sbatch_error
+
+        return "error: " + explain_sbatch_error(str(exc))
     return None
+
+
+def _is_sbatch_refusal(exc: BaseException) -> bool:
+    """submitit's FailedJobError carrying sbatch's own refusal (a request the cluster cannot serve)."""
+    return type(exc).__name__ == "FailedJobError" and "sbatch: error" in str(exc)
 
 
 def fail(prog: str, exc: BaseException, code: int | None = None) -> NoReturn:
@@ -152,6 +161,22 @@ def check_output_dirs(args: list[str]) -> None:
             example = "${hydra.job.num}" if key == "hydra.sweep.subdir" else "outputs/my_run"
             raise ConfigError(key, value, "a directory (an empty one would be the current directory)",
                               f"pass {key}={example}, or leave {key} out for the default")
+        if sep:
+            _check_output_dir(key, value.strip().strip("'\"").strip())
+
+
+def _check_output_dir(key: str, value: str) -> None:
+    """Refuse a run or sweep directory that is the current one (Hydra's files and every run's would land among
+    the user's own), and a sweep subdirectory that is the same for every job (each job would take the others'
+    directory: their checkpoints and metrics mixed)."""
+    if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value and \
+            os.path.realpath(os.path.expanduser(value)) == os.path.realpath(os.getcwd()):
+        raise ConfigError(key, value, "a directory of its own (this is the current directory)",
+                          f"pass {key}=outputs/my_run, or leave {key} out for the default")
+    if key == "hydra.sweep.subdir" and "${" not in value:
+        raise ConfigError(key, value, "a subdirectory that differs per job (this one is the same for every job, "
+                          "so the jobs would share one run directory)",
+                          "pass hydra.sweep.subdir='${hydra.job.num}', or leave it out for the default")
 
 
 def _logging_os_error(exc: BaseException) -> OSError | None:
@@ -185,8 +210,13 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
     except BaseException as exc:
         from hydra.errors import HydraException
 
-        from embodirl.cli.suggest import explain_composition_error
+        from embodirl.cli.suggest import explain_composition_error, mapping_override
 
+        retry = mapping_override(exc, sys.argv[1:], config_name) if isinstance(exc, HydraException) else None
+        if retry is not None:  # KEY={name: ...} for a mapping of the user's entries: Hydra takes it as +KEY=...
+            sys.argv[1:] = retry
+            hydra_entry(prog, hydra_main, config_name)
+            return
         text = None
         if isinstance(exc, HydraException) and not _moved_key_message(str(exc)):
             text = explain_composition_error(exc, sys.argv[1:], config_name)

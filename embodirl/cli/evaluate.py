@@ -12,6 +12,7 @@ command line); see :mod:`embodirl.config.trust`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,15 +133,29 @@ def read_checkpoint(run: Any, checkpoint: Any, trusted: Any) -> tuple[Path, dict
     return path, state, train_cfg
 
 
-def _checkpoint_config(cfg: DictConfig) -> tuple[Path, dict[str, Any], DictConfig, dict[str, Any]]:
-    """``(path, state, training config, env overrides)``: :func:`read_checkpoint` of what ``cfg`` names, the
-    command line's ``env.*`` keys merged into the training config."""
+def _checkpoint_config(cfg: DictConfig, conditions: str) -> tuple[Path, dict[str, Any], DictConfig, dict[str, Any]]:
+    """``(path, state, env config, env overrides)``: :func:`read_checkpoint` of what ``cfg`` names, its env
+    without ``randomize`` for ``conditions=nominal``, and the command line's ``env.*`` keys merged in."""
     from embodirl.cli.containers import plain_dict
 
     path, state, train_cfg = read_checkpoint(cfg.run, cfg.checkpoint, cfg.trusted_targets)
+    if conditions == "nominal" and train_cfg.env.get("randomize"):
+        train_cfg.env.randomize = {}
     overrides = {k: v for k, v in plain_dict(cfg.env).items() if v is not None}
     train_cfg.env = OmegaConf.merge(train_cfg.env, overrides)
     return path, state, train_cfg, overrides
+
+
+def describe_conditions(conditions: str, randomize: Any, trained: Any) -> str:
+    """What the plain evaluation's env randomizes, in words: ``randomize`` for ``conditions`` (``nominal`` or
+    ``training``), given the run's own ``env.randomize`` (``trained``)."""
+    drawn, learned = ", ".join(randomize or {}), ", ".join(trained or {})
+    if conditions == "training":
+        return f"training: {drawn} randomized as the run trained" if drawn else \
+            "training: the run randomized nothing (nominal)"
+    text = f"nominal, {drawn} randomized (env.randomize on the command line)" if drawn else "nominal: no randomization"
+    return f"{text}; the run trained with {learned} randomized (eval.conditions=training draws them)" if learned \
+        else text
 
 
 def restored_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device, weights: dict[str, Any],
@@ -174,19 +189,23 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     from embodirl.config.schema import parse
     from embodirl.training.video import record_episode, save_video
 
-    path, state, train_cfg, overrides = _checkpoint_config(cfg)
+    video = parse(EvaluateEvalConfig, plain_dict(cfg.eval), "eval.")
+    path, state, train_cfg, overrides = _checkpoint_config(cfg, video.conditions)
     if not isinstance(cfg.num_episodes, int) or isinstance(cfg.num_episodes, bool) or cfg.num_episodes < 1:
         raise ConfigError("num_episodes", cfg.num_episodes, "an int >= 1", "pass num_episodes=100")
     configure_torch(cfg.seed, cfg.num_threads)
     device = resolve_device(cfg.device)
-    video = parse(EvaluateEvalConfig, plain_dict(cfg.eval), "eval.")
     _check_sweep(video.sweep, train_cfg.env)
     num_envs = overrides.get("num_envs", _eval_num_envs(state["config"]))
     env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs, render=video.video)
     policy = restored_policy(train_cfg.policy, env, device, state["policy"], path)
     check_video(video, env, count_key="env.num_envs")
-    log.info("evaluating %s: %d deterministic episodes (seed %d, %s)", path, cfg.num_episodes, cfg.seed, device)
-    extra: dict[str, Any] = {}
+    randomize = plain_dict(train_cfg.env.randomize) if train_cfg.env.get("randomize") else {}
+    extra: dict[str, Any] = {"conditions": describe_conditions(video.conditions, randomize,
+                                                               state["config"]["env"].get("randomize")),
+                             "randomize": randomize}
+    log.info("evaluating %s: %d deterministic episodes (seed %d, %s), conditions %s", path, cfg.num_episodes,
+             cfg.seed, device, extra["conditions"])
     try:
         metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
         if video.video:
@@ -231,11 +250,12 @@ def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, devi
                    num_envs: int | None, num_episodes: int) -> dict[str, Any]:
     """Evaluate ``policy`` once per value of ``sweep.param``, fixed at that value for every episode of its bin.
 
-    Each bin's env is the checkpoint's env with ``randomize`` replaced by the swept parameter alone (range
-    ``[value, value]``): the other parameters are at their nominal values, whatever the training randomized.
+    Each bin's env is ``env_cfg``, the plain evaluation's env (``eval.conditions``), with the swept parameter
+    fixed (range ``[value, value]``) and the others as there: nominal by default, so the bin at x1 (relative)
+    repeats the plain evaluation's episodes.
 
     Returns:
-        ``{"param", "scale", "bins": [{"value", "eval/success_rate", "eval/return_mean", ...}, ...]}``.
+        ``{"param", "scale", "conditions", "bins": [{"value", "eval/success_rate", "eval/return_mean", ...}, ...]}``.
 
     Raises:
         ConfigError: A value the env refuses (keyed ``eval.sweep.values[i]``).
@@ -243,11 +263,12 @@ def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, devi
     from embodirl.app.build import build_env
     from embodirl.collect.evaluator import evaluate_policy
 
+    others = {k: v for k, v in (env_cfg.get("randomize") or {}).items() if k != sweep.param}
     bins = []
     for i, value in enumerate(sweep.values):
         node = env_cfg.copy()
         with open_dict(node):
-            node.randomize = {sweep.param: {"range": [value, value], "scale": sweep.scale}}
+            node.randomize = {**others, sweep.param: {"range": [value, value], "scale": sweep.scale}}
         try:
             env = build_env(node, device, seed, num_envs=num_envs)
         except ConfigError as exc:
@@ -260,7 +281,9 @@ def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, devi
         log.info("sweep %s=%g (%s): %s", sweep.param, value, sweep.scale,
                  ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k in SWEEP_METRICS))
         bins.append({"value": value, **metrics})
-    return {"param": sweep.param, "scale": sweep.scale, "bins": bins}
+    rest = f"{', '.join(others)} randomized as in the plain evaluation" if others else "the rest nominal"
+    return {"param": sweep.param, "scale": sweep.scale, "conditions": f"{sweep.param} fixed per bin, {rest}",
+            "bins": bins}
 
 
 def _eval_num_envs(config: dict[str, Any]) -> Any:
@@ -272,24 +295,49 @@ def _eval_num_envs(config: dict[str, Any]) -> Any:
     return trainer.get("num_eval_envs") if isinstance(trainer, dict) else None
 
 
+EVAL_LOG = "evaluate.log"  # Hydra's job log (conf/eval.yaml)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
     from embodirl.analysis.summary import print_eval
     from embodirl.cli.errors import fail
+    from embodirl.cli.process import interrupted
     from embodirl.config.run import check_evaluate_config
     from embodirl.runtime.files import atomic_write_json
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    discard = _discard_if_unproduced()
     try:
         check_evaluate_config(cfg)  # every key against the schema, before torch is imported
         result = evaluate_checkpoint(cfg, out_dir)
         out = out_dir / "eval.json"
         atomic_write_json(out, result)
-    except (Exception, KeyboardInterrupt) as exc:  # one line and an exit status for every failure
+    except KeyboardInterrupt:
+        log_kept = "" if discard() else f" (its log: {out_dir / EVAL_LOG})"
+        interrupted(PROG, f"the evaluation did not finish and wrote no eval.json{log_kept}; run the same command "
+                    "again to evaluate")
+    except Exception as exc:  # one line and an exit status for every failure
+        discard()
         fail(PROG, exc)
     print_eval(result)
     log.info("wrote %s", out)
     return result["eval/return_mean"]
+
+
+def _discard_if_unproduced() -> Callable[[], bool]:
+    """A call that removes the evaluation's directory if Hydra made it for this command (it holds only Hydra's
+    config copy and an empty log now) and nothing was evaluated into it, with the default directory's parents
+    left empty (``<run>/eval``, ``outputs/eval/<date>``); it returns whether the directory was removed."""
+    from embodirl.runtime.rundir import discard_unproduced, holds_only_empty_files
+
+    hydra_cfg = HydraConfig.get()
+    out_dir, subdir = Path(hydra_cfg.runtime.output_dir), str(hydra_cfg.output_subdir)
+    if not holds_only_empty_files(out_dir, skip=subdir):
+        return lambda: False
+    start = {f"{subdir}/{name}" for name in ("config.yaml", "hydra.yaml", "overrides.yaml")} | {EVAL_LOG}
+    default = not any(str(o).startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+    return lambda: discard_unproduced(out_dir, start, parents=3 if default else 0)
 
 
 def main() -> None:
@@ -306,7 +354,17 @@ def main() -> None:
     if overrides is not None:
         hydra_entry(PROG, lambda: print(eval_help_page(overrides, PROG)), config_name="eval")
         return
-    hydra_entry(PROG, _evaluate, config_name="eval")
+    hydra_entry(PROG, _command, config_name="eval")
+
+
+def _command() -> None:
+    """:func:`_evaluate`, with a Ctrl-C before it began (while Hydra composed the config) reported as such."""
+    from embodirl.cli.process import interrupted
+
+    try:
+        _evaluate()
+    except KeyboardInterrupt:
+        interrupted(PROG, "before the evaluation began; nothing was written")
 
 
 def console() -> None:

@@ -1,4 +1,4 @@
-"""``embodirl-export run=RUN_DIR checkpoint=best format=onnx|torchscript``: a trained policy for a robot.
+"""``embodirl-export run=RUN_DIR checkpoint=last|best format=onnx|torchscript``: a trained policy for a robot.
 
 Writes the checkpoint's deterministic actor (:class:`~embodirl.policies.export.DeterministicActor`: observation
 normaliser, deterministic action and the clip to the action bounds inside) as ``policy.onnx`` (onnxruntime) or
@@ -38,6 +38,9 @@ def export_dir(out: str | None, run: Any, checkpoint: Any, path: Path, fmt: str)
     from embodirl.cli.evaluate import owning_run
 
     if out is not None:
+        if not str(out).strip():  # Path("") is the current directory: the export would land wherever one stands
+            raise ConfigError("out", out, "a directory (an empty one would be the current directory)",
+                              "pass out=<a directory>, or leave out= off for <run>/export/<format>")
         return Path(out)
     owner = owning_run(run, checkpoint)
     return (owner if owner is not None else path.parent) / "export" / fmt
@@ -150,12 +153,16 @@ def _summary(record: dict[str, Any]) -> str:
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="export")
 def _export(cfg: DictConfig) -> None:
     from embodirl.cli.errors import fail
+    from embodirl.cli.process import interrupted
     from embodirl.config.run import check_export_config
 
     try:
         check_export_config(cfg)  # every key against the schema, before torch is imported
         record = export_checkpoint(cfg)
-    except (Exception, KeyboardInterrupt) as exc:  # one line and an exit status for every failure
+    except KeyboardInterrupt:
+        interrupted(PROG, f"the export did not finish (an export is complete once its {MANIFEST} is written); run "
+                    "the same command again to export")
+    except Exception as exc:  # one line and an exit status for every failure
         fail(PROG, exc)
     print(_summary(record))
 
@@ -175,7 +182,17 @@ def main() -> None:
     if overrides is not None:
         hydra_entry(PROG, lambda: print(export_help_page(overrides, PROG)), config_name="export")
         return
-    hydra_entry(PROG, _export, config_name="export")
+    hydra_entry(PROG, _command, config_name="export")
+
+
+def _command() -> None:
+    """:func:`_export`, with a Ctrl-C before it began (while Hydra composed the config) reported as such."""
+    from embodirl.cli.process import interrupted
+
+    try:
+        _export()
+    except KeyboardInterrupt:
+        interrupted(PROG, "before the export began; nothing was written")
 
 
 def console() -> None:

@@ -2,7 +2,7 @@
 
 The page replaces Hydra's stock one (``--hydra-help`` still shows Hydra's flags). It composes the
 config exactly as a run would, with the overrides on the command line (``embodirl-train
-+experiment=ppo_push_cube --help`` documents that recipe), and takes each key's explanation from its
+experiment=ppo_push_cube --help`` documents that recipe), and takes each key's explanation from its
 component's schema (:func:`key_help`: doc, type and range), or, for a class without a schema, from the
 inline comment (``key: value  # comment``) in the packaged YAML file that set it; an appended recipe's
 comment adds why it chose its value. A key documented by neither is a documentation bug:
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 __all__ = ["STRUCTURAL_KEYS", "config_comments", "eval_help_page", "export_help_page", "file_description", "help_page",
-           "help_request", "key_comments", "needs_plus", "package_groups", "primary_groups"]
+           "help_request", "key_comments", "needs_plus", "package_groups", "primary_groups", "recipe_groups"]
 
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 
@@ -29,15 +29,15 @@ EXAMPLES = (
     ("embodirl-train", "PPO on the batched CartPole until solved (about a second on a CPU)"),
     ("embodirl-train algo=grpo env=push_cube", "choose the algorithm and the env (group=option)"),
     ("embodirl-train algo.learning_rate=1e-3 env.num_envs=512 seed=3", "set any key below"),
-    ("embodirl-train +experiment=ppo_push_cube", "a tuned recipe (conf/experiment/)"),
+    ("embodirl-train experiment=ppo_push_cube", "a tuned recipe (conf/experiment/)"),
     ("embodirl-train -m algo.learning_rate=1e-3,2e-3 seed='range(0,3)'", "a sweep: one run per combination"),
-    ("embodirl-train +sweep=seeds algo=grpo", "a ready sweep (conf/sweep/)"),
-    ("embodirl-train -m hydra/launcher=slurm hydra.launcher.partition=gpu +sweep=seeds", "one SLURM job per run"),
-    ("embodirl-train -m --config-dir launch +site=<site> +sweep=seeds", "your site's SLURM profile (launch/)"),
-    ("embodirl-train hydra.run.dir=outputs/<date>/<time>", "resume that run from its checkpoints/last.pt"),
+    ("embodirl-train sweep=seeds algo=grpo", "a ready sweep (conf/sweep/)"),
+    ("embodirl-train -m hydra/launcher=slurm hydra.launcher.partition=gpu sweep=seeds", "one SLURM job per run"),
+    ("embodirl-train -m --config-dir launch +site=<site> sweep=seeds", "your site's SLURM profile (launch/)"),
+    ("embodirl-train resume=outputs/<date>/<time>", "continue that run (or sweep job) as it was started"),
     ("embodirl-eval run=outputs/<date>/<time> checkpoint=best", "evaluate a run's best.pt (or last) into <run>/eval/"),
     ("embodirl-eval checkpoint=path/to/file.pt", "evaluate any checkpoint file"),
-    ("embodirl-export run=outputs/<date>/<time>", "its best.pt as ONNX + manifest.json for a robot (<run>/export/)"),
+    ("embodirl-export run=outputs/<date>/<time>", "its last.pt as ONNX + manifest.json for a robot (<run>/export/)"),
     ("embodirl-report multirun/<date>/<time>", "a sweep's table (mean ± std, IQM [95% CI]) and curves"),
 )
 
@@ -51,8 +51,8 @@ EVAL_EXAMPLES = (
 )
 
 EXPORT_EXAMPLES = (
-    ("embodirl-export run=outputs/<date>/<time>", "best.pt as <run>/export/onnx/policy.onnx + manifest.json"),
-    ("embodirl-export run=<run> checkpoint=last format=torchscript", "last.pt as <run>/export/torchscript/policy.pt"),
+    ("embodirl-export run=outputs/<date>/<time>", "last.pt as <run>/export/onnx/policy.onnx + manifest.json"),
+    ("embodirl-export run=<run> checkpoint=best format=torchscript", "best.pt as <run>/export/torchscript/policy.pt"),
     ("embodirl-export run=<run> out=deploy/v2", "into a directory of your choice"),
     ("embodirl-export run=<run> overwrite=true", "replace the earlier export (refused without it)"),
 )
@@ -187,10 +187,19 @@ def nested_groups() -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.cache
+def recipe_groups() -> frozenset[str]:
+    """The groups ``train.yaml`` declares with no option (``experiment: null``): recipes merged last,
+    chosen as ``experiment=NAME`` (lightning-hydra-template's pattern)."""
+    defaults = yaml.safe_load(_conf_text("train.yaml") or "{}").get("defaults", [])
+    return frozenset(g for entry in defaults if isinstance(entry, dict) and None in entry.values()
+                     and (g := _group_name(entry)))
+
+
 def needs_plus(group: str) -> bool:
     """Whether an option of ``group`` is selected with ``+group=option``: a group that neither ``train.yaml``'s
-    defaults list nor its groups' option files select (``experiment``, ``sweep``, a site's ``site``,
-    ``policy/encoder``); never ``hydra/...``."""
+    defaults list nor its groups' option files select (``debug``, a site's ``site``, ``policy/encoder``); never
+    ``hydra/...``."""
     return group.split("/")[0] != "hydra" and group not in primary_groups() and group not in nested_groups()
 
 
@@ -198,7 +207,7 @@ def config_comments(choices: Mapping[str, str | None]) -> dict[str, str | None]:
     """Dotted key -> comment from ``train.yaml`` and the chosen option files (Hydra's ``runtime.choices``).
 
     Files are read in composition order: the primary config, its groups, then appended ones
-    (``+experiment=...``). A group file's comment says what a key does; an appended file's comment
+    (``experiment=...``, ``+debug=...``). A group file's comment says what a key does; a recipe's comment
     (why this value) is added to it: ``relu | elu | tanh [ppo_pendulum: RL Zoo's ...]``. A group's
     own node (``algo``) gets its option file's leading comment.
     """
@@ -211,14 +220,14 @@ def _yaml_comments(choices: Mapping[str, str | None]) -> tuple[dict[str, str | N
     comments: dict[str, str | None] = {k: v for k, v in key_comments(_conf_text("train.yaml") or "").items()
                                        if v is not None}
     chosen = [(g, o) for g, o in choices.items() if o is not None and not g.startswith("hydra")]
-    ordered = sorted(chosen, key=lambda item: (needs_plus(item[0]), _order(item[0])))
+    ordered = sorted(chosen, key=lambda item: (needs_plus(item[0]), item[0] in recipe_groups(), _order(item[0])))
     for choice, option in ordered:
         group, _, placed_at = choice.partition("@")  # policy/encoder@policy.encoders.rgb: a file placed at a key
         text = _conf_text(f"{group}/{option}.yaml")
         if text is None:
             continue
         package = placed_at or _package(text, group)
-        appended = needs_plus(group) and not placed_at
+        appended = (needs_plus(group) or group in recipe_groups()) and not placed_at
         if not appended:
             comments[placed_at or group.replace("/", ".")] = file_description(text)
         for key, comment in key_comments(text).items():
@@ -244,7 +253,27 @@ def key_help(config: Mapping[str, Any], choices: Mapping[str, str | None]) -> di
         if row.type.startswith("a node") and comments.get(path):
             continue  # a group's node: its option file's own description says more than "the algorithm"
         found[path] = f"{summary(row)} {notes[path]}" if path in notes else summary(row)
+    for path, node in config.items():  # a class of the user's own: its schema's docstring says what it is
+        doc = _own_schema_doc(node.get("_target_")) if isinstance(node, Mapping) else None
+        found[path] = doc or found.get(path)
     return found
+
+
+def _own_schema_doc(target: Any) -> str | None:
+    """The first paragraph of the docstring of the schema of a class of the user's own (None for embodirl's)."""
+    import inspect
+
+    from embodirl.config.schema import schema_for
+
+    if not isinstance(target, str) or target.startswith("embodirl."):
+        return None
+    schema = schema_for(target)
+    if schema is None:
+        return None
+    doc = inspect.cleandoc(schema.__doc__ or "")
+    if not doc or doc.startswith(f"{schema.__name__}("):  # dataclass's generated signature: no docstring
+        return None
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def _order(group: str) -> int:
@@ -325,10 +354,11 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
         cfg = compose("train", overrides=single, return_hydra_config=True)
         choices = plain_dict(cfg.hydra.runtime.choices)
         groups = _groups_section(GlobalHydra.instance().config_loader(), choices)
+        algos = "|".join(GlobalHydra.instance().config_loader().get_group_options("algo"))  # the folder is the list
     job = plain_dict(cfg)
     job.pop("hydra")
-    lines = [f"{prog}: train an RL policy (PPO, GRPO) on batched envs; every key below is a command-line override.",
-             "", f"Usage: {prog} [group=option ...] [key=value ...] [+experiment=NAME] [+sweep=NAME] [-m]", "",
+    lines = [f"{prog}: train a policy (algo={algos}) on batched envs; every key below is a command-line override.",
+             "", f"Usage: {prog} [group=option ...] [key=value ...] [experiment=NAME] [sweep=NAME] [-m]", "",
              "Examples:"]
     for command, what in EXAMPLES:
         lines += [f"  {command:<46}# {what}"] if len(command) <= 44 else [f"  {command}", f"  {'':<46}# {what}"]
@@ -338,7 +368,7 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
                      + (f" (sweep overrides left out: {' '.join(swept)})" if swept else ""))
     lines += _keys_section(job, key_help(job, choices), choices)
     lines += ["", "More: --cfg job prints the composed config as YAML; --hydra-help lists Hydra's flags;",
-              f"      eval \"$({prog} -sc install=bash)\" installs shell completion; README \"Using it\"."]
+              f"      eval \"$({prog} -sc install=bash)\" installs shell completion (docs/getting-started.md)."]
     return "\n".join(lines)
 
 

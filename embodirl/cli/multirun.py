@@ -1,14 +1,17 @@
 """Checks of a multirun before Hydra launches anything: a sweep that runs nothing, a launcher that cannot start.
 
 ``-m seed='range(0)'`` would exit 0 having run no job, ``-m hydra/launcher=slurm`` off a cluster dies in
-submitit ("Could not detect srun"), and ``hydra.launcher.tasks_per_node=0`` fails inside the launcher.
-:func:`check_multirun` refuses each in one line first. It composes Hydra's node once (no torch import).
+submitit ("Could not detect srun"), ``hydra.launcher.tasks_per_node=0`` fails inside the launcher, and a job that
+asks for GPUs, cores or memory that no node of its partition has is refused by sbatch mid-sweep.
+:func:`check_multirun` refuses each in one line first. It composes Hydra's node once (no torch import) and asks
+``sinfo`` once for a SLURM launcher.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,10 +57,51 @@ def _check_launcher(launcher: Any, choice: str | None) -> None:
                               f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on PATH (this is "
                               "not a SLURM login node)", "run the sweep on a SLURM login node, or pass "
                               "hydra/launcher=local to run its jobs on this machine", absolute=True)
+        _check_cluster(launcher)
 
 
-def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
+def _check_cluster(launcher: Any) -> None:
+    """What the job asks for exists on the cluster (``sinfo``): its partition, and GPUs, cores and memory on one
+    node of it. sbatch would refuse the same later, in words that name no config key. Every request that does not
+    fit is named in the one fix, so that following it submits. Skipped where sinfo cannot tell; sbatch then has
+    the last word (see :func:`embodirl.runtime.slurm.explain_sbatch_error`)."""
+    from embodirl.runtime.slurm import cluster_partitions
+
+    partitions = cluster_partitions()
+    if not partitions:
+        return
+    names = {p.name: p for p in partitions}
+    wanted = launcher.get("partition")
+    default = next((p for p in partitions if p.default), partitions[0])
+    check(wanted is None or wanted in names, "hydra.launcher.partition", wanted,
+          f"a partition of this cluster: one of {', '.join(sorted(names))}",
+          f"pass hydra.launcher.partition={default.name}", absolute=True)
+    part = names[wanted] if wanted is not None else default
+    tasks = launcher.get("tasks_per_node") or 1
+    asked = {"gpus_per_node": launcher.get("gpus_per_node") or 0, "cpus_per_task": launcher.get("cpus_per_task") or 1,
+             "mem_gb": launcher.get("mem_gb") or 0}
+    limits = {"gpus_per_node": part.gpus, "cpus_per_task": part.cpus // tasks, "mem_gb": part.memory_mb // 1024}
+    too_big = [key for key, value in asked.items() if (limits[key] or key == "gpus_per_node") and value > limits[key]]
+    if not too_big:
+        return
+    first = too_big[0]
+    fixes = [f"hydra.launcher.{key}={'null' if key == 'gpus_per_node' and not limits[key] else max(1, limits[key])}"
+             for key in too_big]
+    node = f"one node of partition {part.name} has {part.gpus} GPUs, {part.cpus} CPUs, {part.memory_mb} MB"
+    expected = (f"a request that fits a node ({node}; asked: {tasks} task(s) x {asked['cpus_per_task']} CPUs, "
+                f"{asked['gpus_per_node']} GPUs, {asked['mem_gb']} GB)")
+    no_gpus = "gpus_per_node" in too_big and not part.gpus
+    cpu_profile = " (hydra/launcher=slurm_cpu is the CPU profile)" if no_gpus else ""
+    raise ConfigError(f"hydra.launcher.{first}", asked[first], expected, f"pass {' '.join(fixes)}{cpu_profile}",
+                      absolute=True)
+
+
+def check_multirun(argv: Sequence[str], config_name: str = "train") -> Any:
     """Refuse a multirun (``-m``) whose sweeps give no value or whose launcher cannot start; no-op otherwise.
+
+    Returns:
+        The multirun's ``hydra`` node (its sweep directory and choices, for the line that reports a Ctrl-C), or
+        None for a single run.
 
     Raises:
         ConfigError: An empty sweep, a launcher count out of range, or a SLURM launcher without SLURM.
@@ -69,7 +113,7 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
 
     args = get_args_parser().parse_args(list(argv))
     if not args.multirun:
-        return
+        return None
     overrides = OverridesParser.create().parse_overrides(args.overrides)  # one per override, in order
     _check_sweeps(overrides)
     single = [line for line, o in zip(args.overrides, overrides, strict=True) if not o.is_sweep_override()]
@@ -82,3 +126,20 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> None:
     finally:
         GlobalHydra.instance().clear()
     _check_launcher(cfg.hydra.launcher, cfg.hydra.runtime.choices.get("hydra/launcher"))
+    if "slurm" in str(cfg.hydra.launcher.get("_target_", "")).lower():
+        _follow_jobs_without_accounting()
+    return cfg.hydra
+
+
+def _follow_jobs_without_accounting() -> None:
+    """On a cluster without accounting (sacct fails), follow the jobs through squeue (see
+    :func:`embodirl.runtime.slurm.squeue_watcher`: otherwise a cancelled job keeps the sweep waiting for ever)."""
+    from submitit.slurm.slurm import SlurmJob
+
+    from embodirl.runtime.slurm import accounting_available, squeue_watcher
+
+    if accounting_available():
+        return
+    print("embodirl: SLURM accounting is not available here (sacct fails, as on clusters without slurmdbd): "
+          "job states are read from squeue instead", file=sys.stderr)
+    SlurmJob.watcher = squeue_watcher()

@@ -38,6 +38,7 @@ from embodirl.analysis.report import (
     render_report,
     varying_keys,
 )
+from embodirl.cli.flags import OneLineParser
 
 __all__ = ["main", "write_report"]
 
@@ -180,7 +181,7 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit status (0, or 2 for bad input, with one message on stderr)."""
-    parser = argparse.ArgumentParser(prog="embodirl-report", description=__doc__,
+    parser = OneLineParser(prog="embodirl-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR",
                         help="a sweep directory (multirun/<date>/<time>), any directory above runs, or one run")

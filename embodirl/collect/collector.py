@@ -36,12 +36,15 @@ class CollectPlan:
             one shared initial state (1 = independent).
         first_episode_only: Only each env's first episode of the rollout counts: stop stepping once every env
             has finished one (the rest would be masked out); later slots are padding with ``done = True``.
+        next_obs: Record each transition's true next observation in the rollout (``next_obs``: the episode's final
+            observation where it ended, not the next episode's first), as a replay buffer stores transitions.
     """
 
     num_steps: int
     reset_every_rollout: bool = False
     group_size: int = 1
     first_episode_only: bool = False
+    next_obs: bool = False
 
 
 def env_step(env: BatchedEnv, action: Tensor, next_state: TensorDict,
@@ -84,7 +87,7 @@ class Collector:
         initial = policy.initial_state(n)
         self.recurrent = not initial.is_empty()
         self.rollout = allocate_rollout(n, t, spec, policy.dist.action_shape, policy.dist.action_dtype, dev,
-                                        initial if self.recurrent else None)
+                                        initial if self.recurrent else None, next_obs=plan.next_obs)
         self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
         # What slot t records besides the rollout: for the episode statistics, and the true final observation of a
         # transition for the critic's bootstrap after the loop (recurrent critics bootstrap inside the step).
@@ -112,6 +115,8 @@ class Collector:
             "terminated": out.terminated, "truncated": out.truncated, "done": done}
         if self.bootstraps_final_obs:
             record["final_obs"] = out.final_obs
+        if self.plan.next_obs:  # the env's final_obs is the true next observation, also where no episode ended
+            record["next_obs"] = out.final_obs
         if self.recurrent:
             record["policy_state"] = state
             if self.policy.has_critic:  # the value of the true final observation, where a time limit cut

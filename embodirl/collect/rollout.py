@@ -18,11 +18,14 @@ Every key is written by the collector, from what the env (``reset``/``step``) an
 | ``truncated`` | [N, T+1] | bool | cut by a time limit (the future is bootstrapped) |
 | ``final_value`` | [N, T+1] | float32 | V(true final obs) where truncated and not terminated, else 0 |
 | ``policy_state`` | TensorDict [N, T+1] | per key | recurrent policies only: the state the policy acted with |
+| ``next_obs`` | TensorDict [N, T+1] | per key | ``CollectPlan.next_obs`` only: true next obs of transition t |
 
 ``obs`` holds one entry per observation key (a Box env's is ``"state"``; images stay uint8); ``policy_state`` is
-zero where an episode starts. Actor-only policies write ``value = 0`` and ``final_value = 0``. The non-tensor entry
-``num_steps_collected`` (int, set by the collector) is the number of steps actually simulated: less
-than T when the collector stopped early because every env had finished an episode
+zero where an episode starts. ``next_obs`` (off-policy algorithms ask for it) is the observation transition ``t``
+led to: the episode's final observation where it ended (``obs[:, t+1]`` is then the next episode's first), so a
+replay buffer can store transitions on their own; its slot T is padding. Actor-only policies write ``value = 0``
+and ``final_value = 0``. The non-tensor entry ``num_steps_collected`` (int, set by the collector) is the number
+of steps actually simulated: less than T when the collector stopped early because every env had finished an episode
 (``CollectPlan.first_episode_only``); slots from there to T are padding with ``done = terminated = True``
 and zero reward. Algorithms may add keys (``advantage``, ``returns``) but never change these.
 """
@@ -58,6 +61,7 @@ def allocate_rollout(
     action_dtype: torch.dtype,
     device: torch.device | str,
     policy_state: TensorDict | None = None,
+    next_obs: bool = False,
 ) -> TensorDict:
     """Allocate a zeroed rollout of batch size ``[num_envs, num_steps + 1]``.
 
@@ -69,6 +73,7 @@ def allocate_rollout(
         action_dtype: Action dtype.
         device: Device of every tensor.
         policy_state: A recurrent policy's initial state ``[N]``, to size ``policy_state``; None or empty: none.
+        next_obs: Allocate ``next_obs`` (what a replay buffer stores; off-policy algorithms ask for it).
     """
     n, t1 = num_envs, num_steps + 1
     rollout = TensorDict({"obs": allocate(obs_spec, (n, t1), device)}, batch_size=[n, t1], device=device)
@@ -79,6 +84,8 @@ def allocate_rollout(
                                          device=device))
     if policy_state is not None and not policy_state.is_empty():
         rollout.set("policy_state", torch.stack([policy_state] * t1, dim=1).zero_())
+    if next_obs:
+        rollout.set("next_obs", allocate(obs_spec, (n, t1), device))
     return rollout
 
 
@@ -104,6 +111,8 @@ def validate_rollout(
         value = rollout.get(key)
         if key == "obs":
             _validate_obs(value, obs_spec, producer)
+            if "next_obs" in rollout:  # optional (CollectPlan.next_obs): the same observation keys
+                _validate_obs(rollout.get("next_obs"), obs_spec, "the collector (env.step final_obs)")
             continue
         event = action_shape if key == "action" else ()
         if event is not None and tuple(value.shape) != (n, t1, *event):

@@ -1,8 +1,9 @@
-"""Schemas of the algorithms (``algo=ppo|grpo|a2c|distill``); their optimizers' are in :mod:`embodirl.config.optim`.
+"""Schemas of the algorithms (``algo=ppo|grpo|a2c|distill|sac``); their optimizers' are in :mod:`embodirl.config.optim`.
 
 The keys every on-policy algorithm shares (learning rate and its schedule, epochs and minibatches, entropy
-bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`. Each
-schema's defaults are the values of its option file in ``conf/algo/``.
+bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`; those of
+the off-policy ones (replay buffer, batch, update-to-data ratio, target networks) in :class:`OffPolicyConfig`.
+Each schema's defaults are the values of its option file in ``conf/algo/``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "GRPOConfig", "OnPolicyConfig", "PPOConfig", "TeacherConfig"]
+__all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "GRPOConfig", "OffPolicyConfig", "OnPolicyConfig", "PPOConfig",
+           "SACConfig", "TeacherConfig"]
 
 _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
@@ -151,6 +153,8 @@ class TeacherConfig(Schema):
     checkpoint: str = key("best", doc="best | last | a file name in <run>/checkpoints/")
     trusted_targets: list[str] = key(factory=list, doc="classes of your own the teacher's stored config may name "
                                      "(as embodirl-eval's trusted_targets)", example=["my_rl.policy.MyPolicy"])
+    allow_change: bool = key(False, doc="resume a student whose teacher's weights changed since the student's "
+                             "checkpoint (refused otherwise: the student would go on learning from another teacher)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,3 +184,36 @@ class DistillConfig(OnPolicyConfig):
                               f"{why}", "pass lr_schedule=constant")
         if self.target_kl is not None:
             raise ConfigError("target_kl", self.target_kl, f"null with algo=distill {why}", "pass target_kl=null")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffPolicyConfig(Schema):
+    """What every off-policy algorithm shares: a replay buffer on the env's device, sampled ``updates_per_step``
+    times per collected step of the envs once ``learning_starts`` env steps are stored, and Polyak-averaged targets."""
+
+    num_steps: int = key(8, ge=1, doc="env steps per env collected between updates (one iteration; a logged line)")
+    buffer_size: int = key(1_000_000, ge=1, doc="transitions the replay buffer keeps (capacity / env.num_envs per "
+                           "env; the oldest are overwritten)")
+    minibatch_size: int = key(256, ge=1, doc="transitions sampled from the buffer per gradient step")
+    learning_starts: int = key(5000, ge=0, doc="env steps collected before the first gradient step")
+    updates_per_step: float = key(1.0, gt=0, doc="gradient steps per collected step of all envs (update-to-data "
+                                  "ratio): an iteration takes round(num_steps x this)")
+    gamma: float = key(0.99, ge=0, le=1, doc="discount")
+    n_step: int = key(1, ge=1, doc="transitions summed into each sampled return (computed when sampling)")
+    tau: float = key(0.005, gt=0, le=1, doc="Polyak step of the target networks after each critic step")
+    max_grad_norm: float | None = key(None, gt=0, doc="global gradient-norm clip of each network; null = off")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SACConfig(OffPolicyConfig):
+    """SAC: twin Q critics with Polyak targets, a tanh-squashed Gaussian actor, automatic entropy temperature
+    (Haarnoja et al. 2018, the version with a learned alpha); continuous (Box) actions."""
+
+    target = "embodirl.algos.sac.SAC"
+    learning_rate: float = key(3e-4, gt=0, doc="the actor's (and the temperature's) learning rate")
+    critic_learning_rate: float = key(1e-3, gt=0, doc="the critics' learning rate")
+    critic_hidden_sizes: list[int] = key(factory=lambda: [256, 256], ge=1, doc="hidden layers of each Q critic")
+    policy_frequency: int = key(2, ge=1, doc="critic steps per actor (and temperature) step (delayed actor)")
+    alpha: float = key(0.2, gt=0, doc="the entropy temperature (its start when autotune)")
+    autotune: bool = key(True, doc="learn alpha so the policy's entropy stays near target_entropy")
+    target_entropy: float | None = key(None, doc="the autotune's entropy target; null = -(action dimensions)")

@@ -31,21 +31,28 @@ TIP_SPAWN_LOW, TIP_SPAWN_HIGH = (-0.30, -0.10), (-0.20, 0.10)  #: tip ~ U(box), 
 
 Std = float | list[float]  # one standard deviation, or one per dimension
 
+# Bounds of the wrappers' keys: far beyond any useful setting, low enough that a typo (1e30, 1e6) is refused in one
+# line instead of drowning every observation (then blamed on algo.learning_rate), stepping for hours, or allocating
+# an action history of that length (then blamed on env.num_envs).
+MAX_OBS_NOISE = 100.0  #: observations are O(1) to O(100): a larger std leaves no signal
+MAX_ACTION_REPEAT = 100  #: 5 s of a 20 Hz task per action; Atari and Isaac Lab repeat 2 to 8
+MAX_ACTION_DELAY = 100  #: 5 s of latency at 20 Hz; an episode rarely lasts longer
+
 
 @dataclass(frozen=True, kw_only=True)
 class WrapperConfig(Schema):
     """Observation noise, action delay, action noise, action repeat and frame stacking: wrappers around any env, all
     off by default (:mod:`embodirl.envs.wrappers`; docs/guides/observation-action-wrappers.md)."""
 
-    obs_noise: Std | dict[str, Std] = key(0.0, ge=0, doc="Gaussian noise std added to the observation: one number "
-                                          "for every float key, or {key: std} per key (a std per dimension as a "
-                                          "list); 0 = off", example="{state: 0.01}")
-    action_delay: int = key(0, ge=0, doc="the env executes the action of this many policy steps ago (a new episode "
-                            "pads its history with its first action); 0 = off")
+    obs_noise: Std | dict[str, Std] = key(0.0, ge=0, le=MAX_OBS_NOISE, doc="Gaussian noise std added to the "
+                                          "observation: one number for every float key, or {key: std} per key (a std "
+                                          "per dimension as a list); 0 = off", example="{state: 0.01}")
+    action_delay: int = key(0, ge=0, le=MAX_ACTION_DELAY, doc="the env executes the action of this many policy "
+                            "steps ago (a new episode pads its history with its first action); 0 = off")
     action_noise: Std = key(0.0, ge=0, doc="Gaussian noise std added to Box actions before the env clips them, per "
                             "env step (a list: one per action dimension); 0 = off")
-    action_repeat: int = key(1, ge=1, doc="env steps per policy step with the same action, rewards summed, stopping at "
-                             "the end of an episode; 1 = off")
+    action_repeat: int = key(1, ge=1, le=MAX_ACTION_REPEAT, doc="env steps per policy step with the same action, "
+                             "rewards summed, stopping at the end of an episode; 1 = off")
     frame_stack: int = key(1, ge=1, le=16, doc="stack the last k frames of every image key along its channels "
                            "(reset per env at an episode start); 1 = off")
 
@@ -53,9 +60,10 @@ class WrapperConfig(Schema):
         if isinstance(self.obs_noise, dict):
             for name, std in self.obs_noise.items():
                 check_finite_values(f"obs_noise.{name}", std, 0.01)
-                if any(value < 0 for value in (std if isinstance(std, list) else [std])):
-                    raise ConfigError(f"obs_noise.{name}", std, "a float >= 0 (a standard deviation), or a list "
-                                      "of them (one per dimension)", f"pass obs_noise.{name}=0.01, or 0 for no noise")
+                if any(not 0 <= value <= MAX_OBS_NOISE for value in (std if isinstance(std, list) else [std])):
+                    raise ConfigError(f"obs_noise.{name}", std, f"a float in [0, {MAX_OBS_NOISE:g}] (a standard "
+                                      "deviation), or a list of them (one per dimension)",
+                                      f"pass obs_noise.{name}=0.01, or 0 for no noise")
 
 
 #: The keys of :class:`WrapperConfig`: every env takes them; the build wraps the env it made with them.
@@ -204,12 +212,16 @@ class PushCubeConfig(EnvConfig):
         if not half * math.sqrt(2.0) + radius < clearance:
             raise ConfigError("cube_half_size", half, f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube "
                               "and tip never overlap at the start)", "pass cube_half_size=0.02 (the default)")
-        check_randomize(self.randomize, self.randomizable)
+        check_randomize(self.randomize, self.randomizable, {name: self.nominal(name) for name in self.randomizable})
         self._check_randomized_geometry(clearance)
+
+    def nominal(self, name: str) -> float:
+        """The nominal value of randomizable parameter ``name`` (its config key; 1 for the gain)."""
+        return 1.0 if name == "actuator_gain" else float(getattr(self, name))
 
     def randomized_extremes(self, name: str) -> tuple[float, float]:
         """The smallest and largest value of parameter ``name`` (its nominal value twice when not randomized)."""
-        nominal = 1.0 if name == "actuator_gain" else float(getattr(self, name))
+        nominal = self.nominal(name)
         entry = self.randomize.get(name)
         return extremes(entry, nominal) if entry is not None else (nominal, nominal)
 

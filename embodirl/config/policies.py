@@ -24,6 +24,7 @@ __all__ = [
     "MLPEncoderConfig",
     "PolicyConfig",
     "StateDependentGaussianConfig",
+    "TanhGaussianConfig",
 ]
 
 Activation = Literal["relu", "elu", "tanh", "gelu", "silu", "leaky_relu"]  #: embodirl.policies.networks.ACTIVATIONS
@@ -145,6 +146,20 @@ class BetaConfig(Schema):
     """Beta actions scaled to the Box's bounds (Chou et al. 2017: no clipped actions); 1-D Box, finite bounds."""
 
     target = "embodirl.policies.distributions.Beta"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TanhGaussianConfig(Schema):
+    """A state-dependent Gaussian squashed by tanh into the Box's bounds (SAC's actor, Haarnoja et al. 2018)."""
+
+    target = "embodirl.policies.distributions.TanhGaussian"
+    init_log_std: float = key(0.0, doc="initial log_std before squashing (the actor's output is added to it); the "
+                              "YAML option takes policy.init_log_std")
+    log_std_min: float = key(-5.0, doc="lower log_std clamp; the YAML option takes policy.log_std_min")
+    log_std_max: float = key(2.0, doc="upper log_std clamp; the YAML option takes policy.log_std_max")
+
+    def check(self) -> None:
+        _check_log_std(self.log_std_min, self.log_std_max)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,11 +24,16 @@ from typing import Literal
 from embodirl.config.schema import Schema, key, suggest
 from embodirl.errors import ConfigError
 
-__all__ = ["RandomizableParams", "RandomizeConfig", "SweepConfig", "check_randomize", "extremes"]
+__all__ = ["MAX_FACTOR", "RandomizableParams", "RandomizeConfig", "SweepConfig", "check_randomize", "extremes",
+           "range_problem"]
 
 #: An env's randomizable parameters: name -> (one-line doc, whether 0 is a valid value). Values must be >= 0
 #: (or > 0 when 0 is not valid): every shipped parameter is a mass, a length, a coefficient or a gain.
 RandomizableParams = Mapping[str, tuple[str, bool]]
+
+#: The largest value a randomized parameter may take, as a multiple of its nominal value: x100 already leaves
+#: every shipped task (a 10 kg cube, a 50 m pole); beyond it a typo (x1e30) would train on meaningless physics.
+MAX_FACTOR = 100.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,14 +61,43 @@ class RandomizeConfig(Schema):
                               "dist=uniform")
 
 
+def range_problem(low: float, high: float, *, zero_ok: bool = True, log_uniform: bool = False,
+                  factor: float | None = None) -> tuple[str, str] | None:
+    """``(what is valid, a range that is)`` when ``[low, high]`` breaks the rules every ``env.randomize`` range
+    keeps (the config's, a curriculum level's, a checkpoint's), else None.
+
+    Args:
+        low: Lower end, in the entry's scale (a multiplier when relative).
+        high: Upper end.
+        zero_ok: Whether 0 is a valid value of the parameter (a friction), or not (a mass, a length).
+        log_uniform: The entry draws uniformly in log (then 0 has no log).
+        factor: What ``high`` is in multiples of the nominal value per unit (1 relative, ``1 / nominal``
+            absolute); None: unknown, no upper bound is checked.
+    """
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "finite numbers", "[0.5,2.0]"
+    if not 0 <= low <= high:
+        return "[low, high] with 0 <= low <= high", f"[{min(abs(low), abs(high)):g},{max(abs(low), abs(high)):g}]"
+    if low == 0 and (log_uniform or not zero_ok):
+        why = "log_uniform draws (log of 0)" if log_uniform else "a parameter for which 0 is not a valid value"
+        return f"low > 0 for {why}", f"[{max(high, 1.0) / 4:g},{max(high, 1.0):g}]"
+    if factor is not None and high * factor > MAX_FACTOR:
+        top = MAX_FACTOR / factor
+        return (f"values up to x{MAX_FACTOR:g} the nominal value (high <= {top:g})",
+                f"[{min(low, top / 4):g},{top / 4:g}]")
+    return None
+
+
 def extremes(entry: RandomizeConfig, nominal: float) -> tuple[float, float]:
     """The smallest and largest value ``entry`` draws for a parameter whose nominal value is ``nominal``."""
     factor = nominal if entry.scale == "relative" else 1.0
     return entry.range[0] * factor, entry.range[1] * factor
 
 
-def check_randomize(randomize: Mapping[str, RandomizeConfig], params: RandomizableParams) -> None:
-    """Every ``randomize`` name is one of ``params``, and 0 is drawn only where it is valid.
+def check_randomize(randomize: Mapping[str, RandomizeConfig], params: RandomizableParams,
+                    nominal: Mapping[str, float] | None = None) -> None:
+    """Every ``randomize`` name is one of ``params``, 0 is drawn only where it is valid, and no value beyond
+    :data:`MAX_FACTOR` times the nominal one (of ``nominal``, where an absolute range needs it).
 
     Raises:
         ConfigError: Keyed ``randomize.<name>`` (the env's schema adds ``env.``).
@@ -82,6 +116,11 @@ def check_randomize(randomize: Mapping[str, RandomizeConfig], params: Randomizab
                               f"{max(entry.range[1], 1.0):g}]")
         if not all(math.isfinite(v) for v in entry.range):
             raise ConfigError(f"randomize.{name}.range", list(entry.range), "finite numbers", "pass range=[0.5,2.0]")
+        factor = 1.0 if entry.scale == "relative" else (1 / nominal[name] if nominal and nominal.get(name) else None)
+        problem = range_problem(*entry.range, factor=factor)
+        if problem is not None:
+            raise ConfigError(f"randomize.{name}.range", list(entry.range), problem[0],
+                              f"pass randomize.{name}.range={problem[1]}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ a test keeps the committed page equal to what this writes.
 from __future__ import annotations
 
 import importlib.resources
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING
@@ -72,11 +73,16 @@ def _options() -> Iterator[tuple[str, str, str]]:
                     yield group, entry.name.removesuffix(".yaml"), node["_target_"]
 
 
+# A word between underscores (_target_, _partial_) outside a code span: Markdown would set it in italics.
+_EMPHASIS = re.compile(r"(?<![\w`])(_\w+_)(?![\w`])")
+
+
 def _table(schema: type[Schema], prefix: str) -> list[str]:
     lines = ["| key | type | default | range | what it does |", "|---|---|---|---|---|"]
     for row in key_docs(schema, prefix):
         default = "(required)" if row.default is MISSING else cli_text(row.default)
-        cells = [f"`{row.path}`", row.type, f"`{default}`", row.bounds or "", row.doc]
+        cells = [f"`{row.path}`", _EMPHASIS.sub(r"`\1`", row.type), f"`{default}`", row.bounds or "",
+                 _EMPHASIS.sub(r"`\1`", row.doc)]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return lines
 

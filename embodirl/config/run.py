@@ -69,10 +69,14 @@ def check_device(device: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateEvalConfig(VideoConfig):
-    """``embodirl-eval``'s ``eval`` node: its video and a held-out sweep of one randomizable env parameter."""
+    """``embodirl-eval``'s ``eval`` node: its video, the env's conditions and a held-out sweep of one randomizable
+    env parameter."""
 
+    conditions: Literal["nominal", "training"] = key("nominal", doc="the env's randomization: nominal (none: the "
+                                                      "task as defined, which the sweep's x1 bin repeats) | training "
+                                                      "(the run's env.randomize, as its periodic evaluation drew it)")
     sweep: SweepConfig = key(factory=SweepConfig, doc="held-out conditions: one evaluation per value of one env "
-                             "parameter (guides/domain-randomization.md)")
+                             "parameter, the others as in eval.conditions (guides/domain-randomization.md)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +84,8 @@ class EvaluateConfig(Schema):
     """The config of ``embodirl-eval`` (``eval.yaml``): which checkpoint, how many episodes, where and how to film."""
 
     run: str | None = key(None, doc="a run directory of embodirl-train (evaluates its checkpoints/<checkpoint>.pt)")
-    checkpoint: str = key("last", doc="with run: best | last | a file name in checkpoints/ (step_*.pt); without "
-                          "run: a .pt path (or a run directory)")
+    checkpoint: str = key("last", doc="with run: last | best | a file name in checkpoints/ (step_*.pt); without "
+                          "run: a .pt path (or a run directory); last, as embodirl-export")
     num_episodes: int = key(100, ge=1, doc="deterministic episodes, spread evenly over the env copies")
     seed: int = key(12345, ge=-MAX_SEED, le=MAX_SEED, range_text="in [-2^62, 2^62]",
                     doc="reset seed of the evaluation env")
@@ -106,8 +110,8 @@ class ExportConfig(Schema):
     """The config of ``embodirl-export`` (``export.yaml``): which checkpoint, which format, where."""
 
     run: str | None = key(None, doc="a run directory of embodirl-train (exports its checkpoints/<checkpoint>.pt)")
-    checkpoint: str = key("best", doc="with run: best | last | a file name in checkpoints/ (step_*.pt); without "
-                          "run: a .pt path (or a run directory)")
+    checkpoint: str = key("last", doc="with run: last | best | a file name in checkpoints/ (step_*.pt); without "
+                          "run: a .pt path (or a run directory); last, as embodirl-eval")
     format: Literal["onnx", "torchscript"] = key("onnx", doc="onnx (policy.onnx, for onnxruntime; needs the "
                                                  "export extra) | torchscript (policy.pt, for torch.jit.load)")
     out: str | None = key(None, doc="the directory to write policy.<onnx|pt> and manifest.json into; "

@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import logging
 import math
 import types
 import typing
@@ -385,6 +386,8 @@ def parse_node(values: Mapping[str, Any], prefix: str = "") -> Node:
     its keys unchecked until it is built."""
     target = values["_target_"]
     schema = schema_for(target)
+    if schema is None and isinstance(target, str) and not target.startswith("embodirl."):
+        _check_module_imports(target, prefix)
     own = {k: v for k, v in values.items() if k not in STRUCTURAL_KEYS}
     flags = {k: v for k, v in values.items() if k in STRUCTURAL_KEYS and k != "_target_"}
     if schema is None:  # its own keys wait for the class; the nodes in it are checked by their schemas now
@@ -392,6 +395,20 @@ def parse_node(values: Mapping[str, Any], prefix: str = "") -> Node:
             if _is_node_value(value):
                 parse_node(value, f"{prefix}{name}.")
     return Node(target, None if schema is None else parse(schema, own, prefix), own, flags)
+
+
+def _check_module_imports(target: str, prefix: str) -> None:
+    """A ``_target_`` of the user's own whose module fails to import: one line naming the module and the error."""
+    module = target.rpartition(".")[0]
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any error of the user's module: one line, not a traceback
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:240]
+        raise ConfigError(f"{prefix}_target_", target, f"a class whose module imports; importing {module} failed "
+                          f"with {reason}", f"fix that import in {module}, or the module path in {prefix}_target_",
+                          absolute=True) from None
 
 
 def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S:
@@ -439,7 +456,8 @@ def schemas() -> Iterator[type[Schema]]:
 
 
 def _shipped() -> dict[str, type[Schema]]:
-    importlib.import_module("embodirl.config.components")  # the schemas of embodirl's own components
+    components = importlib.import_module("embodirl.config.components")  # the schemas of embodirl's own components
+    components.load_user_schemas()  # and those an installed package declares (the embodirl.schemas entry points)
     return {cls.target: cls for cls in schemas() if cls.target}
 
 
@@ -452,10 +470,14 @@ def schema_for(target: str) -> type[Schema] | None:
         return shipped  # embodirl's own classes are never imported to look: their schemas are in the registry
     from hydra.utils import get_class  # user classes: imported, as instantiating them would
 
+    hydra_log = logging.getLogger("hydra.utils")  # it logs a failed import in three lines: parse_node says it in one
+    quiet, hydra_log.disabled = hydra_log.disabled, True
     try:
         cls = get_class(target)
-    except Exception:  # an unimportable _target_ is reported where the node is built
+    except Exception:  # an unimportable _target_ is reported by parse_node (with its reason) or where it is built
         return None
+    finally:
+        hydra_log.disabled = quiet
     own = _own_cfg_annotation(cls)
     if own is not None:
         return own

@@ -36,10 +36,12 @@ class DivergenceConfig(Schema):
 
     max_approx_kl: float | None = key(10.0, gt=0, doc="fail the run once an update's diag/approx_kl exceeds this")
     max_value_loss: float | None = key(1e10, gt=0, doc="fail the run once an update's loss/value exceeds this")
+    max_distill_loss: float | None = key(1e6, gt=0, doc="fail the run once an update's loss/distill (algo=distill) "
+                                         "exceeds this")
 
     def limits(self) -> dict[str, tuple[str, float]]:
         """``metric -> (key, limit)`` of the checks that are on."""
-        pairs = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss"}
+        pairs = {"diag/approx_kl": "max_approx_kl", "loss/value": "max_value_loss", "loss/distill": "max_distill_loss"}
         return {metric: (name, limit) for metric, name in pairs.items() if (limit := getattr(self, name)) is not None}
 
 
@@ -50,6 +52,16 @@ class PlateauConfig(Schema):
     patience_evals: int = key(doc="values in a row without beating the best before the run stops", ge=1)
     min_delta: float = key(0.0, ge=0, doc="a value must beat the best by more than this to count as a gain")
     mode: Literal["max", "min"] = key("max", doc="whether the metric should rise (max) or fall (min)")
+
+
+def is_rate(metric: str | None) -> bool:
+    """Whether ``metric`` is a rate in [0, 1] (``eval/success_rate``, ``episode/success_rate``, ...)."""
+    return metric is not None and metric.rsplit("/", 1)[-1].endswith("success_rate")
+
+
+def never_met(op: str, value: float) -> bool:
+    """Whether ``rate op value`` is false for every rate in [0, 1]."""
+    return {">=": value > 1, ">": value >= 1, "==": not 0 <= value <= 1, "<=": value < 0, "<": value <= 0}[op]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +120,9 @@ class CurriculumConfig(Schema):
             missing = "metric" if self.metric is None else "threshold"
             raise ConfigError(missing, None, "metric and threshold together",
                               "pass metric=eval/success_rate threshold=0.8")
+        if is_rate(self.metric) and self.threshold is not None and self.threshold > 1:
+            raise ConfigError("threshold", self.threshold, f"a threshold in [0, 1] ({self.metric} is a rate in [0, 1]: "
+                              "no level would ever be reached)", "pass threshold=0.8 (an 80 % success rate)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +156,12 @@ class TrainerConfig(Schema):
                                               "update's metric exceeds its limit; null = no check")
 
     def check(self) -> None:
+        for i, stop in enumerate(self.stop_on):  # here, not in StopOnConfig: the fix rewrites the whole list
+            if is_rate(stop.metric) and stop.op is not None and stop.value is not None and \
+                    never_met(stop.op, stop.value):
+                raise ConfigError(f"stop_on[{i}].value", stop.value, f"a value {stop.metric} {stop.op} value can "
+                                  f"meet ({stop.metric} is a rate in [0, 1])", f"pass trainer.stop_on=[{{metric: "
+                                  f"{stop.metric}, op: '{stop.op}', value: 0.9}}] (a 90 % success rate)")
         if self.best_metric is not None and not self.best_metric:
             raise ConfigError("best_metric", self.best_metric, "null or a metric name",
                               "pass trainer.best_metric=null (the env's solved_metric)")

@@ -132,7 +132,7 @@ class CartPole(BatchedEnv):
 
         n, dev, dtype = num_envs, self.device, self.physics_dtype
         nominal = {"pole_length": LENGTH, "pole_mass": MASSPOLE, "cart_mass": MASSCART, "force_mag": FORCE_MAG}
-        self.randomization = make_randomization(cfg.randomize, nominal, n, dev, dtype)
+        self.randomization = make_randomization(cfg.randomize, nominal, n, dev, dtype, cfg.randomizable)
         if self.randomization is not None:  # each episode's values are logged as episode/metrics/randomize/<name>
             self.info_metrics = self.randomization.metric_keys
         self._limits = torch.tensor([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf], dtype=dtype, device=dev)

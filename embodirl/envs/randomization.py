@@ -20,13 +20,16 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from embodirl.config.randomize import RandomizeConfig
+from embodirl.config.randomize import MAX_FACTOR, RandomizableParams, RandomizeConfig, range_problem
 from embodirl.envs.rng import uniform_from_key
-from embodirl.errors import ConfigError
+from embodirl.errors import CheckpointError, ConfigError
 
-__all__ = ["FIRST_COMPONENT", "Randomization", "make_randomization", "sample_values"]
+__all__ = ["DAMAGED_CHECKPOINT_FIX", "FIRST_COMPONENT", "Randomization", "make_randomization", "sample_values"]
 
 FIRST_COMPONENT = 64  #: the reset stream's components from here on are the randomized parameters' (one each)
+#: The fix of a checkpoint whose state breaks the config's rules (here and in the curriculum's levels).
+DAMAGED_CHECKPOINT_FIX = ("Fix: the file is damaged or was edited: resume from another checkpoint (trainer.resume="
+                          "<run>/checkpoints/step_*.pt) or start afresh with hydra.run.dir=<a new directory>")
 
 
 def sample_values(u: Tensor, low: Tensor, high: Tensor, log_uniform: Tensor) -> Tensor:
@@ -57,6 +60,7 @@ class Randomization:
         num_envs: Number of envs ``N``.
         device: Device of the env's tensors.
         dtype: The env's physics dtype (of :attr:`values`).
+        params: The env's randomizable parameters (whether 0 is a valid value of each); None: every one.
 
     Attributes:
         names: The parameters, in the order of :attr:`values`' rows.
@@ -64,10 +68,11 @@ class Randomization:
     """
 
     def __init__(self, specs: Mapping[str, RandomizeConfig], nominal: Mapping[str, float], num_envs: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
+                 device: torch.device, dtype: torch.dtype, params: RandomizableParams | None = None) -> None:
         self.names = tuple(specs)
         self.specs = dict(specs)
         self.nominal = {name: float(nominal[name]) for name in self.names}
+        self.zero_ok = {name: params[name][1] if params and name in params else True for name in self.names}
         count = len(self.names)
         f64 = torch.float64
         self.factor = torch.tensor([self.nominal[n] if specs[n].scale == "relative" else 1.0 for n in self.names],
@@ -103,13 +108,20 @@ class Randomization:
             raise ConfigError("param", name, f"a randomized parameter (one of env.randomize's: "
                               f"{', '.join(self.names) or 'none'})", f"add env.randomize.{name}.range=[1,1] to "
                               "the env, or name one of those")
-        log = self.specs[name].dist == "log_uniform"
-        if not (math.isfinite(low) and math.isfinite(high) and 0 <= low <= high and (low > 0 or not log)):
-            raise ConfigError("range", [low, high], "[low, high] with 0 <= low <= high (low > 0 for log_uniform)",
-                              "pass range=[0.5,2.0]")
+        problem = self._problem(name, low, high)
+        if problem is not None:
+            raise ConfigError(f"env.randomize.{name}.range", [low, high], problem[0],
+                              f"use the range {problem[1]} instead", absolute=True)
         self.low[row] = low
         self.high[row] = high
         self.ranges[name] = (float(low), float(high))
+
+    def _problem(self, name: str, low: float, high: float) -> tuple[str, str] | None:
+        """What is wrong with ``[low, high]`` for ``name`` (:func:`~embodirl.config.randomize.range_problem`)."""
+        spec, nominal = self.specs[name], self.nominal[name]
+        factor = 1.0 if spec.scale == "relative" else 1 / nominal if nominal > 0 else None
+        return range_problem(low, high, zero_ok=self.zero_ok[name], log_uniform=spec.dist == "log_uniform",
+                             factor=factor)
 
     def row(self, name: str, default: Tensor | float) -> Tensor | float:
         """``name``'s ``[N]`` current values, or ``default`` (the nominal float) when it is not randomized."""
@@ -125,16 +137,46 @@ class Randomization:
                 "randomize_high": self.high.clone()}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        """Restore :meth:`state_dict` output (a state without it, e.g. from an older checkpoint, keeps the draws)."""
+        """Restore :meth:`state_dict` output (a state without it, e.g. from an older checkpoint, keeps the draws).
+
+        Raises:
+            CheckpointError: Ranges or values that ``env.randomize`` would refuse (a damaged or edited file).
+        """
         if "randomize_values" in state and tuple(state["randomize_values"].shape) == tuple(self.values.shape):
+            self._check_state(state)
             self.values.copy_(state["randomize_values"])
             self.low.copy_(state["randomize_low"])
             self.high.copy_(state["randomize_high"])
             for row, name in enumerate(self.names):
                 self.ranges[name] = (float(self.low[row]), float(self.high[row]))
 
+    def _check_state(self, state: Mapping[str, Tensor]) -> None:
+        """The rules of ``env.randomize`` on a checkpoint's ranges and drawn values (keys ``randomize_*``)."""
+        fix = DAMAGED_CHECKPOINT_FIX
+        for key in ("randomize_low", "randomize_high"):
+            value = state.get(key)
+            if not isinstance(value, Tensor) or tuple(value.shape) != tuple(self.low.shape):
+                shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise CheckpointError(f"the checkpoint's env state {key} is {shape}: expected a tensor of shape "
+                                      f"{list(self.low.shape)} (one row per env.randomize entry). {fix}")
+        for row, name in enumerate(self.names):
+            low, high = float(state["randomize_low"][row]), float(state["randomize_high"][row])
+            problem = self._problem(name, low, high)
+            if problem is not None:
+                raise CheckpointError(f"the checkpoint's env state randomize_low/high of {name}=[{low:g}, {high:g}] "
+                                      f"is invalid: expected {problem[0]}, as env.randomize.{name}.range. {fix}")
+            values = state["randomize_values"][row].double()
+            top = MAX_FACTOR * self.nominal[name] if self.nominal[name] > 0 else math.inf
+            bad = ~torch.isfinite(values) | (values < 0) | (values > top) | ((values == 0) & (not self.zero_ok[name]))
+            if bool(bad.any()):
+                first = float(values[bad][0])
+                raise CheckpointError(f"the checkpoint's env state randomize_values of {name} holds {first:g}: "
+                                      f"expected values {'>=' if self.zero_ok[name] else '>'} 0 and at most "
+                                      f"{top:g} (x{MAX_FACTOR:g} the nominal value). {fix}")
+
 
 def make_randomization(specs: Mapping[str, RandomizeConfig], nominal: Mapping[str, float], num_envs: int,
-                       device: torch.device, dtype: torch.dtype) -> Randomization | None:
+                       device: torch.device, dtype: torch.dtype,
+                       params: RandomizableParams | None = None) -> Randomization | None:
     """A :class:`Randomization`, or None without entries (the env then runs its nominal maths unchanged)."""
-    return Randomization(specs, nominal, num_envs, device, dtype) if specs else None
+    return Randomization(specs, nominal, num_envs, device, dtype, params) if specs else None

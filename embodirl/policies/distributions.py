@@ -6,7 +6,8 @@ Chosen from the env's action space by default: :class:`Categorical` for ``Discre
 
 ``policy.distribution`` overrides the choice for ``Box`` actions with a node whose class is built with
 ``(cfg, action_space=...)`` (presets in ``conf/policy/distribution/``): :class:`StateDependentGaussian` (the actor
-outputs the ``log_std`` too) or :class:`Beta` (bounded actions, Chou et al. 2017).
+outputs the ``log_std`` too), :class:`Beta` (bounded actions, Chou et al. 2017) or :class:`TanhGaussian` (SAC's
+squashed Gaussian, whose :meth:`~TanhGaussian.sample` is reparameterised: its actions carry gradients).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from embodirl.config.policies import BetaConfig, StateDependentGaussianConfig
+from embodirl.config.policies import BetaConfig, StateDependentGaussianConfig, TanhGaussianConfig
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ActionDistribution", "Beta", "Categorical", "DiagGaussian", "StateDependentGaussian", "make_distribution"]
+__all__ = ["ActionDistribution", "Beta", "Categorical", "DiagGaussian", "StateDependentGaussian", "TanhGaussian",
+           "make_distribution"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -231,6 +233,55 @@ class Beta(ActionDistribution):
     def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         dist = self._dist(params)
         return self._log_prob(dist, action), (dist.entropy() + self.scale.log()).sum(-1)
+
+
+class TanhGaussian(StateDependentGaussian):
+    """SAC's actor distribution (Haarnoja et al. 2018, appendix C): ``u ~ N(mean, std)`` from the actor's
+    ``params = [mean, raw]`` (``[B, 2 D]``, ``log_std`` as in :class:`StateDependentGaussian`), squashed into the
+    ``Box``'s bounds, ``action = center + half_range * tanh(u)``. Sampling is reparameterised (``mean + std * noise``),
+    so a loss on the sampled actions reaches the actor; the log-prob includes the change of variables,
+    ``log N(u) - sum log(half_range (1 - tanh(u)^2))``. The deterministic action is ``center + half_range *
+    tanh(mean)``; :meth:`entropy` is the Gaussian's before squashing (the squashed one has no closed form).
+
+    Args:
+        cfg: ``init_log_std``, ``log_std_min``, ``log_std_max`` (as :class:`StateDependentGaussian`'s).
+        action_space: A 1-D ``Box`` with finite bounds.
+    """
+
+    _EPS = 1e-6  # keeps tanh(u) inside (-1, 1) where the log-prob of a given action is finite
+    center: Tensor
+    half_range: Tensor
+
+    def __init__(self, cfg: TanhGaussianConfig, *, action_space: gym.Space) -> None:
+        if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
+            raise ConfigError("distribution", "TanhGaussian", f"a distribution for the env's action space (squashed "
+                              f"Gaussian actions need a 1-D Box; the env has {action_space})",
+                              "use an env with continuous actions, or an algorithm for discrete ones (algo=ppo)")
+        super().__init__(typing.cast(StateDependentGaussianConfig, cfg), action_space=action_space)
+        box = typing.cast(gym.spaces.Box, action_space)
+        low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (box.low, box.high))
+        if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
+            raise ConfigError("distribution", "TanhGaussian", f"a Box with finite bounds (the env's is {action_space})",
+                              "use an env whose actions are bounded, or another algo (algo=ppo)")
+        self.register_buffer("center", (high + low) / 2, persistent=False)
+        self.register_buffer("half_range", (high - low) / 2, persistent=False)
+
+    def _squash(self, u: Tensor, log_prob_u: Tensor) -> tuple[Tensor, Tensor]:
+        y = torch.tanh(u)
+        log_jacobian = torch.log(self.half_range * (1 - y.pow(2)) + self._EPS).sum(-1)
+        return self.center + self.half_range * y, log_prob_u - log_jacobian
+
+    def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        mean, log_std = self._split(params)
+        noise = torch.randn_like(mean)
+        return self._squash(mean + noise * log_std.exp(), (-0.5 * noise.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1))
+
+    def mode(self, params: Tensor) -> Tensor:
+        return self.center + self.half_range * torch.tanh(self._split(params)[0])
+
+    def log_prob(self, params: Tensor, action: Tensor) -> Tensor:
+        y = ((action - self.center) / self.half_range).clamp(-1 + self._EPS, 1 - self._EPS)
+        return self._squash(torch.atanh(y), super().log_prob(params, torch.atanh(y)))[1]
 
 
 def make_distribution(

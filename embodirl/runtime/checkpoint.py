@@ -200,9 +200,10 @@ def _check_trainer(trainer: Any, where: str) -> None:
         value = trainer.get(key)
         if key in trainer and not (_is_seconds(value) or (optional and value is None)):
             raise _refuse(where, f"trainer.{key}", value, ("null or " if optional else "") + "a finite float >= 0")
-    value = trainer.get("best_value")
-    if value is not None and not (isinstance(value, int | float) and math.isfinite(value)):
-        raise _refuse(where, "trainer.best_value", value, "null or a finite float")
+    for key in ("best_value", "best_return"):
+        value = trainer.get(key)
+        if value is not None and not (isinstance(value, int | float) and math.isfinite(value)):
+            raise _refuse(where, f"trainer.{key}", value, "null or a finite float")
 
 
 def _check_rng(rng: Any, where: str) -> None:
@@ -225,7 +226,8 @@ def _check_rng(rng: Any, where: str) -> None:
 
 
 def _check_algo(algo: Any, where: str) -> None:
-    """The schedule counters of :meth:`OnPolicyAlgorithm.state_dict`: env steps seen and the learning rate."""
+    """The counters every algorithm's state may hold (``Algorithm.state_dict``): env steps seen and the learning
+    rate (the on-policy schedules'); an off-policy algorithm's networks and optimizers are checked as tensors."""
     if not isinstance(algo, dict):
         raise _refuse(where, "algo", algo, "a mapping of optimizer and schedule state")
     if "env_steps_seen" in algo and not _is_count(algo["env_steps_seen"]):
@@ -235,18 +237,19 @@ def _check_algo(algo: Any, where: str) -> None:
         raise _refuse(where, "algo.learning_rate", lr, "a finite float > 0")
 
 
-def check_optimizer_state(optimizer: torch.optim.Optimizer, where: str) -> None:
+def check_optimizer_state(optimizer: torch.optim.Optimizer, where: str, name: str = "optimizer") -> None:
     """After ``optimizer.load_state_dict``: every per-parameter tensor (moments, momentum) that is not a scalar
     has its parameter's shape (torch does not check; a mismatch would fail in the first step).
 
     Raises:
-        CheckpointError: Naming the entry as ``algo.optimizer.state.<index>.<name>``.
+        CheckpointError: Naming the entry as ``algo.<name>.state.<index>.<entry>`` (``name``: the optimizer's key in
+            the algorithm's state, ``optimizer`` for the on-policy algorithms, e.g. ``critic_optimizer`` for SAC).
     """
     index = {id(p): i for i, p in enumerate(p for group in optimizer.param_groups for p in group["params"])}
     for param, state in optimizer.state.items():
-        for name, value in state.items():
+        for entry, value in state.items():
             if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
-                raise _refuse(where, f"algo.optimizer.state.{index.get(id(param), '?')}.{name}", value,
+                raise _refuse(where, f"algo.{name}.state.{index.get(id(param), '?')}.{entry}", value,
                               f"the shape of its parameter, {list(param.shape)}",
                               "resume with the same policy the checkpoint was trained with, or use another checkpoint")
 

@@ -9,6 +9,9 @@
   is refused, except for the budget, stop and output keys in :data:`CHANGEABLE_ON_RESUME`.
 * :func:`write_hydra_files`: the composed config, Hydra's config and the overrides in ``.hydra/``,
   written by the run (not by Hydra) only after those checks; earlier versions move to ``.hydra/history/``.
+* :func:`holds_only_empty_files` / :func:`discard_unproduced`: a directory a command made for itself and that
+  holds nothing produced when the command fails (only its log, lock, status and config copies) is removed, so
+  that refused and aborted runs leave no directories for reports to list.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import socket
 import time
 from collections.abc import Iterator, Mapping
@@ -28,8 +32,8 @@ from embodirl.runtime.files import atomic_write_bytes
 from embodirl.runtime.status import STATUS_FILE, write_status
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
-           "record_refused_job",
-           "remove_temp_files", "write_hydra_files"]
+           "discard_unproduced", "holds_only_empty_files", "record_refused_job",
+           "remove_temp_files", "resume_overrides", "write_hydra_files"]
 
 LOCK_FILE = ".lock"
 _TEMP_DIRS = (".", "checkpoints", ".hydra", "videos")
@@ -45,6 +49,7 @@ CHANGEABLE_ON_RESUME = (
     "eval.env_overrides.", "eval.video", "eval.video_num_envs", "eval.video_size", "eval.video_fps",
     "eval.video_format", "logger.", "objective",
     "num_threads", "num_update_threads",
+    "algo.teacher.allow_change",
 )
 
 
@@ -136,8 +141,10 @@ def _renamed(key: str) -> str:
 
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, old, new)`` for every leaf that differs (missing leaves are ``<absent>``), sorted by key; the old
-    config's keys are read under their names today (``trainer.num_eval_envs`` is ``eval.num_envs``)."""
-    a, b = {_renamed(k): v for k, v in _flatten(old)}, dict(_flatten(new))
+    config's keys are read under their names today (``trainer.num_eval_envs`` is ``eval.num_envs``), except a key
+    the new config still has (a class of the user's own may name a key ``algo.batch_size``)."""
+    b = dict(_flatten(new))
+    a = {k if k in b else _renamed(k): v for k, v in _flatten(old)}
     return sorted((k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in a.keys() | b.keys()
                   if a.get(k, _ABSENT) != b.get(k, _ABSENT))
 
@@ -178,11 +185,32 @@ def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Map
     refused = [(k, a, b) for k, a, b in changes if not _changeable(k) and a != _ABSENT]
     if refused and not allow:
         listed = ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in refused)
+        words = resume_overrides(run_dir)
+        resume = (f"continue it as it was started: embodirl-train resume={Path(run_dir).resolve()} (that is: "
+                  f"{shlex.join(['embodirl-train', *words])}); or " if words is not None else "")
         raise CheckpointError(
             f"{run_dir} holds a run trained with a different config ({listed}); continuing it would silently mix "
-            "the two. Fix: pass hydra.run.dir=<a new directory> for a new run, or trainer.allow_config_change=true "
-            "to continue this run with the new values")
+            f"the two. Fix: {resume}pass hydra.run.dir=<a new directory> for a new run, or "
+            "trainer.allow_config_change=true to continue it with the new values (a network of the same shapes only)")
     return [f"{k} {_short(a)} -> {_short(b)}" for k, a, b in changes]
+
+
+def resume_overrides(run_dir: str | Path) -> list[str] | None:
+    """The overrides that continue ``run_dir`` as it was started (its ``.hydra/overrides.yaml``; a sweep job's hold
+    its sweep's values), ``hydra.run.dir`` pinned to it; None when they cannot be read. ``hydra.mode=RUN`` keeps a
+    ready sweep's file (``sweep=seeds``) from starting the sweep again."""
+    import yaml
+
+    try:
+        overrides = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(overrides, list):
+        return None
+    words = [str(o) for o in overrides]
+    if any(w.lstrip("+").startswith("sweep=") for w in words):
+        words.append("hydra.mode=RUN")
+    return [*words, f"hydra.run.dir={Path(run_dir).resolve()}"]
 
 
 def write_hydra_files(run_dir: str | Path, files: Mapping[str, str]) -> None:
@@ -219,4 +247,44 @@ def record_refused_job(run_dir: str | Path, hydra_files: Mapping[str, str], exc:
             write_status(run_dir, "failed", exc=exc)
     except (RunDirBusyError, OSError):
         return False
+    return True
+
+
+def holds_only_empty_files(directory: str | Path, skip: str | None = None) -> bool:
+    """Whether ``directory`` holds nothing but empty files (and ``skip``, Hydra's copy of the config where it writes
+    one): the state in which Hydra hands a directory it has just made to the command (its new, empty log), never
+    that of a directory an earlier run wrote."""
+    return all(entry.name == skip or (entry.is_file(follow_symlinks=False) and entry.stat().st_size == 0)
+               for entry in os.scandir(directory))
+
+
+def discard_unproduced(directory: str | Path, start_files: set[str], parents: int = 0) -> bool:
+    """Remove ``directory`` if it holds only ``start_files`` (paths relative to it: what a command writes before
+    it produces anything, e.g. its log and status) and empty folders, then up to ``parents`` of its parents that
+    are left empty; return whether ``directory`` was removed.
+
+    Nothing else is ever deleted: a directory holding any other file, or a symlink, is left as it is.
+    """
+    root = Path(directory)
+    files, folders = [], []
+    for path in root.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            folders.append(path)
+        elif path.relative_to(root).as_posix() in start_files and not path.is_symlink():
+            files.append(path)
+        else:
+            return False
+    try:
+        for path in files:
+            path.unlink()
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            folder.rmdir()
+        root.rmdir()
+    except OSError:  # another process wrote into it meanwhile: what is left stays
+        return False
+    for parent in root.absolute().parents[:parents]:
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: it holds other runs
+            break
     return True

@@ -4,13 +4,17 @@
 ``step_<env_steps>.pt`` is kept beside it when a ``trainer.checkpoint_every_env_steps`` multiple is crossed (the
 newest ``trainer.keep_checkpoints`` of them stay); ``best.pt`` holds the state with the best value of
 ``trainer.best_metric``. Every file is written atomically by rank 0 (:mod:`embodirl.runtime.checkpoint`, which
-also defines and checks the format).
+also defines and checks the format). An off-policy algorithm's replay buffer is saved apart, in ``replay.pt``
+beside each ``last.pt`` (so ``last.pt`` stays small), and restored with it; a resume without a matching
+``replay.pt`` starts from an empty buffer and says so in one warning line.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import pickle
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -18,8 +22,9 @@ from typing import Any
 
 import torch
 
-from embodirl.algos.base import OnPolicyAlgorithm
+from embodirl.algos.base import Algorithm
 from embodirl.collect.collector import Collector
+from embodirl.collect.replay import ReplayBuffer
 from embodirl.envs.base import env_mode
 from embodirl.errors import CheckpointError
 from embodirl.runtime.checkpoint import (
@@ -37,6 +42,7 @@ __all__ = ["Checkpointer", "periodic_checkpoints"]
 log = logging.getLogger(__name__)
 
 _PERIODIC = re.compile(r"step_(\d+)\.pt")
+REPLAY = "replay.pt"  # the replay buffer of last.pt (off-policy algorithms)
 
 
 def periodic_checkpoints(folder: Path) -> dict[int, Path]:
@@ -62,7 +68,7 @@ class Checkpointer:
         is_main: Rank 0, the only one that writes files, restores the env and the random generators.
     """
 
-    def __init__(self, folder: Path, *, collector: Collector, algo: OnPolicyAlgorithm, config: dict, keep: int,
+    def __init__(self, folder: Path, *, collector: Collector, algo: Algorithm, config: dict, keep: int,
                  resume: str | None, is_main: bool) -> None:
         self.folder, self.collector, self.algo, self.config = folder, collector, algo, config
         self.keep, self.resume_path, self.is_main = keep, resume, is_main
@@ -98,6 +104,8 @@ class Checkpointer:
         data = serialize_checkpoint(self.state(counters))
         written = [self.folder / ("best.pt" if best else "last.pt")]
         atomic_write_bytes(written[0], data)
+        if not best:
+            self._save_replay(counters.env_steps)
         if periodic and self.keep > 0:
             written.append(self.folder / f"step_{counters.env_steps:012d}.pt")
             atomic_write_bytes(written[1], data)
@@ -121,8 +129,10 @@ class Checkpointer:
         path, key = found
         saved = load_checkpoint(path, key=key)
         counters = self._load_learner(saved, path, key)
-        check_optimizer_state(self.algo.optimizer, f"{key}={str(path)!r}")
+        for name, optimizer in self.algo.optimizers().items():
+            check_optimizer_state(optimizer, f"{key}={str(path)!r}", name)
         self._load_env(saved, seed + counters.iteration)
+        self._load_replay(path.parent / REPLAY, counters.env_steps)
         if self.is_main:
             set_rng_state(saved["rng"])
             self.set_aside_after(counters.env_steps)
@@ -144,6 +154,8 @@ class Checkpointer:
             self.policy.load_state_dict(saved["policy"])
             self.algo.load_state_dict(saved["algo"])
             return TrainState(**saved["trainer"])
+        except CheckpointError:
+            raise  # the algorithm's own refusal names what differs and the fix
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"{key}={str(path)!r} does not fit this run's policy/algorithm ({str(exc).splitlines()[0]}). "
@@ -161,6 +173,38 @@ class Checkpointer:
         if self.is_main:
             log.warning("%s cannot restore its env state: resumed training starts fresh episodes", type(env).__name__)
         self.collector.reset(seed=seed)
+
+    def _replay(self) -> ReplayBuffer | None:
+        buffer = getattr(self.algo, "buffer", None)
+        return buffer if isinstance(buffer, ReplayBuffer) else None
+
+    def _save_replay(self, env_steps: int) -> None:
+        """Write the replay buffer (if the algorithm has one) to ``replay.pt``, marked with ``env_steps``."""
+        buffer = self._replay()
+        if buffer is None:
+            return
+        data = io.BytesIO()
+        torch.save({"env_steps": env_steps, "buffer": buffer.state_dict()}, data)
+        atomic_write_bytes(self.folder / REPLAY, data.getvalue())
+
+    def _load_replay(self, file: Path, env_steps: int) -> None:
+        """Refill the replay buffer from ``file`` when it was saved at ``env_steps``; else one warning line."""
+        buffer = self._replay()
+        if buffer is None:
+            return
+        why = f"no {file} for rank 0's buffer" if self.is_main else "each rank but 0 starts one"
+        if self.is_main and file.is_file():
+            try:
+                saved = torch.load(file, map_location="cpu", weights_only=True)
+                if saved["env_steps"] == env_steps:
+                    buffer.load_state_dict(saved["buffer"])
+                    log.info("refilled the replay buffer with %d transitions from %s", len(buffer), file)
+                    return
+                why = f"{file} was saved at env_steps={saved['env_steps']}"
+            except (RuntimeError, OSError, EOFError, KeyError, ValueError, pickle.UnpicklingError) as exc:
+                why = f"{file} is unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        log.warning("%s resumes at env_steps=%d with an EMPTY replay buffer (%s): its first updates sample only the "
+                    "transitions collected from now on", type(self.algo).__name__, env_steps, why)
 
     def set_aside_after(self, env_steps: int) -> None:
         """Move periodic checkpoints from beyond ``env_steps`` (an abandoned future) to ``superseded/``."""

@@ -17,7 +17,8 @@ from typing import Any
 
 from embodirl.config.training import CurriculumConfig
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import ConfigError
+from embodirl.envs.randomization import DAMAGED_CHECKPOINT_FIX
+from embodirl.errors import CheckpointError, ConfigError, is_int
 
 __all__ = ["Curriculum"]
 
@@ -54,9 +55,22 @@ class Curriculum:
                                       exc.fix, absolute=True) from None
 
     def start(self, levels: Mapping[str, int]) -> None:
-        """Apply ``levels`` (a checkpoint's, or none: level 0 everywhere) before the first reset of the run."""
+        """Apply ``levels`` (a checkpoint's, or none: level 0 everywhere) before the first reset of the run; a
+        level beyond an entry's last (its levels were shortened) is the last.
+
+        Raises:
+            CheckpointError: ``levels`` is no mapping, or holds a level that is no count >= 0 (a damaged file).
+        """
+        fix = DAMAGED_CHECKPOINT_FIX
+        if not isinstance(levels, Mapping):
+            raise CheckpointError(f"the checkpoint's trainer.curriculum state is {type(levels).__name__}: expected a "
+                                  f"mapping of entry names to levels. {fix}")
         for name, entry in self.entries.items():
-            self.levels[name] = min(int(levels.get(name, 0)), len(entry.levels) - 1)
+            level = levels.get(name, 0)
+            if not is_int(level) or level < 0:
+                raise CheckpointError(f"the checkpoint's curriculum level of trainer.curriculum.{name} is "
+                                      f"{str(level)[:40]!r}: expected a level 0..{len(entry.levels) - 1}. {fix}")
+            self.levels[name] = min(level, len(entry.levels) - 1)
             self._apply(name)
 
     def update(self, env_steps: int, record: Mapping[str, Any]) -> dict[str, float]:

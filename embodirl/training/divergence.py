@@ -17,6 +17,9 @@ checks its metrics against these limits (each ``null`` turns its check off; ``tr
 * ``max_value_loss`` (default 1e10): ``loss/value``, the critic's squared error. The presets stayed below
   4e3 (LunarLander, whose returns are in the hundreds); it grows with the square of the returns, so an env
   whose returns reach 1e5 needs a higher limit.
+* ``max_distill_loss`` (default 1e6): ``loss/distill``, the student's error on the teacher's actions (a squared
+  error of actions, or a cross-entropy), which starts near the teacher's mean squared action and falls. A student
+  distilled at ``algo.learning_rate=1e3`` on push_cube reached 4e22 in its first update (1.95e11 was seen too).
 
 One update beyond a limit is enough: after a blow-up the policy has often collapsed, and the next updates
 look calm (approx-KL 0), so waiting for several would miss it. The run ends ``failed`` (exit status 3)
@@ -38,6 +41,7 @@ _FIXES = {
     "diag/approx_kl": "lower algo.learning_rate{lr}, or pass algo.lr_schedule=adaptive_kl (it lowers the rate "
                       "when an update's approx-KL is high)",
     "loss/value": "lower algo.learning_rate{lr}, or pass algo.normalize_rewards=true, or lower algo.vf_coef",
+    "loss/distill": "lower algo.learning_rate{lr} (the default is 1e-3)",
 }
 
 

@@ -1,6 +1,6 @@
 """Where metrics go: metrics.jsonl, TensorBoard, Weights & Biases and the console.
 
-Metric families (each documented once, in README "Metrics"): ``episode/*`` training episodes finished
+Metric families (each documented once, in docs/guides/metrics.md): ``episode/*`` training episodes finished
 in the iteration, ``loss/*`` and ``diag/*`` from the algorithm, ``train/*`` the scheduled hyperparameters in
 effect (learning rate, entropy weight), ``eval/*`` deterministic evaluation,
 ``perf/*`` timings; plus ``iteration``, ``env_steps``, ``wall_time_s`` and ``sps``.

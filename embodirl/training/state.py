@@ -25,6 +25,7 @@ class TrainState:
     best_metric: str | None = None  # the metric checkpoints/best.pt was chosen by, its value and env steps
     best_value: float | None = None
     best_env_steps: int | None = None
+    best_return: float | None = None  # its eval/return_mean, which breaks ties of best_value
     curriculum: dict[str, int] = field(default_factory=dict)  # trainer.curriculum: each entry's level
 
 

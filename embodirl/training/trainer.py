@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from embodirl.algos.base import OnPolicyAlgorithm
+from embodirl.algos.base import Algorithm
 from embodirl.collect.collector import Collector
 from embodirl.config.instantiate import instantiate
 from embodirl.config.training import TrainerConfig
@@ -72,7 +72,7 @@ class Trainer:
         compile_s: Seconds the compile warm-up took before training (reported as ``perf/compile_s``).
     """
 
-    def __init__(self, cfg: TrainerConfig, *, collector: Collector, algo: OnPolicyAlgorithm,
+    def __init__(self, cfg: TrainerConfig, *, collector: Collector, algo: Algorithm,
                  evaluation: PeriodicEvaluation, loggers: Loggers, run_dir: Path, config: dict, seed: int,
                  num_update_threads: int | None = None, compile_s: float = 0.0) -> None:
         self.cfg, self.collector, self.algo, self.evaluation, self.loggers = cfg, collector, algo, evaluation, loggers

@@ -2,6 +2,7 @@
 refused in one line (exit status 2) before training."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,58 @@ def test_the_pixel_student_and_the_pixel_ppo_recipe_read_pixels_alike():
     the same, or the continued actor would see differently scaled pixels than it was trained on."""
     from tests.conftest import compose_config
 
-    student = compose_config(["+experiment=distill_push_cube_rgb", "algo.teacher.run=x"]).policy
-    ppo = compose_config(["+experiment=ppo_push_cube_rgb"]).policy
+    student = compose_config(["experiment=distill_push_cube_rgb", "algo.teacher.run=x"]).policy
+    ppo = compose_config(["experiment=ppo_push_cube_rgb"]).policy
     assert student.encoders.rgb == ppo.encoders.rgb and student.encoders.rgb.pixel_std is not None
     assert student.hidden_sizes == ppo.hidden_sizes and student.actor_keys == ppo.actor_keys
+
+
+CARTPOLE = ["env=cartpole", "env.num_envs=8", "eval.num_envs=2", "eval.num_episodes=2"]
+
+
+def _student(cli, teacher: Path, run: Path, steps: int, *overrides: str):
+    return cli("embodirl-train", [*QUIET, *CARTPOLE, "algo=distill", f"algo.teacher.run={teacher}",
+                                  "policy=actor_only", "trainer=debug", "algo.num_steps=16", "algo.minibatch_size=64",
+                                  f"trainer.total_env_steps={steps}", "trainer.checkpoint_every_env_steps=128",
+                                  *overrides, f"hydra.run.dir={run}"])
+
+
+def _trained_on(path: Path) -> bytes:
+    """``path``'s checkpoint with every policy weight moved a little, as if the teacher had trained on."""
+    state = torch.load(path, weights_only=True)
+    for value in state["policy"].values():
+        if value.is_floating_point():
+            value.add_(0.01)
+    torch.save(state, path)
+    return path.read_bytes()
+
+
+@pytest.mark.slow
+def test_a_resumed_student_refuses_a_changed_teacher(cli, tmp_path):
+    teacher = _teacher(cli, tmp_path / "teacher", *CARTPOLE, "trainer.total_env_steps=256")
+    student = tmp_path / "student"
+    assert _student(cli, teacher, student, 256).code == 0  # stopped at its budget: the same command continues it
+    best = teacher / "checkpoints" / "best.pt"
+    kept = best.read_bytes()
+    changed = _trained_on(best)  # the teacher "went on training"
+    out = _student(cli, teacher, student, 512)
+    assert out.code == 2
+    line = out.err.strip()
+    assert "\n" not in line and "the student's checkpoint was trained by the teacher sha256:" in line
+    assert f"from {str(best)!r}" in line and "Fix: restore the teacher's checkpoint" in line
+    assert "algo.teacher.allow_change=true" in line
+    best.write_bytes(kept)  # restored: the student continues
+    assert _student(cli, teacher, student, 512).code == 0
+    best.write_bytes(changed)
+    out = _student(cli, teacher, student, 768, "algo.teacher.allow_change=true")  # accepted knowingly, and said
+    assert out.code == 0, out.err
+    assert "algo.teacher.allow_change=true: the student, trained by the teacher sha256:" in out.out + out.err
+
+
+def test_a_student_of_a_teacher_still_training_says_so(cli, tmp_path):
+    teacher = _teacher(cli, tmp_path / "teacher", *CARTPOLE, "trainer.total_env_steps=256")
+    status = json.loads((teacher / "status.json").read_text())
+    (teacher / "status.json").write_text(json.dumps({**status, "status": "running", "pid": os.getpid()}))
+    out = _student(cli, teacher, tmp_path / "student", 128)
+    assert out.code == 0, out.err
+    assert f"the teacher {teacher} is still training (its status.json says running" in out.out + out.err

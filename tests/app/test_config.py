@@ -61,7 +61,7 @@ def _options(group: str) -> list[str]:
 def test_every_experiment_composes_and_builds(experiment):
     from embodirl.app.build import build_components
 
-    cfg = compose_config([f"+experiment={experiment}", "device=cpu"])
+    cfg = compose_config([f"experiment={experiment}", "device=cpu"])
     if "teacher" in cfg.algo:  # distillation: refused in one line until a teacher's run is named
         with pytest.raises(ConfigError, match=r"algo.teacher.run=None is invalid: expected the run directory"):
             build_components(cfg)
@@ -86,5 +86,5 @@ def test_every_sweep_file_composes(sweep):
     if sweep.startswith("optuna") and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         pytest.skip("needs the optional extra: pip install -e '.[optuna]'")
     with initialize_config_module("embodirl.conf", version_base="1.3"):
-        cfg = compose("train", overrides=[f"+sweep={sweep}"], return_hydra_config=True)
+        cfg = compose("train", overrides=[f"sweep={sweep}"], return_hydra_config=True)
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN" and cfg.hydra.sweeper.params

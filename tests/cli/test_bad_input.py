@@ -6,9 +6,17 @@ the ``cli`` fixture in ``tests/conftest.py``), and checks: exit status 2, exactl
 ``metrics.jsonl``). Two cases also run as a user runs them (the console script in a subprocess).
 """
 
+import importlib.util
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import TINY, run_cli
+from tests.conftest import TINY, compose_config, run_cli
 
 BAD_INPUTS = [
     # --- config groups and override syntax (Hydra) ---
@@ -26,12 +34,19 @@ BAD_INPUTS = [
                              "Fix: pass algo=grpo algo.group_size=4"]),
     (["algo.optimizer.momentum=0.9"], ["it is a key of algo/optimizer=sgd",
                                        "Fix: pass algo/optimizer=sgd algo.optimizer.momentum=0.9"]),
-    (["+experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass +experiment=ppo_push_cube"]),
-    (["experiment=ppo_push_cube"], ["added with a +", "Fix: pass +experiment=ppo_push_cube"]),
+    (["+experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass experiment=ppo_push_cube"]),
+    (["experiment=ppo_pushcube"], ["experiment=ppo_pushcube", "Fix: pass experiment=ppo_push_cube"]),
+    (["algo=PPO"], ["algo=PPO", "Fix: pass algo=ppo"]),  # case folded (was: Fix: pass algo=a2c)
     (["algo.learning_rate=["], ["algo.learning_rate=[", "Fix:"]),
     (["foo"], ["'foo'", "key=value"]),
     (["algo.learning_rate=1e-3,2e-3"], ["algo.learning_rate=1e-3,2e-3", "--multirun"]),
     # --- top level ---
+    # a key of that name one level down before a spelling guess (was: did you mean num_threads? 512 torch threads)
+    (["num_envs=512"], ["the top level has no key num_envs", "did you mean env.num_envs?",
+                        "eval.num_envs: separate env copies", "Fix: pass env.num_envs=512"]),
+    (["lr=1e-3"], ["lr=0.001", "did you mean algo.learning_rate? algo.learning_rate: learning rate",
+                   "Fix: pass algo.learning_rate=0.001"]),  # initials: l(earning) r(ate)
+    (["num_thread=2"], ["did you mean num_threads? num_threads: torch intra-op threads", "Fix: pass num_threads=2"]),
     (["+foo=1"], ["foo=1", "top-level key", "~foo"]),
     (["seed=abc"], ["seed='abc'", "an int", "Fix:"]),
     (["seed=1.5"], ["seed=1.5", "an int", "Fix:"]),
@@ -120,11 +135,12 @@ BAD_INPUTS = [
     (["env=push_cube", "env.control_mode=teleport"], ["env.control_mode='teleport'", "ee_delta_pos", "Fix:"]),
     (["env=push_cube", "env.goal_radius=0"], ["env.goal_radius=0", "Fix:"]),
     (["env=push_cube", "env.max_speed=5"], ["env.max_speed=5", "tunnelling", "Fix:"]),
-    (["env.obs_noise={state:-0.1}"], ["env.obs_noise.state=-0.1", "a float >= 0", "Fix: pass env.obs_noise.state="]),
+    (["env.obs_noise={state:-0.1}"], ["env.obs_noise.state=-0.1", "a float in [0, 100]",
+                                      "Fix: pass env.obs_noise.state="]),
     (["env.obs_noise={velocity:0.1}"], ["env.obs_noise.velocity=0.1", "one of: state",
                                         "Fix: pass env.obs_noise={state:0.01}"]),
-    (["env.action_delay=-1"], ["env.action_delay=-1", "an int >= 0", "Fix: pass env.action_delay=0"]),
-    (["env.action_repeat=0"], ["env.action_repeat=0", "an int >= 1", "Fix: pass env.action_repeat=1"]),
+    (["env.action_delay=-1"], ["env.action_delay=-1", "an int in [0, 100]", "Fix: pass env.action_delay=0"]),
+    (["env.action_repeat=0"], ["env.action_repeat=0", "an int in [1, 100]", "Fix: pass env.action_repeat=1"]),
     (["env.action_noise=0.1"], ["env.action_noise=0.1", "Box actions only", "Fix: pass env.action_noise=0"]),
     (["env=push_cube", "env.action_noise=-0.1"], ["env.action_noise=-0.1", ">= 0", "Fix:"]),
     (["env=gym", "env.info_metrics=[foo]"], ["env.info_metrics='foo'", "a key of the info CartPole-v1 returns",
@@ -222,6 +238,27 @@ BAD_INPUTS = [
     (["-m", "hydra/launcher=slurm"], ["hydra/launcher='slurm'", "sbatch and srun are not on PATH",
                                       "Fix: run the sweep on a SLURM login node, or pass hydra/launcher=local"]),
     (["-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=0"], ["hydra.launcher.tasks_per_node=0", "Fix:"]),
+    # --- silently wrong values (issue 33 item 4): each trained, hung or wrote into the current directory ---
+    (["+env.randomize.pole_length.range=[1,1]",
+      "+trainer.curriculum.c={param: pole_length, levels: [[1,1],[0,1]], every_env_steps: 100}"],
+     ["trainer.curriculum.c.levels[1]=[0, 1]", "low > 0", "Fix: use the range [0.25,1] instead"]),
+    (["+env.randomize.pole_length.range=[1,1]",
+      "+trainer.curriculum.c={param: pole_length, levels: [[1,1]], metric: eval/success_rate, threshold: 5}"],
+     ["trainer.curriculum.c.threshold=5", "a rate in [0, 1]", "Fix: pass trainer.curriculum.c.threshold=0.8"]),
+    (["trainer.stop_on=[{metric: eval/success_rate, op: '>=', value: 5}]"],
+     ["trainer.stop_on[0].value=5", "a rate in [0, 1]",
+      "Fix: pass trainer.stop_on=[{metric: eval/success_rate, op: '>=', value: 0.9}]"]),
+    (["env=push_cube", "+env.randomize.cube_mass.range=[1,1e30]"],
+     ["env.randomize.cube_mass.range=[1, 1e+30]", "up to x100", "Fix: pass env.randomize.cube_mass.range=[1,25]"]),
+    (["+env.randomize.pole_length={range: [0.5, 1000], scale: absolute}"],
+     ["env.randomize.pole_length.range=[0.5, 1000]", "up to x100", "(high <= 50)", "Fix: use the range [0.5,12.5]"]),
+    (["env.obs_noise=1e30"], ["env.obs_noise=1e+30", "in [0, 100]", "Fix:"]),
+    (["env.obs_noise={state: 1e30}"], ["env.obs_noise.state=1e+30", "in [0, 100]", "Fix: pass env.obs_noise.state="]),
+    (["env.action_repeat=1e6"], ["env.action_repeat=1000000.0", "in [1, 100]", "Fix:"]),
+    (["env.action_delay=1e9"], ["env.action_delay=1000000000.0", "in [0, 100]", "Fix:"]),
+    (["hydra.run.dir=."], ["hydra.run.dir='.'", "the current directory", "Fix: pass hydra.run.dir=outputs/my_run"]),
+    (["-m", "hydra.sweep.subdir=.", "seed=1,2"],
+     ["hydra.sweep.subdir='.'", "differs per job", "Fix: pass hydra.sweep.subdir='${hydra.job.num}'"]),
 ]
 
 
@@ -229,7 +266,8 @@ BAD_INPUTS = [
 # misspelt or moved key, a type, a bound, a non-finite number, a cross-key or build-time check, a file, a sweep.
 # The other cases are the same checks on further keys and run in the slow tier.
 FAST_TIER = {
-    "algo=nonexistent", "+experiment=nonexistent", "experiment=ppo_push_cube", "algo.learning_rate=[", "foo",
+    "algo=nonexistent", "+experiment=nonexistent", "experiment=ppo_pushcube", "algo.learning_rate=[", "foo",
+    "num_envs=512", "lr=1e-3",
     "algo.foo=1", "algo.learning_rat=1e-3", "algo.group_size=4", "+foo=1", "seed=abc", "device=tpu",
     "hydra.run.dir=/proc/x", "algo.clip_coef=-1", "algo.clip_coef=inf", "algo.lr_schedule=[[500,1e-3],[0,3e-4]]",
     "algo/optimizer=rmsprop", "algo.n_epochs=2", "algo=grpo algo.group_size=3", "algo=grpo policy=actor_critic",
@@ -271,6 +309,9 @@ def test_the_fast_tier_names_cases_of_the_table():
 @pytest.mark.parametrize(("overrides", "fragments"), CASES)
 def test_bad_input_gives_one_line_and_exit_2_before_training(cli, tmp_path, monkeypatch, overrides, fragments):
     monkeypatch.chdir(tmp_path)  # a default run directory (outputs/...) lands here, never in the repository
+    if any("not on PATH" in f for f in fragments):  # off a login node: hide a SLURM this machine may have (CI's)
+        kept = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "sbatch").exists()]
+        monkeypatch.setenv("PATH", os.pathsep.join(kept))
     result = cli("embodirl-train", _args(overrides, tmp_path))
     _check_one_line(result.code, result.err, fragments, tmp_path / "run")
 
@@ -287,3 +328,161 @@ def test_a_batch_larger_than_the_rollout_is_named_with_its_effective_size(cli, t
     result = cli("embodirl-train", [*TINY, "algo.minibatch_size=100000", f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.code == 0, result.err
     assert "algo.minibatch_size=100000 exceeds the rollout of 128 transitions" in result.out + result.err
+
+
+def _followed(line: str) -> list[str]:
+    """The overrides after "Fix: pass" in ``line`` (up to a parenthesis or ", or")."""
+    found = re.search(r"Fix: pass (.+?)(?: \(|, or |$)", line)
+    assert found, line
+    return found[1].split()
+
+
+@pytest.mark.parametrize("case", ["num_envs=512", "lr=1e-3", "num_thread=2", "algo=PPO", "algo.learning_rat=1e-3",
+                                  "experiment=ppo_pushcube"])
+def test_a_suggested_fix_is_accepted_when_followed(cli, tmp_path, case):
+    from embodirl.config.run import check_run_config
+
+    result = cli("embodirl-train", _args([case], tmp_path))
+    fix = _followed(result.err.strip())
+    assert case not in fix  # never the same input again
+    check_run_config(compose_config([*TINY, *fix]))  # composes and passes every schema
+
+
+def test_experiment_sweep_and_debug_are_chosen_without_a_plus_and_the_old_plus_still_works(cli):
+    plain = cli("embodirl-train", ["experiment=ppo_push_cube", "trainer=debug", "--cfg", "job"])
+    old = cli("embodirl-train", ["+experiment=ppo_push_cube", "trainer=debug", "+debug=trainer", "--cfg", "job"])
+    assert plain.code == old.code == 0, plain.err + old.err
+    assert plain.out == old.out and "total_env_steps: 16384" in plain.out and "num_envs: 1024" in plain.out
+    for sweep in ("sweep=seeds", "+sweep=seeds"):
+        result = cli("embodirl-train", [sweep, "--cfg", "hydra"])
+        assert result.code == 0 and "mode: MULTIRUN" in result.out, result.err
+
+
+@pytest.mark.slow
+def test_the_dict_form_of_randomize_and_curriculum_trains(cli, tmp_path):
+    """``env.randomize={...}`` and ``trainer.curriculum={...}`` were refused ("it is a key of env=push_cube")."""
+    curriculum = "trainer.curriculum={c: {param: pole_length, levels: [[1, 1], [0.5, 1.5]], every_env_steps: 128}}"
+    result = cli("embodirl-train", [*TINY, "env.randomize={pole_length: {range: [0.5, 1.5]}}", curriculum,
+                                    f"hydra.run.dir={tmp_path}"])
+    assert result.code == 0, result.err
+    stored = (tmp_path / ".hydra" / "config.yaml").read_text()
+    assert "pole_length:" in stored and "every_env_steps: 128" in stored
+    misspelt = cli("embodirl-train", [*TINY, "env.randomize={pole_lenght: {range: [0.5, 1.5]}}",
+                                      f"hydra.run.dir={tmp_path / 'bad'}"])
+    _check_one_line(misspelt.code, misspelt.err, ["env.randomize.pole_lenght=", "pole_length"], tmp_path / "bad")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None,
+                    reason="the optuna extra is installed here")
+def test_a_sweep_whose_plugin_is_missing_names_the_extra(cli, tmp_path):
+    result = cli("embodirl-train", ["sweep=optuna_lr", f"hydra.sweep.dir={tmp_path}"])
+    _check_one_line(result.code, result.err, ["hydra/sweeper=optuna", "sweep=optuna_lr selects it",
+                                              'Fix: pip install "embodirl[optuna]"'], tmp_path)
+    assert "hydra/sweeper=basic" not in result.err  # which then failed with a ConfigKeyError
+
+
+def test_eval_says_env_is_not_an_option_there(cli, tmp_path):
+    from embodirl.config.run import check_evaluate_config
+
+    result = cli("embodirl-eval", [f"run={tmp_path}", "env=push_cube"])
+    line = result.err.strip()
+    assert result.code == 2 and len(line.splitlines()) == 1, result.err
+    assert "embodirl-eval has no option env=" in line and "the checkpoint's env" in line
+    assert "Fix: remove env=push_cube, or set one of its keys, e.g. env.num_envs=<value>" in line
+    check_evaluate_config(compose_config([f"run={tmp_path}", "env.num_envs=2"], "eval"))  # the fix, followed
+
+
+@pytest.mark.parametrize(("args", "fix"), [(["--learning-rate", "1e-3"], "algo.learning_rate=1e-3"),
+                                           (["--num-envs=64"], "env.num_envs=64")])
+def test_a_cleanrl_style_flag_names_the_key_to_pass(cli, tmp_path, args, fix):
+    """Was argparse's usage and "unrecognized arguments: --learning-rate"."""
+    from embodirl.config.run import check_run_config
+
+    result = cli("embodirl-train", [*args, f"hydra.run.dir={tmp_path}"])
+    _check_one_line(result.code, result.err, [f"{args[0]} is not an option", f"Fix: pass {fix}"], tmp_path)
+    check_run_config(compose_config([*TINY, *_followed(result.err)]))
+
+
+def test_m_after_an_override_says_it_goes_first(cli, tmp_path):
+    from hydra._internal.utils import get_args_parser
+
+    args = ["experiment=ppo_cartpole", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
+    result = cli("embodirl-train", args)
+    _check_one_line(result.code, result.err, ["-m goes first", "Fix: embodirl-train -m experiment=ppo_cartpole"],
+                    tmp_path)
+    command = shlex.split(result.err.split("Fix: ")[1])
+    parsed, unknown = get_args_parser().parse_known_args(command[1:])  # the fix, as Hydra reads it
+    assert parsed.multirun and not unknown and parsed.overrides == args[:1] + args[2:]
+
+
+def test_report_answers_a_misspelt_option_with_the_real_one(capsys):
+    from embodirl.cli import report
+
+    with pytest.raises(SystemExit) as stopped:
+        report.main(["--metrics"])
+    line = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and len(line.splitlines()) == 1 and "usage:" not in line, line
+    assert "--metrics is not an option of embodirl-report (did you mean --metric KEY" in line
+    assert "Fix: pass --metric KEY instead" in line
+
+
+@pytest.mark.slow
+def test_a_refused_continuation_prints_the_command_that_resumes_and_resume_shortcut_works(cli, tmp_path):
+    """``hydra.run.dir=<a sweep job>`` without the job's overrides: the line names ``resume=<job>`` and the job's
+    stored overrides (was: "or trainer.allow_config_change=true", which a changed network then refuses)."""
+    from embodirl.cli.train import expand_resume
+
+    sweep = cli("embodirl-train", ["-m", *TINY, "algo.learning_rate=1e-3", f"hydra.sweep.dir={tmp_path}"])
+    assert sweep.code == 0, sweep.err
+    job = tmp_path / "0"
+    refused = cli("embodirl-train", [*TINY, f"hydra.run.dir={job}"])
+    _check_one_line(refused.code, refused.err, ["algo.learning_rate 0.001 -> ", f"embodirl-train resume={job}",
+                                                "algo.learning_rate=0.001", f"hydra.run.dir={job})"], tmp_path)
+    command = shlex.split(refused.err.split("(that is: ")[1].split(");")[0])
+    assert expand_resume([f"resume={job}"]) == command[1:]  # the shortcut runs the printed command
+    steps = json.loads((job / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
+    shortcut = cli("embodirl-train", [f"resume={job}", f"trainer.total_env_steps={steps + 256}"])  # followed
+    assert shortcut.code == 0, shortcut.err
+    assert json.loads((job / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"] == steps + 256
+    missing = cli("embodirl-train", [f"resume={tmp_path / 'nothing'}"])
+    _check_one_line(missing.code, missing.err, ["resume=", "a run directory of embodirl-train",
+                                                "Fix: pass resume=<run dir>"], tmp_path / "nothing")
+
+
+REACH = '''
+import gymnasium as gym
+import numpy as np
+
+
+class PointMass1D(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+'''
+
+
+@pytest.mark.slow
+def test_an_own_module_that_registers_no_id_gets_the_register_line(cli, tmp_path, monkeypatch):
+    """Was: "a registered gymnasium environment id ... Fix: List the registered ids"."""
+    (tmp_path / "i32_reach.py").write_text(REACH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = [*TINY, "env=gym", f"hydra.run.dir={tmp_path / 'run'}"]
+    try:
+        result = cli("embodirl-train", [*args, "env.id=i32_reach:PointMass1D"])
+        _check_one_line(result.code, result.err, ["it registers no id", "Fix: add gymnasium.register("
+                                                  "\"PointMass1D-v0\", entry_point=\"i32_reach:PointMass1D\""],
+                        tmp_path / "run")
+        line = result.err.split("Fix: add ")[1]
+        register, _, rest = line.partition(" to i32_reach and pass ")
+        (tmp_path / "i32_reach.py").write_text(f"{REACH}\nimport gymnasium\n\n{register}\n")  # the fix, followed
+        del sys.modules["i32_reach"]
+        followed = cli("embodirl-train", [*args, rest.strip().rstrip(".")])
+        assert followed.code == 0, followed.err
+    finally:
+        sys.modules.pop("i32_reach", None)

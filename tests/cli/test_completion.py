@@ -1,4 +1,4 @@
-"""Shell completion: appended groups (``experiment``, ``sweep``) are proposed with their ``+``."""
+"""Shell completion: every group, ``experiment`` and ``sweep`` included, is proposed as ``group=`` (no ``+``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 from embodirl.cli.completion import completion_request, current_word, rewrite_choices
 
 
-def test_rewrite_choices_puts_the_plus_where_hydra_needs_it():
-    hydra = ["algo.", "algo=", "experiment=", "hydra/", "seed=", "sweep=", "~algo"]
-    assert rewrite_choices(hydra, "") == ["algo.", "algo=", "+experiment=", "hydra/", "seed=", "+sweep=", "~algo"]
-    assert rewrite_choices(["experiment="], "exp") == ["+experiment="]  # bash replaces `exp` with it
+def test_rewrite_choices_offers_a_group_with_subgroups_as_group_and_folder():
+    hydra = ["algo", "algo.", "experiment=", "hydra/", "seed=", "sweep=", "~algo"]
+    assert rewrite_choices(hydra, "") == ["algo=", "algo/", "algo.", "experiment=", "hydra/", "seed=", "sweep=",
+                                          "~algo"]
+    assert rewrite_choices(["experiment="], "exp") == ["experiment="]
     assert rewrite_choices(["experiment=ppo_cartpole", "experiment=ppo_pendulum"], "experiment=ppo_c") == [
-        "+experiment=ppo_cartpole"]
-    assert rewrite_choices(["+algo="], "+al") == ["algo="]  # +algo=x is refused: algo is in the defaults list
+        "experiment=ppo_cartpole"]
     assert rewrite_choices(["seed=", "hydra/launcher="], "") == ["seed=", "hydra/launcher="]  # keys untouched
 
 
@@ -44,21 +44,22 @@ def _query(line: str, monkeypatch, capsys) -> list[str]:
     return capsys.readouterr().out.split()
 
 
-def test_query_proposes_appended_groups_with_their_plus(monkeypatch, capsys):
+def test_query_proposes_every_group_without_a_plus(monkeypatch, capsys):
     first = _query("embodirl-train ", monkeypatch, capsys)
-    assert {"+experiment=", "+sweep=", "algo=", "env=", "seed="} <= set(first)
-    assert "experiment=" not in first and "sweep=" not in first
-    assert _query("embodirl-train exp", monkeypatch, capsys) == ["+experiment="]
-    assert _query("embodirl-train algo=grpo +experiment=ppo_p", monkeypatch, capsys) == [
-        "+experiment=ppo_pendulum", "+experiment=ppo_push_cube", "+experiment=ppo_push_cube_4k",
-        "+experiment=ppo_push_cube_arm", "+experiment=ppo_push_cube_dr", "+experiment=ppo_push_cube_rgb",
-        "+experiment=ppo_push_cube_teacher"]
-    assert _query("embodirl-train +sw", monkeypatch, capsys) == ["+sweep="]
-    assert _query("embodirl-train algo=", monkeypatch, capsys) == ["algo=a2c", "algo=distill", "algo=grpo", "algo=ppo"]
+    assert {"experiment=", "sweep=", "debug=", "algo=", "env=", "seed="} <= set(first)
+    assert not [word for word in first if word.startswith("+")]
+    assert _query("embodirl-train exp", monkeypatch, capsys) == ["experiment="]
+    assert _query("embodirl-train algo=grpo experiment=ppo_p", monkeypatch, capsys) == [
+        "experiment=ppo_pendulum", "experiment=ppo_push_cube", "experiment=ppo_push_cube_4k",
+        "experiment=ppo_push_cube_arm", "experiment=ppo_push_cube_dr", "experiment=ppo_push_cube_rgb",
+        "experiment=ppo_push_cube_teacher"]
+    assert _query("embodirl-train sw", monkeypatch, capsys) == ["sweep="]
+    assert _query("embodirl-train algo=", monkeypatch, capsys) == [
+        "algo=a2c", "algo=distill", "algo=grpo", "algo=ppo", "algo=sac"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_installed_bash_function_completes_exp_to_plus_experiment(tmp_path):
+def test_installed_bash_function_completes_exp_to_experiment(tmp_path):
     """``eval "$(embodirl-train -sc install=bash)"``, then TAB after ``exp`` as bash would call the function."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -73,4 +74,4 @@ def test_installed_bash_function_completes_exp_to_plus_experiment(tmp_path):
                             cwd=Path(tmp_path))
     lines = result.stdout.splitlines()
     assert lines[0] == "complete -o default -o nospace -F _embodirl_train_completion embodirl-train", result.stderr
-    assert lines[1] == "reply: +experiment=" and lines[2] == "removed"
+    assert lines[1] == "reply: experiment=" and lines[2] == "removed"

@@ -33,7 +33,49 @@ def test_a_sweep_writes_one_bin_per_value_and_x1_is_the_nominal_env(cli, tmp_pat
     nominal = sweep["bins"][1]
     assert nominal["eval/return_mean"] == written["eval/return_mean"]  # x1: the same episodes as the nominal env
     assert sweep["bins"][0]["eval/return_mean"] != nominal["eval/return_mean"]  # a quarter of the pole: other ones
-    assert "held-out sweep of pole_length (relative)" in result.out
+    assert "held-out sweep of pole_length (relative): pole_length fixed per bin, the rest nominal" in result.out
+
+
+@pytest.fixture(scope="module")
+def randomized(tmp_path_factory) -> str:
+    """A tiny CartPole run trained with randomized pole lengths and masses."""
+    from tests.conftest import TINY
+
+    run_dir = tmp_path_factory.mktemp("randomized")
+    run_training(compose_config([*TINY, "+env.randomize.pole_length={range: [0.25, 4]}",
+                                 "+env.randomize.cart_mass={range: [0.5, 2]}"]), run_dir)
+    return str(run_dir)
+
+
+def test_a_randomized_run_is_evaluated_nominal_and_its_x1_bin_repeats_it(cli, tmp_path, randomized):
+    out = tmp_path / "eval"
+    result = cli("embodirl-eval", [f"run={randomized}", "num_episodes=8", "device=cpu", "eval.sweep.param=pole_length",
+                                   "eval.sweep.values=[0.25,1]", f"hydra.run.dir={out}"])
+    assert result.code == 0, result.err
+    written = json.loads((out / "eval.json").read_text())
+    assert written["sweep"]["bins"][1]["eval/return_mean"] == written["eval/return_mean"]
+    assert written["randomize"] == {}
+    assert written["conditions"].startswith("nominal: no randomization; the run trained with pole_length, cart_mass")
+    assert "conditions: nominal: no randomization; the run trained with pole_length, cart_mass randomized" in result.out
+
+
+def test_conditions_training_draws_the_runs_randomization_in_the_plain_evaluation_and_the_bins(cli, tmp_path,
+                                                                                             randomized):
+    runs = {}
+    for conditions in ("nominal", "training"):
+        out = tmp_path / conditions
+        result = cli("embodirl-eval", [f"run={randomized}", "num_episodes=8", "device=cpu",
+                                       f"eval.conditions={conditions}", "eval.sweep.param=pole_length",
+                                       "eval.sweep.values=[4]", f"hydra.run.dir={out}"])
+        assert result.code == 0, result.err
+        runs[conditions] = json.loads((out / "eval.json").read_text())
+    training = runs["training"]
+    assert set(training["randomize"]) == {"pole_length", "cart_mass"}
+    assert training["conditions"] == "training: pole_length, cart_mass randomized as the run trained"
+    assert training["eval/return_mean"] != runs["nominal"]["eval/return_mean"]
+    assert training["sweep"]["conditions"] == "pole_length fixed per bin, cart_mass randomized as in the plain " \
+        "evaluation"
+    assert training["sweep"]["bins"][0]["eval/return_mean"] != runs["nominal"]["sweep"]["bins"][0]["eval/return_mean"]
 
 
 def test_an_absolute_sweep_sets_the_value_itself(cli, tmp_path, trained):

@@ -75,19 +75,19 @@ def test_a_torchscript_export_lands_in_the_run_with_its_manifest(run_dir, export
 @needs_onnx
 def test_the_default_onnx_export_goes_to_run_export_onnx_and_is_never_replaced_silently(run_dir, export):
     target = run_dir / "export" / "onnx"
-    assert export([f"run={run_dir}"]).code == 0  # checkpoint=best, format=onnx
+    assert export([f"run={run_dir}"]).code == 0  # checkpoint=last (as embodirl-eval), format=onnx
     assert sorted(p.name for p in target.iterdir()) == ["manifest.json", "policy.onnx"]
     before = (target / "policy.onnx").read_bytes()
-    again = export([f"run={run_dir}", "checkpoint=last"])
+    again = export([f"run={run_dir}", "checkpoint=best"])
     assert again.code == 2 and again.out == ""
     assert again.err.strip() == (
         f"embodirl-export: error: out='{target}' is invalid: expected a directory without an earlier export (it "
         "holds policy.onnx, manifest.json; out defaults to <run>/export/<format>). Fix: pass overwrite=true to "
         "replace it, or out=<another directory>.")
     assert (target / "policy.onnx").read_bytes() == before
-    assert json.loads((target / "manifest.json").read_text())["checkpoint"].endswith("best.pt")
-    assert export([f"run={run_dir}", "checkpoint=last", "overwrite=true"]).code == 0
     assert json.loads((target / "manifest.json").read_text())["checkpoint"].endswith("last.pt")
+    assert export([f"run={run_dir}", "checkpoint=best", "overwrite=true"]).code == 0
+    assert json.loads((target / "manifest.json").read_text())["checkpoint"].endswith("best.pt")
 
 
 @pytest.mark.slow  # trains a second run
@@ -109,7 +109,7 @@ BAD = {
     "missing run": (["run={tmp}/nowhere"], ["run='{tmp}/nowhere'", "a run directory of embodirl-train",
                                             "Fix: pass run=outputs/<date>/<time>"]),
     "run without checkpoints/": (["run={tmp}"], ["run='{tmp}'", "one that holds checkpoints/", "Fix:"]),
-    "empty checkpoints/": (["run={tmp}/empty"], ["checkpoint='best'", "(found: none)",
+    "empty checkpoints/": (["run={tmp}/empty"], ["checkpoint='last'", "(found: none)",
                                                  "Fix: train the run first", "embodirl-train hydra.run.dir="]),
     "unknown format": (["run={run}", "format=tflite"], ["format='tflite'", "one of: onnx, torchscript",
                                                         "Fix: pass format=onnx"]),
@@ -229,3 +229,22 @@ def test_a_discrete_space_with_a_start_exports_the_envs_own_actions(tmp_path, ex
     actor, obs = torch.jit.load(str(out / "policy.pt")), torch.randn(256, 4)
     index = actor.policy.actor(obs).argmax(-1)  # the Categorical's mode, 0 .. n-1
     assert torch.equal(actor(obs)[0], index - 1)
+
+
+def test_export_and_eval_take_the_same_checkpoint_by_default():
+    # last.pt: written by every run (best.pt only from its first evaluation), what the training summary reports
+    # and a resume continues; best.pt is one override away.
+    from embodirl.config.run import EvaluateConfig, ExportConfig
+    from tests.conftest import compose_config
+
+    assert compose_config([], "export").checkpoint == compose_config([], "eval").checkpoint == "last"
+    assert ExportConfig().checkpoint == EvaluateConfig().checkpoint == "last"
+
+
+def test_an_empty_out_is_refused_and_nothing_lands_in_the_current_directory(run_dir, export, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # out= (empty) wrote policy.pt and manifest.json wherever one stood
+    result = export([f"run={run_dir}", "format=torchscript", "out="])
+    assert result.code == 2
+    line = result.err.strip()
+    assert "\n" not in line and "out='' is invalid" in line and "Fix: pass out=<a directory>" in line
+    assert list(tmp_path.iterdir()) == []

@@ -45,7 +45,7 @@ def _compositions() -> list[list[str]]:
         loader = GlobalHydra.instance().config_loader()
         for group in ("algo", "policy", "env", "trainer", "logger"):
             cases += [[f"{group}={option}"] for option in loader.get_group_options(group)]
-        cases += [[f"+experiment={option}"] for option in loader.get_group_options("experiment")]
+        cases += [[f"experiment={option}"] for option in loader.get_group_options("experiment")]
     return cases
 
 
@@ -70,7 +70,7 @@ def test_every_key_of_the_composed_config_is_documented(overrides):
 
 
 def test_schema_docs_win_over_yaml_comments_and_recipes_add_why():
-    page = help_page(["algo/optimizer=sgd", "+experiment=ppo_push_cube"])
+    page = help_page(["algo/optimizer=sgd", "experiment=ppo_push_cube"])
     momentum = next(line for line in page.splitlines() if line.strip().startswith("algo.optimizer.momentum="))
     assert momentum.split("# ", 1)[1] == "momentum factor (0 = plain SGD) (a float >= 0)"
     seed = next(line for line in page.splitlines() if line.strip().startswith("seed="))
@@ -93,8 +93,8 @@ def test_help_page_shows_examples_groups_and_commented_keys():
         assert command in page
     lines = page.splitlines()
     # the selected option is starred
-    assert any(line.split() == ["algo", "a2c,", "distill,", "grpo,", "ppo*"] for line in lines)
-    assert any(line.startswith("  +experiment ") and "ppo_push_cube" in line for line in lines)  # appended: with +
+    assert any(line.split() == ["algo", "a2c,", "distill,", "grpo,", "ppo*,", "sac"] for line in lines)
+    assert any(line.startswith("  experiment ") and "ppo_push_cube" in line for line in lines)  # no + needed
     assert any(line.startswith("  logger ") and "none" in line and "wandb" in line for line in lines)
     clip = next(line for line in lines if line.strip().startswith("algo.clip_coef="))
     assert clip.split() == ["algo.clip_coef=0.2", "#", "surrogate", "clip", "range", "(a", "float", ">", "0)"]
@@ -112,8 +112,8 @@ def test_help_request_reads_hydras_flags():
 
 
 def test_help_page_follows_the_overrides_and_leaves_sweeps_out():
-    page = help_page(["+experiment=ppo_push_cube", "seed=0,1"])
-    assert "Composed with: +experiment=ppo_push_cube (sweep overrides left out: seed=0,1)" in page
+    page = help_page(["experiment=ppo_push_cube", "seed=0,1"])
+    assert "Composed with: experiment=ppo_push_cube (sweep overrides left out: seed=0,1)" in page
     lines = page.splitlines()
     assert any(line.strip().startswith("env=push_cube (embodirl.envs.push_cube.env.PushCube)") for line in lines)
     gamma = next(line for line in lines if line.strip().startswith("algo.gamma="))
@@ -133,8 +133,8 @@ def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path, cli, monkeypatch):
     assert hydra_help.code == 0 and "== Flags ==" in hydra_help.out
     bad = cli("embodirl-train", ["--help", "algo=bogus"])
     assert bad.code == 2 and bad.err.strip().splitlines() == [
-        "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, distill, grpo, ppo (the options in "
-        "algo/). Fix: pass algo=a2c (or another of: a2c, distill, grpo, ppo)"]
+        "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, distill, grpo, ppo, sac (the options in "
+        "algo/). Fix: pass algo=a2c (or another of: a2c, distill, grpo, ppo, sac)"]
 
 
 @pytest.mark.slow  # a fresh process per flag, to close its real stdout pipe

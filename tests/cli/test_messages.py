@@ -39,11 +39,39 @@ def test_wandb_names_tell_gymnasium_envs_and_experiments_apart():
     from embodirl.app.run import wandb_identity
 
     gym = {"algo": "ppo", "env": "gym"}
-    assert wandb_identity(gym, 0, None, "Pendulum-v1") == ("ppo-Pendulum-v1-seed0", "ppo-Pendulum-v1")
-    assert wandb_identity(gym, 0, None, "LunarLander-v3")[0] == "ppo-LunarLander-v3-seed0"
-    assert wandb_identity({**gym, "experiment": "ppo_pendulum"}, 1, None, "Pendulum-v1") == (
+    assert wandb_identity(gym, 0, None, {"id": "Pendulum-v1"}) == ("ppo-Pendulum-v1-seed0", "ppo-Pendulum-v1")
+    assert wandb_identity(gym, 0, None, {"id": "LunarLander-v3"})[0] == "ppo-LunarLander-v3-seed0"
+    assert wandb_identity({**gym, "experiment": "ppo_pendulum"}, 1, None, {"id": "Pendulum-v1"}) == (
         "ppo_pendulum-seed1", "ppo_pendulum")
     assert wandb_identity({"algo": "grpo", "env": "push_cube"}, 3, None) == ("grpo-push_cube-seed3", "grpo-push_cube")
+
+
+def test_vector_envs_are_named_by_their_make_target():
+    from embodirl.app.run import wandb_identity
+
+    vector = {"algo": "ppo", "env": "gym_vector"}
+    assert wandb_identity(vector, 0, None, {"id": None, "make": "mylab.reach:make_vec"})[0] == \
+        "ppo-mylab.reach:make_vec-seed0"
+    assert wandb_identity(vector, 0, None, {"id": None, "make": {"_target_": "mylab.arm.ArmVec", "n": 2}})[0] == \
+        "ppo-mylab.arm.ArmVec-seed0"
+    assert wandb_identity(vector, 0, None, {"id": "HalfCheetah-v5", "make": None})[0] == "ppo-HalfCheetah-v5-seed0"
+
+
+@pytest.mark.parametrize(("overrides", "name"), [
+    (["+experiment=ppo_push_cube", "env=cartpole"], "ppo-cartpole-seed0"),  # was ppo_push_cube-seed0
+    (["+experiment=ppo_pendulum", "env.id=Acrobot-v1"], "ppo-Acrobot-v1-seed0"),
+    (["+experiment=ppo_push_cube", "env.num_envs=64"], "ppo_push_cube-seed0"),  # the experiment's env, resized
+    (["+experiment=ppo_push_cube_dr"], "ppo_push_cube_dr-seed0"),
+])
+def test_an_experiment_names_a_run_only_when_the_run_trains_its_env(overrides, name):
+    from hydra import compose, initialize_config_module
+
+    from embodirl.app.run import experiment_env, wandb_identity
+
+    with initialize_config_module("embodirl.conf", version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        own = experiment_env("train", overrides)
+    assert wandb_identity(cfg.hydra.runtime.choices, 0, None, cfg.env, own)[0] == name
 
 
 def test_summary_tables_are_not_cut_without_a_terminal():

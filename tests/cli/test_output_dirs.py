@@ -38,3 +38,17 @@ def test_a_run_directory_whose_log_file_cannot_be_opened_gets_one_line(tmp_path,
     code, lines = _train(monkeypatch, capsys, [*TINY, f"hydra.run.dir={run_dir}"])
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"embodirl-train: error: {run_dir / 'train.log'}: Is a directory") and "Fix:" in lines[0]
+
+
+@pytest.mark.parametrize("flags", [["hydra.run.dir=."], ["hydra.run.dir=./"], ["-m", "hydra.sweep.dir=."],
+                                   ["-m", "hydra.sweep.subdir=."], ["-m", "hydra.sweep.subdir=same"]])
+def test_the_current_directory_or_one_subdirectory_for_every_job_is_refused(tmp_path, monkeypatch, capsys, flags):
+    monkeypatch.chdir(tmp_path)  # "." wrote .hydra/, train.log and the checkpoints among the user's files
+    *mode, item = flags
+    sweep = ["seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if "subdir" in item else []
+    code, lines = _train(monkeypatch, capsys, [*mode, *TINY, *sweep, item])
+    key = item.split("=")[0]
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"embodirl-train: error: {key}=") and f"Fix: pass {key}=" in lines[0]
+    assert ("differs per job" if "subdir" in key else "this is the current directory") in lines[0]
+    assert list(tmp_path.iterdir()) == []

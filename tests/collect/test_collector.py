@@ -197,3 +197,23 @@ def test_a_collector_state_written_before_the_step_loop_resumes():
     assert restored.pop_metrics() == pytest.approx({
         "episode/count": 5.0, "episode/return_mean": (3 * 2 + 20 + 3) / 5, "episode/length_mean": (3 * 4 + 23) / 5,
         "episode/success_rate": 0.0, "episode/metrics/dist": (3 * 3 + 19 + 2) / 5}, rel=1e-12)
+
+
+def test_next_obs_is_the_true_next_observation_and_the_final_one_where_an_episode_ended():
+    env = CartPole(CartPoleConfig(num_envs=4, max_episode_steps=3), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    assert "next_obs" not in Collector(env, policy, CollectPlan(num_steps=5)).rollout  # only when asked for
+    collector = Collector(env, policy, CollectPlan(num_steps=5, next_obs=True))
+    collector.reset(seed=0)
+    rollout = collector.collect()
+    obs, next_obs, done = rollout["obs", "state"], rollout["next_obs", "state"], rollout["done"][:, :5]
+    assert bool(done[:, 2].all())  # every episode is cut at its third step
+    # Within an episode the next observation is the one acted on next ...
+    torch.testing.assert_close(next_obs[:, :5][~done], obs[:, 1:6][~done])
+    # ... where one ended it is the episode's last, one Euler step on from the observation acted on (x and theta
+    # move by 0.02 s of their velocities), not the next episode's first
+    for t in (0, 1, 2):
+        moved = obs[:, t] + 0.02 * obs[:, t][:, [1, 1, 3, 3]] * torch.tensor([1.0, 0.0, 1.0, 0.0])
+        torch.testing.assert_close(next_obs[:, t][:, [0, 2]], moved[:, [0, 2]])
+    assert not torch.allclose(next_obs[:, 2], obs[:, 3])

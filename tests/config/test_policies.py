@@ -19,6 +19,7 @@ from embodirl.config.policies import (
     MLPEncoderConfig,
     PolicyConfig,
     StateDependentGaussianConfig,
+    TanhGaussianConfig,
 )
 from embodirl.config.schema import key_docs, parse
 from embodirl.errors import ConfigError
@@ -28,7 +29,8 @@ OPTIONS = {("policy", "actor_only"): ActorOnlyConfig, ("policy", "actor_critic")
            ("policy", "actor_critic_rnn"): ActorCriticRNNConfig, ("policy/encoder", "cnn"): CNNEncoderConfig,
            ("policy/encoder", "mlp"): MLPEncoderConfig, ("policy/encoder", "flatten"): FlattenEncoderConfig,
            ("policy/distribution", "beta"): BetaConfig,
-           ("policy/distribution", "state_dependent_gaussian"): StateDependentGaussianConfig}
+           ("policy/distribution", "state_dependent_gaussian"): StateDependentGaussianConfig,
+           ("policy/distribution", "tanh_gaussian"): TanhGaussianConfig}
 
 
 @pytest.mark.parametrize("where", OPTIONS, ids="/".join)

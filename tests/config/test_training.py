@@ -32,7 +32,7 @@ def test_the_debug_budget_applied_after_an_experiment_equals_trainer_debug():
     # debug/trainer.yaml restates trainer/debug.yaml's budget (Hydra applies one file once per composition).
     appended = yaml.safe_load(files("embodirl.conf").joinpath("debug/trainer.yaml").read_text(encoding="utf-8"))
     debug = compose_config(["trainer=debug"])
-    both = compose_config(["+experiment=ppo_push_cube", "trainer=debug", "+debug=trainer"])
+    both = compose_config(["experiment=ppo_push_cube", "trainer=debug", "debug=trainer"])
     for node, keys in appended.items():
         for key, value in keys.items():
             assert debug[node][key] == both[node][key] == value, f"{node}.{key}"

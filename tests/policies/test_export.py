@@ -75,7 +75,7 @@ FEEDFORWARD = {
     "push_cube": ["env=push_cube"],
     "push_cube-beta": pytest.param(["env=push_cube", "policy=actor_only",
                                     "+policy/distribution@policy.distribution=beta"], marks=SLOW),
-    "push_cube-pixels": pytest.param(["+experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 through a CNN
+    "push_cube-pixels": pytest.param(["experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 through a CNN
                                      marks=SLOW),
 }
 
@@ -86,7 +86,7 @@ def test_an_exported_mlp_acts_as_the_torch_policy_on_1000_observations(tmp_path,
     export, run, name = runner
     policy, env = trained_like(overrides)
     actor = DeterministicActor(policy, env.observation_space, env.action_space)
-    if "+experiment=ppo_push_cube_rgb" in overrides:  # the critic's privileged state is no input of the actor
+    if "experiment=ppo_push_cube_rgb" in overrides:  # the critic's privileged state is no input of the actor
         assert [(s.name, s.dtype) for s in actor.inputs] == [("obs.rgb", torch.uint8)]
     export(actor, tmp_path / name)
     obs = observations(actor, 1000)

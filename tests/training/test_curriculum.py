@@ -14,7 +14,7 @@ from embodirl.config.randomize import RandomizeConfig
 from embodirl.config.schema import parse
 from embodirl.config.training import CurriculumConfig
 from embodirl.envs.cartpole import CartPole
-from embodirl.errors import ConfigError
+from embodirl.errors import CheckpointError, ConfigError
 from embodirl.runtime.checkpoint import load_checkpoint
 from embodirl.training.curriculum import Curriculum
 from tests.conftest import compose_config
@@ -118,3 +118,46 @@ def test_a_resumed_run_continues_the_curriculum_where_it_was(tmp_path, tiny):
         assert x["loss/policy"] == y["loss/policy"] and x["loss/value"] == y["loss/value"]
     last_a, last_b = (load_checkpoint(d / "checkpoints" / "last.pt") for d in (full, resumed))
     assert torch.equal(last_a["env"]["randomize_values"], last_b["env"]["randomize_values"])
+
+
+@pytest.mark.parametrize("level", ["abc", [1], -1, 1.5, True])
+def test_a_checkpoint_s_bad_level_is_refused_in_one_line(level, caplog):
+    cartpole = env()
+    curriculum = Curriculum({"pole": parse(CurriculumConfig, {"param": "pole_length", "levels": LEVELS,
+                                                              "every_env_steps": 10})}, cartpole)
+    with caplog.at_level(logging.INFO), pytest.raises(CheckpointError) as info:
+        curriculum.start({"pole": level})
+    text = str(info.value)
+    assert "\n" not in text and "curriculum level of trainer.curriculum.pole is" in text
+    assert "expected a level 0..2" in text and "Fix: the file is damaged or was edited" in text
+    assert curriculum.levels == {"pole": 0} and "curriculum pole" not in caplog.text  # no spurious change
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("randomize_low", -5.0, r"pole_length=\[-5, 1\] is invalid: expected \[low, high\] with 0 <= low <= high"),
+    ("randomize_high", 1e30, r"pole_length=\[1, 1e\+30\] is invalid: expected values up to x100"),
+    ("randomize_values", -0.93, r"randomize_values of pole_length holds -0.93"),
+    ("randomize_values", 3e29, r"randomize_values of pole_length holds 3e\+29"),
+])
+def test_a_checkpoint_s_randomization_state_is_checked_as_env_randomize(key, value, match):
+    cartpole = env()
+    state = cartpole.state_dict()
+    state[key] = torch.full_like(state[key], value)
+    with pytest.raises(CheckpointError, match=match):
+        cartpole.load_state_dict(state)
+    assert cartpole.randomization.ranges["pole_length"] == (1.0, 1.0)
+
+
+def test_a_resume_from_a_checkpoint_with_a_negative_range_is_one_line(cli, tmp_path, tiny):
+    run = tmp_path / "run"
+    args = [*tiny, "+env.randomize.pole_length.range=[1,1]", f"hydra.run.dir={run}"]
+    assert cli("embodirl-train", args).code == 0
+    last = run / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    state["env"]["randomize_low"].fill_(-5.0)
+    state["env"]["randomize_high"].fill_(-1.0)
+    torch.save(state, last)
+    out = cli("embodirl-train", [*args, "trainer.total_env_steps=512"])
+    assert out.code == 2
+    line = out.err.strip()
+    assert "\n" not in line and "randomize_low/high of pole_length=[-5, -1] is invalid" in line

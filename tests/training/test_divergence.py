@@ -99,3 +99,14 @@ def test_a_learning_rate_of_1e3_fails_as_diverged_and_keeps_the_last_good_checkp
     assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "diverged"
     assert {path: path.read_bytes() for path in kept} == kept  # the diverged update was neither logged nor saved
     assert load_checkpoint(last)["trainer"]["env_steps"] == 8192
+
+
+def test_a_distillation_loss_beyond_its_limit_fails_the_run(default_limits):
+    # loss/distill 1.95e11 "completed" before: distillation had no divergence limit
+    with pytest.raises(DivergedError) as info:
+        check_divergence(default_limits, {"loss/distill": 1.95e11, "diag/teacher_agreement": 0.5}, 2, lambda: 1e3)
+    text = str(info.value)
+    assert "\n" not in text and "loss/distill=1.95e+11 is beyond trainer.divergence.max_distill_loss=1e+06" in text
+    assert "Fix: lower algo.learning_rate (now 1000)" in text
+    check_divergence(parse_divergence({"max_distill_loss": None}), {"loss/distill": 1.95e11}, 2)
+    check_divergence(default_limits, {"loss/distill": 0.69}, 1)  # a CartPole student's first update

@@ -36,7 +36,7 @@ def test_grpo_headline_command_solves_cartpole(tmp_path):
 
 def test_ppo_push_cube_reaches_90_percent_success(tmp_path):
     # The pinned recipe (0.8-1.3M env steps over the seeds tried).
-    cfg = compose_config(["+experiment=ppo_push_cube", "seed=0", "device=cpu", "logger.console=none",
+    cfg = compose_config(["experiment=ppo_push_cube", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=3000000"])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved", summary
@@ -44,7 +44,7 @@ def test_ppo_push_cube_reaches_90_percent_success(tmp_path):
 
 
 def test_grpo_push_cube_reaches_90_percent_success(tmp_path):
-    cfg = compose_config(["+experiment=grpo_push_cube", "seed=0", "device=cpu", "logger.console=none",
+    cfg = compose_config(["experiment=grpo_push_cube", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=2000000"])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved", summary
@@ -54,7 +54,7 @@ def test_grpo_push_cube_reaches_90_percent_success(tmp_path):
 def test_ppo_acrobot_recipe_reaches_the_gymnasium_threshold(tmp_path):
     # The pinned gymnasium recipe with reward scaling (algo.normalize_rewards); seed 0 solves at 49,152
     # env steps (the 5 seeds in the README need 16k-66k).
-    cfg = compose_config(["+experiment=ppo_acrobot", "seed=0", "device=cpu", "logger.console=none",
+    cfg = compose_config(["experiment=ppo_acrobot", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=200000"])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved", summary
@@ -65,7 +65,7 @@ def test_ppo_push_cube_arm_learns_to_push_the_cube(tmp_path):
     # The UR10 recipe on a CI budget (about 260k env steps): the deterministic policy
     # already pushes a clear share of cubes into the goal. The untrained policy holds the arm still (success 0,
     # eval return 3.3); the full recipe reaches 90 % at the episode's end at 0.6-0.8M steps.
-    cfg = compose_config(["+experiment=ppo_push_cube_arm", "seed=0", "device=cpu", "logger.console=none",
+    cfg = compose_config(["experiment=ppo_push_cube_arm", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=262144",
                           "eval.every_env_steps=262144"])
     summary = run_training(cfg, tmp_path)
@@ -88,7 +88,7 @@ def test_ppo_learns_push_cube_from_pixels(tmp_path):
     # steps. The untrained deterministic policy returns 3.2-3.4 over 256
     # episodes (seeds 0-2; standard error 0.1) and never succeeds; after this budget seed 0 returns 11.0 and
     # succeeds in 3.5 % of the episodes (the full recipe's curve is in docs/envs/push_cube.md, "From pixels").
-    cfg = compose_config(["+experiment=ppo_push_cube_rgb", "seed=0", "device=cpu", "logger.console=none",
+    cfg = compose_config(["experiment=ppo_push_cube_rgb", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "env.num_envs=128", "trainer.total_env_steps=32768",
                           "eval.every_env_steps=32768"])
     summary = run_training(cfg, tmp_path)

@@ -225,12 +225,28 @@ def test_best_checkpoint_keeps_the_best_evaluation(tmp_path, tiny, mode, pick):
     summary = run_training(cfg, tmp_path)
     evals = [(r["eval/return_mean"], r["env_steps"]) for r in _records(tmp_path)]
     best_value = pick(v for v, _ in evals)
-    best_steps = next(s for v, s in evals if v == best_value)  # the first to reach it (ties do not replace)
+    best_steps = [s for v, s in evals if v == best_value][-1]  # the last to reach it (a tie of returns: the latest)
     assert (summary["best_metric"], summary["best_value"], summary["best_env_steps"]) == \
         ("eval/return_mean", best_value, best_steps)
     best = load_checkpoint(tmp_path / "checkpoints" / "best.pt")
     assert best["trainer"]["env_steps"] == best_steps and best["trainer"]["best_value"] == best_value
     assert summary["best_checkpoint"] == str((tmp_path / "checkpoints" / "best.pt").resolve())
+
+
+def test_best_checkpoint_breaks_a_tie_of_a_saturated_success_rate_by_the_return_then_the_latest(tmp_path, tiny):
+    # A success rate saturates at 1.0 early; the earliest checkpoint at 1.0 may have a far lower return than a later
+    # one (a push_cube run: -2.2 kept while a later +7.3 was not). Fabricated evaluations through the trainer's own
+    # record hook and checkpointer: which state does best.pt hold after each?
+    trainer = build(compose_config([*tiny, "env=push_cube"]), tmp_path)
+    assert trainer.best.metric == "eval/success_rate"
+    evaluations = [(100, 0.5, -3.0, 100), (200, 1.0, -2.2, 200), (300, 1.0, 7.3, 300), (400, 1.0, 5.0, 300),
+                   (500, 0.9, 9.0, 300), (600, 1.0, 7.3, 600)]  # env steps, success, return, best.pt's env steps
+    for steps, success, ret, best_steps in evaluations:
+        trainer.state.env_steps = steps
+        trainer._after_record({"env_steps": steps, "eval/success_rate": success, "eval/return_mean": ret})
+        best = load_checkpoint(tmp_path / "checkpoints" / "best.pt")["trainer"]
+        assert (best["env_steps"], trainer.state.best_env_steps) == (best_steps, best_steps), steps
+    assert (best["best_value"], best["best_return"]) == (1.0, 7.3)
 
 
 def test_eval_env_overrides_change_the_periodic_evaluation(tmp_path, tiny):

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import logging
 import re
+import sys
 import typing
 import warnings
 from typing import Any, Literal
@@ -93,10 +95,25 @@ def _find_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
         return gym.spec(name)
     except (gym.error.Error, ModuleNotFoundError) as err:
+        if module:
+            raise _unregistered(module, name, env_id) from None
         close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError("id", env_id, f"a registered gymnasium environment id (gymnasium says: {err})",
                           fix=f"{hint}List the registered ids with: {_LIST_IDS}") from None
+
+
+def _unregistered(module: str, name: str, env_id: str) -> ConfigError:
+    """``module:name`` where ``module`` imports but registers no id ``name``: the ``gymnasium.register`` line to add
+    (a class ``name`` in it is the entry point), or the ids it does register."""
+    own = [i for i, spec in gym.registry.items() if str(spec.entry_point).startswith(f"{module}:")]
+    entry = f"{module}:{name}" if inspect.isclass(getattr(sys.modules[module], name, None)) else f"{module}:<YourEnv>"
+    new_id = name if re.search(r"-v\d+$", name) else f"{name}-v0"
+    registers = f"it registers: {', '.join(own)}" if own else "it registers no id (gymnasium.register is never called)"
+    register = (f"add gymnasium.register(\"{new_id}\", entry_point=\"{entry}\", max_episode_steps=1000) to "
+                f"{module} and pass env.id={module}:{new_id}")
+    fix = f"pass one of its ids, e.g. env.id={module}:{own[0]}, or {register}" if own else register
+    return ConfigError("id", env_id, f"an id that {module} registers with gymnasium ({registers})", fix)
 
 
 def _constructor_error(env_id: str, env_kwargs: dict[str, Any], err: Exception) -> ConfigError:

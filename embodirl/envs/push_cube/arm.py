@@ -156,7 +156,8 @@ class PushCubeArm(BatchedEnv):
         nominal = {"cube_mass": float(model.body_mass[cube]),
                    "cube_friction": float(model.geom_friction[cube_geom, 0]),
                    "joint_damping": 1.0}  # joint damping: a multiplier of each joint's own value
-        self.randomization = make_randomization(cfg.randomize, nominal, self.num_envs, self.device, torch.float64)
+        self.randomization = make_randomization(cfg.randomize, nominal, self.num_envs, self.device, torch.float64,
+                                                cfg.randomizable)
         if self.randomization is None:
             return
         check(isinstance(self.engine, BatchEngine), "engine", cfg.engine, f"the CPU engine (mujoco.batch) with "

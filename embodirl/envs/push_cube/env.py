@@ -102,7 +102,8 @@ class PushCube(BatchedEnv):
 
         n, dev, dtype = cfg.num_envs, self.device, self.physics_dtype
         nominal = {name: getattr(cfg, name) for name in cfg.randomizable if name != "actuator_gain"}
-        self.randomization = make_randomization(cfg.randomize, {**nominal, "actuator_gain": 1.0}, n, dev, dtype)
+        self.randomization = make_randomization(cfg.randomize, {**nominal, "actuator_gain": 1.0}, n, dev, dtype,
+                                                cfg.randomizable)
         if self.randomization is not None:  # each episode's values are logged as episode/metrics/randomize/<name>
             self.info_metrics = (*type(self).info_metrics, *self.randomization.metric_keys)
         self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)

@@ -1,0 +1,183 @@
+"""The off-policy algorithm: a replay buffer filled by every rollout and sampled for several gradient steps.
+
+To add one (``embodirl/algos/sac.py`` is the example): declare its keys in a subclass of
+:class:`~embodirl.config.algos.OffPolicyConfig` whose ``target`` names the class; write ``conf/algo/<name>.yaml``;
+subclass :class:`OffPolicyAlgorithm` with a constructor ``(cfg, *, policy, device, total_env_steps, accel)`` that
+builds its networks (critics, targets) and optimizers, its ``metric_names``, and:
+
+* ``train_step(batch) -> {"loss/<term>": ..., "diag/<name>": ...}``: one gradient step (or one critic step and,
+  when due, an actor step) on a batch sampled from the buffer; plain eager PyTorch, the terms as device tensors
+  (a term missing from a step, an actor loss between delayed actor steps, is averaged over the steps that have it);
+* ``check_env(env)``: refuse an env it cannot train on (continuous actions only, ...);
+* ``networks()`` and ``optimizers()``: what its checkpointed state holds besides the policy.
+
+The base class owns the rest: the buffer on the env's device (:class:`~embodirl.collect.replay.ReplayBuffer`, sized
+once the env's ``num_envs`` is known), ``learning_starts``, ``updates_per_step`` gradient steps per collected step
+of the envs, the metrics fetched with one host sync (a non-finite loss stops the run), and the state.
+
+The replay buffer is not part of :meth:`~OffPolicyAlgorithm.state_dict` (``last.pt`` stays small): the
+checkpointer saves it apart, in ``checkpoints/replay.pt`` beside each ``last.pt``, and restores it on resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from embodirl.accel.compile import Acceleration
+from embodirl.algos.base import EAGER, finish_metrics
+from embodirl.collect.collector import CollectPlan
+from embodirl.collect.replay import TRANSITION_KEYS, ReplayBuffer
+from embodirl.collect.rollout import non_finite_env_output, validate_rollout
+from embodirl.config.algos import OffPolicyConfig
+from embodirl.envs.base import BatchedEnv
+from embodirl.errors import NonFiniteLossError
+from embodirl.policies.base import Policy
+from embodirl.runtime.distributed import allreduce_grads
+
+__all__ = ["OffPolicyAlgorithm", "optimizer_step", "polyak_update"]
+
+log = logging.getLogger(__name__)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: Tensor, params: list[nn.Parameter],
+                   max_grad_norm: float | None) -> None:
+    """zero_grad, backward, the all-reduce of the gradients over ranks (a no-op for one process), an optional
+    global-norm clip, step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    allreduce_grads(params)
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+    optimizer.step()
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target <- (1 - tau) target + tau online``, parameter by parameter."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+class OffPolicyAlgorithm(ABC):
+    """Base class of off-policy algorithms over a replay buffer (see the module docstring).
+
+    Args:
+        cfg: The algorithm's keys (a subclass of :class:`OffPolicyConfig`).
+        policy: The policy that acts (already on ``device``).
+        device: Device of the policy and the networks.
+        total_env_steps: Training budget.
+        accel: Accepted for the common constructor; the updates run eager.
+    """
+
+    metric_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: OffPolicyConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
+                 accel: Acceleration = EAGER) -> None:
+        self.cfg, self.policy = cfg, policy
+        self.device = torch.device(device)
+        self.total_env_steps = total_env_steps
+        self.env_steps_seen = 0
+        self.num_updates = 0  # gradient steps taken
+        self.env_name = "(see env=)"
+        self.buffer: ReplayBuffer | None = None  # sized by collect_plan, once the env's num_envs is known
+        if accel.compile:
+            log.info("%s runs its updates eager (compile=true covers the collection and evaluation steps)",
+                     type(self).__name__)
+
+    # --- what an algorithm writes -----------------------------------------------------------------------------
+    @abstractmethod
+    def train_step(self, batch: TensorDict) -> dict[str, Tensor]:
+        """One update on a sampled batch; its ``loss/*`` and ``diag/*`` terms (see the module docstring)."""
+
+    @abstractmethod
+    def check_env(self, env: BatchedEnv) -> None:
+        """Refuse an env this algorithm cannot train on (raise :class:`~embodirl.errors.ConfigError`)."""
+
+    @abstractmethod
+    def networks(self) -> dict[str, nn.Module]:
+        """The algorithm's own networks (critics, targets, temperature) by their key in :meth:`state_dict`."""
+
+    @abstractmethod
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers by their key in :meth:`state_dict`."""
+
+    # --- the loop ---------------------------------------------------------------------------------------------
+    def collect_plan(self, env: BatchedEnv) -> CollectPlan:
+        """Rollouts of ``num_steps`` with the true next observations; allocates the buffer on ``env.device``."""
+        self.check_env(env)
+        self.buffer = ReplayBuffer(max(self.cfg.buffer_size, env.num_envs), env.num_envs, env.device,
+                                   self.cfg.n_step, self.cfg.gamma)
+        return CollectPlan(num_steps=self.cfg.num_steps, next_obs=True)
+
+    def update(self, rollout: TensorDict) -> dict[str, float]:
+        """Store the rollout's transitions, then (from ``learning_starts`` on) ``round(T x updates_per_step)``
+        gradient steps on uniformly sampled batches.
+
+        Returns:
+            The terms of :meth:`train_step` averaged over the steps (none before ``learning_starts``),
+            ``diag/buffer_size`` and ``diag/num_updates`` (gradient steps so far).
+        """
+        assert self.buffer is not None, "collect_plan sizes the buffer before the first update"
+        validate_rollout(rollout, getattr(self.policy, "obs_spec", None), self.policy.dist.action_shape)
+        num_steps = rollout.get_non_tensor("num_steps_collected", rollout.batch_size[1] - 1)
+        self.buffer.extend(rollout[:, :num_steps].select(*TRANSITION_KEYS))
+        self.policy.update_normalizer(rollout["obs"][:, :num_steps])
+        self.env_steps_seen += rollout.batch_size[0] * num_steps
+        sums: dict[str, Tensor] = {}
+        counts: dict[str, int] = {}
+        if self.env_steps_seen >= self.cfg.learning_starts:
+            for _ in range(max(1, round(num_steps * self.cfg.updates_per_step))):
+                for name, value in self.train_step(self.buffer.sample(self.cfg.minibatch_size)).items():
+                    sums[name] = sums[name] + value.detach() if name in sums else value.detach().float()
+                    counts[name] = counts.get(name, 0) + 1
+                self.num_updates += 1
+        values = torch.stack([sums[k] / counts[k] for k in sums]) if sums else torch.zeros(0, device=self.device)
+        with self.blame_env(rollout):
+            metrics = finish_metrics(list(sums), values)
+        return {**metrics, "diag/buffer_size": float(len(self.buffer)), "diag/num_updates": float(self.num_updates)}
+
+    @contextlib.contextmanager
+    def blame_env(self, rollout: TensorDict) -> Iterator[None]:
+        """Re-raise a non-finite loss as the env's fault when the env's own output was not finite."""
+        try:
+            yield
+        except NonFiniteLossError:
+            what = non_finite_env_output(rollout)
+            if what is None:
+                raise
+            raise NonFiniteLossError(
+                f"the env {self.env_name} produced a NaN or infinite {what}, and the loss followed: training stopped, "
+                "the last good checkpoint is kept. Fix: check the env's settings (env.*) or its code") from None
+
+    def use_cuda_graphs(self) -> None:  # noqa: B027 (part of the Algorithm protocol; nothing to capture here)
+        """Nothing to capture: the updates run eager."""
+
+    @property
+    def learning_rate(self) -> float:
+        """The first optimizer's learning rate."""
+        return float(next(iter(self.optimizers().values())).param_groups[0]["lr"])
+
+    # --- state ------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The networks, the optimizers and the counters (the policy is checkpointed separately; the buffer is
+        not saved)."""
+        return {**{k: m.state_dict() for k, m in self.networks().items()},
+                **{k: o.state_dict() for k, o in self.optimizers().items()},
+                "env_steps_seen": self.env_steps_seen, "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the buffer restarts empty (the checkpointer refills it from its own file)."""
+        for key, module in self.networks().items():
+            module.load_state_dict(state[key])
+        for key, optimizer in self.optimizers().items():
+            optimizer.load_state_dict(state[key])
+        self.env_steps_seen, self.num_updates = int(state["env_steps_seen"]), int(state["num_updates"])
+        if self.buffer is not None:
+            self.buffer.load_state_dict({"size": 0})
