@@ -8,6 +8,9 @@ stay uint8, floats become float32, other integers int64; :mod:`embodirl.envs.obs
 ``SAME_STEP`` autoreset returns the next episode's first observation in the step that ends an episode and the
 true last one in ``info["final_obs"]``, which becomes :attr:`StepResult.final_obs`. Like the other envs,
 ``truncated`` excludes ``terminated`` (gymnasium's ``TimeLimit`` sets both when the last allowed step terminates).
+What the env returns is checked (:mod:`embodirl.envs.adapters.gym_checks`): a broken value or an exception raised
+by the env is one line (:class:`~embodirl.envs.adapters.gym_checks.EnvError`) naming ``env.id`` (or ``env.make``),
+the reset or step and what was wrong.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import logging
 import re
 import sys
 import typing
+import warnings
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -27,18 +32,30 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.config.envs import GymConfig
+from embodirl.envs.adapters.gym_checks import (
+    NUMERIC_KINDS,
+    EnvAPIError,
+    EnvError,
+    checked_spec,
+    describe,
+    step_result_problem,
+)
 from embodirl.envs.base import BatchedEnv, StepResult
-from embodirl.envs.observations import ObsKey, observation_spec
+from embodirl.envs.observations import ObsKey, key_name, observation_spec
 from embodirl.errors import ConfigError, check, is_int
+from embodirl.runtime.preemption import PreemptedError
 
-__all__ = ["GymEnv", "as_tensor", "make_vec"]
+__all__ = ["GymEnv", "as_tensor", "make_vec", "quiet_worker_reports", "to_numpy", "wrapped_chain"]
+
+log = logging.getLogger(__name__)
 
 VectorEnv = gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv  # what gym.make_vec makes
 
 _SUCCESS_KEYS = ("is_success", "success")
 _LIST_IDS = "python -c 'import gymnasium; gymnasium.pprint_registry()'"
 _BOX2D_FIX = 'install embodirl\'s box2d extra: pip install -e ".[box2d]" (box2d 2.3.10 and pygame, from wheels)'
-
+# Not the env's fault, or already one line: raised through as they are.
+_NOT_THE_ENVS = (ConfigError, PreemptedError, MemoryError, torch.OutOfMemoryError)
 
 
 def _leaf(tree: Any, key: ObsKey) -> Any:
@@ -124,8 +141,8 @@ def make_vec(cfg: GymConfig, render_mode: str | None, autoreset_mode: str | gym.
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     try:
-        vec: Any = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
-                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(autoreset_mode)}, **kwargs)
+        vec: Any = gym.make_vec(checked_spec(spec), num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization_mode,
+                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(autoreset_mode)}, **kwargs)
     except gym.error.DependencyNotInstalled as err:
         box2d = "box2d" in f"{spec.entry_point} {err}".lower()
         raise ConfigError("id", cfg.id, f"an environment whose dependencies are installed (gymnasium says: {err})",
@@ -156,6 +173,8 @@ class GymEnv(BatchedEnv):
         self._vec, spec = self._build(cfg, render_mode)
         self.render_mode = render_mode
         key, name = self._source(cfg)
+        self._name_key, self._name = f"env.{key}", name  # what names the env in errors raised while it runs
+        quiet_worker_reports(self._vec)
         try:
             self._check_spaces(key, name, self._vec.single_observation_space, self._vec.single_action_space)
             time_limit = max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps",
@@ -175,7 +194,7 @@ class GymEnv(BatchedEnv):
         if isinstance(obs_space, gym.spaces.Box):  # one float32 tensor, as before Dict spaces were accepted
             self.observation_space = gym.spaces.Box(obs_space.low.astype(np.float32),
                                                     obs_space.high.astype(np.float32), dtype=np.float32)
-            self._keys = None
+            self._keys, self._box_shape = None, tuple(obs_space.shape)
         else:
             self.observation_space = _contract_space(obs_space)
             self._keys = observation_spec(self.observation_space)
@@ -191,8 +210,12 @@ class GymEnv(BatchedEnv):
         self.info_metrics = tuple(cfg.info_metrics)
         self._unseen_info = set(self.info_metrics)  # named keys not yet in an info: refused after the first step
         self.seed = seed
-        self._num_resets = 0
-        self.reset(seed=seed)
+        self._num_resets = self._num_steps = 0  # steps since the last reset: the "step k" of an error
+        try:
+            self.reset(seed=seed)
+        except ConfigError:
+            self._vec.close()
+            raise
 
     def _build(self, cfg: GymConfig, render_mode: str | None) -> tuple[Any, gym.envs.registration.EnvSpec | None]:
         """The vector env and the spec its time limit and solved threshold come from (a subclass may build another)."""
@@ -234,7 +257,8 @@ class GymEnv(BatchedEnv):
         seeds = [int(np.random.SeedSequence([root, self._num_resets, i // group_size]).generate_state(1)[0])
                  for i in range(self.num_envs)]
         self._num_resets += 1
-        obs, info = self._vec.reset(seed=seeds)  # vector envs take one seed per env too
+        self._num_steps = 0
+        obs, info = self._reset_vec(seed=seeds)  # vector envs take one seed per env too
         self._unseen_info.difference_update(info)
         return self._to_tensor(obs)
 
@@ -249,18 +273,83 @@ class GymEnv(BatchedEnv):
             :class:`StepResult`; ``info["success"]`` ``[N]`` bool when the env reports ``is_success``
             or ``success``.
         """
-        obs, reward, terminated, truncated, info = self._vec.step(self._to_env_action(action))
+        obs, reward, terminated, truncated, info = self._step_vec(self._to_env_action(action))
         final_obs = self._final_obs(obs, info) if "final_obs" in info else obs
         terminated_t = torch.as_tensor(terminated, dtype=torch.bool).to(self.device)
         truncated_t = torch.as_tensor(truncated & ~terminated, dtype=torch.bool).to(self.device)
         reward_t = torch.as_tensor(reward, dtype=torch.float32).to(self.device)
+        return StepResult(self._to_tensor(obs), reward_t, terminated_t, truncated_t, self._to_tensor(final_obs),
+                          self._extras(info))
+
+    def _reset_vec(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """``self._vec.reset(**kwargs)``: ``(obs, info)``, or an :class:`EnvError` naming the env."""
+        try:
+            result = self._vec.reset(**kwargs)
+        except Exception as exc:
+            raise self._failure(exc, "reset") from exc
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+            raise self._broken(f"its reset returned {describe(result)}, expected a tuple (obs, info)",
+                               "return obs, info from reset (gymnasium's API since 0.26; info may be {})")
+        return result
+
+    def _step_vec(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """``self._vec.step(action)``: ``(obs, reward, terminated, truncated, info)``, each of the shape and dtype the
+        contract needs (flags as bools), or an :class:`EnvError` naming the env and the step."""
+        self._num_steps += 1
+        try:
+            result = self._vec.step(action)
+        except Exception as exc:
+            raise self._failure(exc, "step") from exc
+        problem = step_result_problem(result)
+        if problem:
+            what, _, fix = problem.partition(". Fix: ")
+            raise self._broken(what, fix)
+        obs, reward, terminated, truncated, info = result
+        if getattr(reward, "shape", None) != (self.num_envs,) or not _numeric(reward):
+            raise self._broken(f"its step's rewards are {describe(reward)}, expected one number per env (an array "
+                               f"of shape ({self.num_envs},))", "return one number per env as the reward")
+        if not isinstance(info, dict):
+            raise self._broken(f"its step's info is {describe(info)}, expected a dict",
+                               "return a dict as step's last value (it may be {})")
+        return obs, reward, self._flags("terminated", terminated), self._flags("truncated", truncated), info
+
+    def _flags(self, name: str, flags: Any) -> Any:
+        """``terminated`` or ``truncated`` of every env as bools: a bool array as it is, 0 and 1 as bools."""
+        if getattr(flags, "shape", None) == (self.num_envs,) and flags.dtype in (_NP_BOOL, torch.bool):
+            return flags
+        values = to_numpy(flags)
+        if values.shape != (self.num_envs,) or values.dtype.kind not in "biu" or not np.isin(values, (0, 1)).all():
+            raise self._broken(f"its step's {name} flags are {describe(flags)}, expected a bool per env (an array "
+                               f"of shape ({self.num_envs},); 0 and 1 are accepted)", f"return {name} as bools")
+        return values.astype(bool)
+
+    def _broken(self, what: str, fix: str) -> EnvError:
+        """The one-line error for an env that broke gymnasium's API at the current reset or step."""
+        return EnvError(self._name_key, self._name, f"step {self._num_steps}" if self._num_steps else "reset", what,
+                        fix)
+
+    def _failure(self, exc: Exception, call: str) -> Exception:
+        """What the vector env's ``call`` (``reset`` or ``step``) raised, as one line naming the env and the step: a
+        sub-env's broken value (:class:`EnvAPIError`, whose message holds its fix) or the env's own exception."""
+        if isinstance(exc, _NOT_THE_ENVS):
+            return exc
+        if isinstance(exc, EnvAPIError):
+            what, _, fix = str(exc).partition(". Fix: ")
+            return self._broken(what, fix or "correct the env's " + call)
+        log.debug("%s=%s raised in its %s:", self._name_key, self._name, call, exc_info=exc)
+        text = " ".join(str(exc).split()) or "(no message)"
+        return self._broken(f"its {call} raised {type(exc).__name__}: {text}", f"correct the env's {call} (its "
+                            "traceback: rerun with hydra.verbose=embodirl.envs)")
+
+    def _extras(self, info: dict[str, Any]) -> dict[str, Tensor]:
+        """``StepResult.info``: ``success`` when the env reports it, and the ``env.info_metrics``."""
         extra: dict[str, Tensor] = {}
         success = self._success(info)
         if success is not None:
             extra["success"] = torch.as_tensor(success).to(self.device)
         if self.info_metrics:
             extra.update(self._info_metrics(info))
-        return StepResult(self._to_tensor(obs), reward_t, terminated_t, truncated_t, self._to_tensor(final_obs), extra)
+        return extra
 
     def _info_metrics(self, info: dict[str, Any]) -> dict[str, Tensor]:
         """``{key: [N] float32}`` of ``env.info_metrics``: a finished episode's value from ``final_info``, the others'
@@ -278,10 +367,18 @@ class GymEnv(BatchedEnv):
             value = np.zeros(self.num_envs, dtype=np.float32)
             for source in (info, final_info):  # final_info last: it holds the step's info of done envs
                 if key in source:
-                    mask = source.get(f"_{key}", np.ones(self.num_envs, dtype=bool))
-                    value = np.where(mask, np.asarray(source[key], dtype=np.float32).reshape(-1), value)
+                    mask = to_numpy(source.get(f"_{key}", np.ones(self.num_envs, dtype=bool)))
+                    value = np.where(mask, self._info_value(key, source[key]), value)
             out[key] = torch.as_tensor(value).to(self.device)
         return out
+
+    def _info_value(self, key: str, value: Any) -> np.ndarray:
+        """``info[key]`` of a key in ``env.info_metrics``: one number or bool per env, as float32."""
+        if getattr(value, "shape", None) != (self.num_envs,) or not _numeric(value):
+            raise self._broken(f"its info[{key!r}] (named in env.info_metrics) is {describe(value)} across the envs, "
+                               f"expected one number or bool per env", f"return a number or bool as info[{key!r}], "
+                               f"or remove {key} from env.info_metrics")
+        return to_numpy(value).astype(np.float32)
 
     def close(self) -> None:
         self._vec.close()
@@ -331,12 +428,26 @@ class GymEnv(BatchedEnv):
         """A Box observation as one float32 tensor; a Dict one (nested numpy dicts, or ``{key: array}``) as a
         TensorDict."""
         if self._keys is None:
-            return as_tensor(obs, torch.float32, self.device)
+            return as_tensor(self._checked_obs(obs, self._box_shape, "observation"), torch.float32,
+                             self.device)
         out = TensorDict({}, batch_size=[self.num_envs], device=self.device)
-        for key, (_, dtype) in self._keys.items():
-            leaf = obs[key] if isinstance(obs, dict) and key in obs else _leaf(obs, key)
-            out.set(key, as_tensor(leaf, dtype, self.device))
+        for key, (shape, dtype) in self._keys.items():
+            try:
+                leaf = obs[key] if isinstance(obs, dict) and key in obs else _leaf(obs, key)
+            except (KeyError, IndexError, TypeError):
+                raise self._broken(f"its observations lack {key_name(key)} ({describe(obs)})",
+                                   "return every key of the observation space on every reset and step") from None
+            out.set(key, as_tensor(self._checked_obs(leaf, shape, f"observation {key_name(key)}"), dtype, self.device))
         return out
+
+    def _checked_obs(self, array: Any, shape: tuple[int, ...], name: str) -> Any:
+        """``array``, if it holds ``num_envs`` numeric observations of ``shape``; else an :class:`EnvError`."""
+        if getattr(array, "shape", None) != (self.num_envs, *shape) or not _numeric(array):
+            raise self._broken(f"its {name}s across the envs are {describe(array)}, expected numbers of shape "
+                               f"{(self.num_envs, *shape)} (num_envs x its observation_space's shape)",
+                               "return observations of the observation space's shape and a numeric dtype on every "
+                               "reset and step")
+        return array
 
     def _success(self, info: dict[str, Any]) -> np.ndarray | None:
         """``[N]`` bool success flags: a finished episode's from ``final_info``, the others' from ``info``."""
@@ -347,9 +458,41 @@ class GymEnv(BatchedEnv):
             success = np.zeros(self.num_envs, dtype=bool)
             for source in (info, final_info):  # final_info last: it holds the step's info of done envs
                 if key in source:
-                    success = np.where(source[f"_{key}"], np.asarray(source[key], dtype=bool), success)
+                    success = np.where(to_numpy(source[f"_{key}"]), to_numpy(source[key]).astype(bool), success)
             return success
         return None
+
+
+_NP_BOOL = np.dtype(bool)
+
+
+def wrapped_chain(vec: Any) -> list[Any]:
+    """``vec`` and every vector env it wraps, outermost first."""
+    chain = [vec]
+    while isinstance(chain[-1], gym.vector.VectorWrapper):
+        chain.append(chain[-1].env)
+    return chain
+
+
+def quiet_worker_reports(vec: Any) -> None:
+    """Under an ``AsyncVectorEnv``, hide gymnasium's report of an error in a worker process (its traceback, as
+    warnings) unless this module logs at debug level (``hydra.verbose=embodirl.envs``): the exception it raises
+    again in this process becomes the one line that names the env (:class:`EnvError`)."""
+    if any(isinstance(env, gym.vector.AsyncVectorEnv) for env in wrapped_chain(vec)) and not log.isEnabledFor(
+            logging.DEBUG):
+        warnings.filterwarnings("ignore", message=".*ERROR: ", category=UserWarning,
+                                module=r"gymnasium\.vector\.async_vector_env")
+
+
+def _numeric(array: Any) -> bool:
+    """Whether a numpy array or a tensor holds numbers (or bools): not strings or Python objects, not complex."""
+    dtype = array.dtype
+    return dtype.kind in NUMERIC_KINDS if isinstance(dtype, np.dtype) else not dtype.is_complex
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A numpy array of a numpy or torch value (flags, rewards and infos of a torch env)."""
+    return value.detach().cpu().numpy() if isinstance(value, Tensor) else np.asarray(value)
 
 
 def as_tensor(value: Any, dtype: torch.dtype, device: torch.device) -> Tensor:

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import gymnasium as gym
-import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import ArrayConversion
@@ -38,7 +37,8 @@ from hydra.utils import instantiate
 from torch import Tensor
 
 from embodirl.config.envs import GymVectorConfig
-from embodirl.envs.adapters.gym import GymEnv, make_vec
+from embodirl.envs.adapters.gym import GymEnv, make_vec, to_numpy, wrapped_chain
+from embodirl.envs.adapters.gym_checks import APICheck
 from embodirl.envs.adapters.torch_vector import build_simulator
 from embodirl.envs.base import StepResult
 from embodirl.errors import ConfigError, check
@@ -60,14 +60,6 @@ def autoreset_mode(vec: Any, key: str, name: str) -> AutoresetMode:
         raise ConfigError(key, name, f"a gymnasium vector env whose metadata['autoreset_mode'] is one of {_MODES}; "
                           f"it states {stated!r}", "set metadata['autoreset_mode'] in your vector env (gymnasium's "
                           "SyncVectorEnv and AsyncVectorEnv set it), or build it with env.id") from None
-
-
-def _wrapped_chain(vec: Any) -> list[Any]:
-    """``vec`` and every vector env it wraps, outermost first."""
-    chain = [vec]
-    while isinstance(chain[-1], gym.vector.VectorWrapper):
-        chain.append(chain[-1].env)
-    return chain
 
 
 class GymVectorEnv(GymEnv):
@@ -103,6 +95,7 @@ class GymVectorEnv(GymEnv):
             vec = build_simulator(cfg.make, cfg.num_envs)
             key, name = self._source(cfg)
             spec = getattr(vec, "spec", None)
+            _check_sub_envs(vec)
         try:
             vec = self._wrap(vec, cfg.wrappers)
             self._mode = autoreset_mode(vec, key, name)
@@ -133,7 +126,7 @@ class GymVectorEnv(GymEnv):
         of final observations); the adapter converts to tensors itself."""
         if self._mode is not AutoresetMode.SAME_STEP:
             return vec
-        chain = _wrapped_chain(vec)
+        chain = wrapped_chain(vec)
         converters = [i for i, env in enumerate(chain) if isinstance(env, ArrayConversion)]
         if not converters:
             return vec
@@ -159,21 +152,17 @@ class GymVectorEnv(GymEnv):
         """
         if self._mode is AutoresetMode.SAME_STEP:
             return super().step(action)
-        obs, reward, terminated, truncated, info = self._vec.step(self._to_env_action(action))
-        terminated_np, truncated_np = _to_numpy(terminated).astype(bool), _to_numpy(truncated).astype(bool)
+        obs, reward, terminated, truncated, info = self._step_vec(self._to_env_action(action))
+        terminated_np, truncated_np = to_numpy(terminated), to_numpy(truncated)
         done = terminated_np | truncated_np
         final_obs = next_obs = self._to_tensor(obs)
         if done.any():  # the reset gymnasium would spend the envs' next step on, done now
-            reset_obs, _ = self._vec.reset(options={"reset_mask": done})
+            reset_obs, _ = self._reset_vec(options={"reset_mask": done})
             next_obs = self._to_tensor(reset_obs)
-        extra: dict[str, Tensor] = {}
-        success = self._success(info)
-        if success is not None:
-            extra["success"] = torch.as_tensor(_to_numpy(success)).to(self.device)
-        return StepResult(next_obs, torch.as_tensor(_to_numpy(reward), dtype=torch.float32).to(self.device),
+        return StepResult(next_obs, torch.as_tensor(to_numpy(reward), dtype=torch.float32).to(self.device),
                           torch.as_tensor(terminated_np, dtype=torch.bool).to(self.device),
                           torch.as_tensor(truncated_np & ~terminated_np, dtype=torch.bool).to(self.device),
-                          final_obs, extra)
+                          final_obs, self._extras(info))
 
     def _to_env_action(self, action: Tensor) -> Any:
         """The action as the env takes it: numpy for a numpy env, a tensor for a torch one (on its device)."""
@@ -188,6 +177,15 @@ class GymVectorEnv(GymEnv):
         return super()._to_tensor(obs)
 
 
+def _check_sub_envs(vec: Any) -> None:
+    """Wrap each sub-env of a ``SyncVectorEnv`` (the user's, under any wrappers) in :class:`APICheck`, which refuses
+    values the vector env would coerce silently (a reward of ``"1.0"``, ``terminated`` of 2); an ``AsyncVectorEnv``'s
+    sub-envs live in other processes, out of reach."""
+    for env in wrapped_chain(vec):
+        if isinstance(env, gym.vector.SyncVectorEnv):
+            env.envs = [sub if isinstance(sub, APICheck) else APICheck(sub) for sub in env.envs]
+
+
 def _leaves(tree: Mapping) -> Any:
     for value in tree.values():
         if isinstance(value, Mapping):
@@ -195,7 +193,3 @@ def _leaves(tree: Mapping) -> Any:
         else:
             yield value
 
-
-def _to_numpy(value: Any) -> np.ndarray:
-    """A numpy array of a numpy or torch value (flags and rewards of a torch env)."""
-    return value.detach().cpu().numpy() if isinstance(value, Tensor) else np.asarray(value)
