@@ -89,6 +89,7 @@ def exit_code(exc: BaseException) -> int:
     """The exit status for ``exc`` (see the list in the module docstring)."""
     from hydra.errors import HydraException
 
+    from embodirl.runtime.files import RunDirLinkError
     from embodirl.runtime.preemption import PreemptedError
     from embodirl.runtime.rundir import RunDirBusyError
 
@@ -98,7 +99,7 @@ def exit_code(exc: BaseException) -> int:
         return 124
     if isinstance(exc, DivergedError):
         return 3
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException):
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | RunDirLinkError | HydraException):
         return 2
     return 1
 
@@ -108,6 +109,7 @@ def message(exc: BaseException) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from embodirl.runtime.files import RunDirLinkError
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rundir import RunDirBusyError
     from embodirl.training.loggers import LoggerError
@@ -118,7 +120,7 @@ def message(exc: BaseException) -> str | None:
         return "aborted on Ctrl-C; checkpoints/last.pt (if any) holds the last saved state"
     if isinstance(exc, HydraException | OmegaConfBaseException):
         return "error: " + _hydra_message(exc)
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | DivergedError | LoggerError):
+    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | RunDirLinkError | DivergedError | LoggerError):
         return "error: " + one_line(str(exc))
     if isinstance(exc, OSError):
         return "error: " + _os_message(exc)
