@@ -265,12 +265,20 @@ def open_append(path: str | Path) -> BinaryIO:
 
 
 class RunLogHandler(logging.FileHandler):
-    """Hydra's ``train.log`` handler (``conf/train.yaml``): refuses a run directory with links among its entries
-    (:func:`check_run_dir_links`) before it opens its file, and opens that file as :func:`open_append` does."""
+    """Hydra's ``train.log`` handler (``conf/train.yaml``), opened before the run begins: in a run directory with
+    links among its entries (:func:`check_run_dir_links`) it writes nothing (its file may be the link), and it
+    opens its file as :func:`open_append` does. The run's lock then refuses the directory in one line
+    (:class:`~embodirl.runtime.rundir.RunDirLock`), and a sweep's other jobs go on."""
+
+    refused: RunDirLinkError | None = None
 
     def _open(self):  # type: ignore[override]
-        check_run_dir_links(Path(self.baseFilename).parent)
-        fd = open_own_file(self.baseFilename, os.O_WRONLY | os.O_APPEND)
+        try:
+            check_run_dir_links(Path(self.baseFilename).parent)
+            fd = open_own_file(self.baseFilename, os.O_WRONLY | os.O_APPEND)
+        except RunDirLinkError as exc:
+            self.refused = exc
+            return open(os.devnull, "w", encoding="utf-8")  # closed by the handler
         return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 

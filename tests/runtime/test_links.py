@@ -82,22 +82,21 @@ def test_a_link_planted_after_the_check_is_not_followed_either(tmp_path, outside
     assert _untouched(outside)
 
 
-def test_the_log_handler_refuses_a_linked_train_log_and_a_run_directory_holding_links(tmp_path, outside):
+def test_the_log_handler_writes_nothing_in_a_run_directory_holding_links(tmp_path, outside):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "train.log").symlink_to(outside)
-    with pytest.raises(RunDirLinkError) as exc:
-        RunLogHandler(str(run / "train.log"))
-    _one_line(exc, run / "train.log", outside)
-    (run / "train.log").unlink()
-    (run / ".lock").symlink_to(outside)  # Hydra opens train.log first: the whole directory is checked then
-    with pytest.raises(RunDirLinkError, match=r"\.lock is a symbolic link"):
-        RunLogHandler(str(run / "train.log"))
-    (run / ".lock").unlink()
+    for planted in ("train.log", ".lock"):  # Hydra opens train.log first: the whole directory is checked then
+        (run / planted).symlink_to(outside)
+        handler = RunLogHandler(str(run / "train.log"))
+        handler.emit(logging.makeLogRecord({"msg": "continuing with config changes: '$(touch X)"}))
+        handler.close()
+        assert handler.refused is not None and f"{planted} is a symbolic link" in str(handler.refused)
+        assert _untouched(outside)
+        (run / planted).unlink()
     handler = RunLogHandler(str(run / "train.log"))
     handler.emit(logging.makeLogRecord({"msg": "fine"}))
     handler.close()
-    assert (run / "train.log").read_text() == "fine\n" and _untouched(outside)
+    assert handler.refused is None and (run / "train.log").read_text() == "fine\n"
 
 
 def test_debris_removal_leaves_the_files_of_a_linked_folder_alone(tmp_path):
