@@ -1,5 +1,8 @@
-"""The commands that continue, sweep, evaluate or export a run never write through a link planted in its directory
-(issue 33 item 1): each refuses in one line naming the link, or succeeds without touching the link's target."""
+"""A run directory and a checkpoint are data (issue 33).
+
+Item 1: the commands that continue, sweep, evaluate or export a run never write through a link planted in its
+directory: each refuses in one line naming the link, or succeeds without touching the link's target. Item 5:
+``trainer.resume=<file>`` gets the config comparison of a resume in place."""
 
 import os
 import shutil
@@ -120,3 +123,24 @@ def test_an_export_never_writes_through_a_planted_partial_file_or_folder(run, ou
     (run / "export").symlink_to(outside)
     _refused(_export(monkeypatch, capsys, [f"run={run}", "format=torchscript"]), run / "export")
     assert _untouched(outside)
+
+
+def test_starting_from_a_checkpoint_of_another_config_is_refused_with_the_overrides_that_fit(cli, trained, tmp_path):
+    resume = f"trainer.resume={trained / 'checkpoints' / 'last.pt'}"
+    args = [*TINY, resume, "trainer.total_env_steps=384", f"hydra.run.dir={tmp_path / 'new'}"]
+    result = cli("embodirl-train", [*args, "seed=1", "algo.learning_rate=0.001"])
+    lines = result.err.strip().splitlines()
+    assert result.code == 2 and len(lines) == 1 and "(algo.learning_rate 0.002 -> 0.001, seed 0 -> 1)" in lines[0]
+    fix = lines[0].split("Fix: pass ")[1].split(" to start from it")[0].split()
+    assert fix == ["algo.learning_rate=0.002", "seed=0"]
+    assert cli("embodirl-train", [*args, "seed=1", "algo.learning_rate=0.001", *fix]).code == 0  # the fix works
+
+
+def test_a_cartpole_checkpoint_into_a_gymnasium_cartpole_is_one_line_not_a_traceback(cli, trained, tmp_path):
+    args = [*TINY, "env=gym", "env.id=CartPole-v1", f"trainer.resume={trained / 'checkpoints' / 'last.pt'}",
+            "trainer.total_env_steps=384"]
+    result = cli("embodirl-train", [*args, f"hydra.run.dir={tmp_path / 'a'}"])
+    lines = result.err.strip().splitlines()
+    assert result.code == 2 and len(lines) == 1 and "env._target_ 'embodirl.envs.cartpole.CartPole' -> " in lines[0]
+    result = cli("embodirl-train", [*args, "trainer.allow_config_change=true", f"hydra.run.dir={tmp_path / 'b'}"])
+    assert result.code == 0 and "Traceback" not in result.err, result.err
