@@ -272,7 +272,7 @@ class RunLogHandler(logging.FileHandler):
 
     refused: RunDirLinkError | None = None
 
-    def _open(self):  # type: ignore[override]
+    def _open(self) -> Any:
         try:
             check_run_dir_links(Path(self.baseFilename).parent)
             fd = open_own_file(self.baseFilename, os.O_WRONLY | os.O_APPEND)
