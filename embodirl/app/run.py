@@ -97,13 +97,19 @@ def experiment_env(config_name: str, overrides: list[str]) -> Any | None:
         return None
 
 
-def _last_checkpoint_config(run_dir: Path) -> Any | None:
+def _checkpoint_config(run_dir: Path, resume: str | None) -> tuple[Any, str | None] | None:
+    """The config the run continues from and the file it came from when not its own ``last.pt`` (None: a fresh
+    start): the run directory's ``last.pt`` wins over ``trainer.resume``, as in :class:`Checkpointer`."""
     path = run_dir / "checkpoints" / "last.pt"
-    return load_checkpoint(path, key="checkpoint")["config"] if path.exists() else None
+    if path.exists():
+        return load_checkpoint(path, key="checkpoint")["config"], None
+    if resume:
+        return load_checkpoint(resume, key="trainer.resume")["config"], f"trainer.resume={str(resume)!r}"
+    return None
 
 
 def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str, str] | None = None,
-                 run_name: tuple[str, str] = ("", "")) -> dict[str, Any]:
+                 run_name: tuple[str, str] = ("", ""), locked: bool = False) -> dict[str, Any]:
     """Train with ``cfg`` in ``run_dir``, continuing from its ``checkpoints/last.pt`` if present.
 
     Rank 0 holds the run directory's lock for the whole run, removes debris of interrupted writes,
@@ -116,12 +122,15 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         run_dir: The run directory.
         hydra_files: ``.hydra/`` file name -> YAML text (the CLI passes Hydra's three files).
         run_name: Default wandb ``(name, group)`` (:func:`wandb_identity`).
+        locked: The caller holds ``run_dir``'s :class:`RunDirLock` already (``embodirl-train`` takes it before
+            importing torch, so that a busy directory is told at once).
 
     Returns:
         The summary also written to ``run_dir/summary.json``.
 
     Raises:
         RunDirBusyError: Another process holds the run directory (nothing was written).
+        RunDirLinkError: An entry of the run directory that embodirl writes is a link (nothing was written).
         ConfigError: A bad value; raised before any training.
         CheckpointError: A missing, corrupt or incompatible checkpoint, or a changed config for an existing run.
         DivergedError: Training diverged (a non-finite loss, or a metric beyond ``trainer.divergence``); the last
@@ -130,7 +139,7 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
     """
     run_dir = Path(run_dir)
     main_rank = env_rank() == 0
-    with (RunDirLock(run_dir) if main_rank else contextlib.nullcontext()), StopSignals(defer=False):
+    with (RunDirLock(run_dir) if main_rank and not locked else contextlib.nullcontext()), StopSignals(defer=False):
         config = resolved_config(cfg)
         if main_rank:
             _prepare(cfg, run_dir, config, hydra_files)
@@ -155,12 +164,13 @@ def _prepare(cfg: DictConfig, run_dir: Path, config: dict[str, Any], hydra_files
     """Rank 0, before anything is built: clear debris, refuse a changed config for an existing run (before
     writing anything), write ``.hydra/`` and the ``running`` status."""
     remove_temp_files(run_dir)
-    previous = _last_checkpoint_config(run_dir)
+    _, trainer = parse_node(cfg.trainer, "trainer.", TrainerConfig)  # the run lifecycle's keys live there
+    previous = _checkpoint_config(run_dir, trainer.resume)
     if previous is not None:
-        _, trainer = parse_node(cfg.trainer, "trainer.", TrainerConfig)  # the run lifecycle's key lives there
-        changes = check_resume_config(run_dir, previous, config, trainer.allow_config_change)
+        changes = check_resume_config(run_dir, previous[0], config, trainer.allow_config_change, previous[1])
         if changes:
-            log.info("continuing %s with config changes: %s", run_dir, "; ".join(changes))
+            what = f"starting {run_dir} from {previous[1]}" if previous[1] else f"continuing {run_dir}"
+            log.info("%s with config changes: %s", what, "; ".join(changes))
     if hydra_files:
         write_hydra_files(run_dir, hydra_files)
     write_status(run_dir, "running")

@@ -85,6 +85,18 @@ def _os_message(exc: OSError) -> str:
     return f"{path}: {exc.strerror or type(exc).__name__} (errno {exc.errno}). Fix: {fix}"
 
 
+def _link_refusal(exc: BaseException | None) -> BaseException | None:
+    """The :class:`~embodirl.runtime.files.RunDirLinkError` behind ``exc`` (e.g. raised while Hydra resolved the
+    output directory), or None."""
+    from embodirl.runtime.files import RunDirLinkError
+
+    for _ in range(8):  # a short chain: Hydra and OmegaConf wrap an error once or twice
+        if exc is None or isinstance(exc, RunDirLinkError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def exit_code(exc: BaseException) -> int:
     """The exit status for ``exc`` (see the list in the module docstring)."""
     from hydra.errors import HydraException
@@ -98,7 +110,8 @@ def exit_code(exc: BaseException) -> int:
         return 124
     if isinstance(exc, DivergedError):
         return 3
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException) or _is_sbatch_refusal(exc):
+    if (isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | HydraException) or _is_sbatch_refusal(exc)
+            or _link_refusal(exc)):
         return 2
     return 1
 
@@ -116,6 +129,9 @@ def message(exc: BaseException) -> str | None:
         return one_line(str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return "aborted on Ctrl-C; checkpoints/last.pt (if any) holds the last saved state"
+    link = _link_refusal(exc)  # also when Hydra met it resolving the output directory
+    if link is not None:
+        return "error: " + one_line(str(link))
     if isinstance(exc, HydraException | OmegaConfBaseException):
         return "error: " + _hydra_message(exc)
     if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | DivergedError | LoggerError):

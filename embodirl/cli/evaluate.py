@@ -57,7 +57,11 @@ def owning_run(run: Any, checkpoint: Any) -> Path | None:
 def eval_dir(run: Any, checkpoint: Any, day: str, time: str) -> str:
     """``hydra.run.dir`` of an evaluation: ``RUN/eval/<day>_<time>`` next to its run, else
     ``outputs/eval/<day>/<time>``."""
+    from embodirl.runtime.files import check_run_dir_links
+
     owner = owning_run(run, checkpoint)
+    if owner is not None:
+        check_run_dir_links(owner)  # a linked RUN/eval/ would put the results (and the log) outside the run
     return str(owner / "eval" / f"{day}_{time}") if owner is not None else f"outputs/eval/{day}/{time}"
 
 

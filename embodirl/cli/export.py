@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,8 +105,13 @@ def _initial(actor: DeterministicActor, key: tuple[str, ...]) -> Any:
 def _write(actor: DeterministicActor, fmt: str, target: Path) -> None:
     """Write the policy file through a temporary name, so an interrupted export leaves no half file."""
     from embodirl.policies.export import export_onnx, export_torchscript
+    from embodirl.runtime.files import file_mode
 
-    partial = target.with_name(f".{target.name}.partial")
+    # A new file of our own (O_EXCL): a fixed name could be a link planted to make the export overwrite its target.
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.fchmod(fd, file_mode())  # shared like any file the user writes, not mkstemp's 0600
+    os.close(fd)
+    partial = Path(name)
     try:
         (export_onnx if fmt == "onnx" else export_torchscript)(actor, partial)
         os.replace(partial, target)
@@ -120,11 +126,13 @@ def export_checkpoint(cfg: DictConfig) -> dict[str, Any]:
     from embodirl.app.build import build_env
     from embodirl.cli.evaluate import owning_run, read_checkpoint, restored_policy
     from embodirl.policies.export import DeterministicActor
-    from embodirl.runtime.files import atomic_write_json
+    from embodirl.runtime.files import atomic_write_json, check_run_dir_links
 
     check_format_packages(cfg.format)
     path, state, train_cfg = read_checkpoint(cfg.run, cfg.checkpoint, cfg.trusted_targets)
     directory = export_dir(cfg.out, cfg.run, cfg.checkpoint, path, cfg.format)
+    if cfg.out is None:  # <run>/export/<format>: the run's own folders, never a link out of the run
+        check_run_dir_links(directory.parent.parent)
     check_free(directory, cfg.format, cfg.overwrite, cfg.out is not None)
     cpu = torch.device("cpu")
     env = build_env(train_cfg.env, cpu, seed=0, num_envs=1)  # for its spaces and control period only

@@ -125,6 +125,16 @@ def _discard_if_unproduced(run_dir: Path, start: set[str] | None, hydra_cfg: Any
     return discard_unproduced(run_dir, {*start, LOCK_FILE, STATUS_FILE, *HYDRA_FILES}, parents=2 if default else 0)
 
 
+def _run_dir_lock(run_dir: Path) -> Any:
+    """The run directory's lock on rank 0 (held for the whole run), nothing elsewhere; imports no torch."""
+    import contextlib
+
+    from embodirl.runtime.rank import env_rank
+    from embodirl.runtime.rundir import RunDirLock
+
+    return RunDirLock(run_dir) if env_rank() == 0 else contextlib.nullcontext()
+
+
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
 def _train(cfg: DictConfig) -> float:
     """Train one configuration; return ``summary[cfg.objective]`` for Hydra sweepers (NaN if it failed).
@@ -153,12 +163,14 @@ def _train(cfg: DictConfig) -> float:
              "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
     try:
         check_run_config(cfg)  # every key against its schema, before torch is imported
-        from embodirl.app.run import experiment_env, run_training, wandb_identity  # imports torch
+        with _run_dir_lock(run_dir):  # before torch too: a busy run directory is told in a fraction of a second
+            from embodirl.app.run import experiment_env, run_training, wandb_identity  # imports torch
 
-        sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
-        names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env,
-                               experiment_env(hydra_cfg.job.config_name or "train", list(hydra_cfg.overrides.task)))
-        summary = run_training(cfg, run_dir, files, names)
+            sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
+            names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env,
+                                   experiment_env(hydra_cfg.job.config_name or "train",
+                                                  list(hydra_cfg.overrides.task)))
+            summary = run_training(cfg, run_dir, files, names, locked=True)
     except Exception as exc:
         if multirun and not isinstance(exc, PreemptedError):
             return _job_failed(exc, hydra_cfg, run_dir, files)

@@ -7,6 +7,13 @@ never ends), a YAML alias bomb, JSON nested a million deep, integers too long to
 refuse such files with an :class:`UnreadableFileError` (an ``OSError``: callers that skip unreadable files
 catch it already) or a ``ValueError`` (a parse that failed), each naming what was wrong in one line.
 
+A run directory is also data when written: a received tarball or a colleague's directory may hold links planted
+where embodirl writes (``.lock -> ~/.bashrc``). :func:`check_run_dir_links` refuses a run directory whose
+entries are links, in one line, before anything is opened; :func:`open_append` and :class:`RunLogHandler` open
+with ``O_NOFOLLOW`` and refuse a file with other names (a hard link), so a link planted later is not followed
+either. Atomic writes create their temporary file with ``O_EXCL`` and rename it over the name (which replaces a
+link, never writes through it).
+
 Size caps: :data:`MAX_FILE_BYTES` (1 MiB) for ``status.json``, ``summary.json`` and the ``.hydra`` YAML files,
 which hold a few kB (a status with a traceback tens of kB); :data:`MAX_METRICS_BYTES` (64 MiB) for
 ``metrics.jsonl`` (about 90,000 iterations of about 700 bytes), of which a longer file is read from its end.
@@ -14,8 +21,11 @@ which hold a few kB (a status with a traceback tens of kB); :data:`MAX_METRICS_B
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
+import shlex
 import stat
 import tempfile
 from pathlib import Path
@@ -28,10 +38,17 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_METRICS_BYTES",
+    "RUN_DIR_ENTRIES",
+    "RunDirLinkError",
+    "RunLogHandler",
     "UnreadableFileError",
     "atomic_write_bytes",
     "atomic_write_json",
+    "check_run_dir_links",
     "describe_size",
+    "file_mode",
+    "open_append",
+    "open_own_file",
     "open_regular_file",
     "parse_json",
     "parse_yaml",
@@ -161,6 +178,110 @@ def printable(text: Any, max_chars: int = 500) -> str:
     return line if len(line) <= max_chars else line[: max_chars - 3] + "..."
 
 
+# --- links in a run directory -----------------------------------------------------------------------------
+#: Entries of a run directory that embodirl creates, appends, truncates, moves or deletes files in (``train*.log``:
+#: every rank's log). Their own entries that embodirl names are checked too (:data:`_RUN_DIR_SUBENTRIES`).
+RUN_DIR_ENTRIES = (".lock", "train*.log", "metrics.jsonl", "metrics.superseded.jsonl", "status.json", "summary.json",
+                   "checkpoints", ".hydra", "videos", "tb", "wandb", "eval", "export")
+_RUN_DIR_SUBENTRIES = (("checkpoints", ("superseded",)), (".hydra", ("history",)),
+                       ("export", ("onnx", "torchscript")))
+
+
+class RunDirLinkError(OSError):
+    """An entry of a run directory that embodirl writes is a symbolic link, or a file with other names."""
+
+    def __init__(self, path: str | Path, what: str, fix: str | None = None) -> None:
+        fix = fix or f"remove it (rm {shlex.quote(printable(path))})"
+        super().__init__(errno.ELOOP, (
+            f"{printable(path)} is {what}; embodirl never writes through a link in a run directory (it would change "
+            f"a file outside it). Fix: {fix}, or pass hydra.run.dir=<another directory>"), str(path))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _link_error(path: Path) -> RunDirLinkError:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    fix = None
+    if path.is_dir():  # a linked folder holds what the run needs (its checkpoints): a copy keeps it
+        link, copy = shlex.quote(printable(path)), shlex.quote(printable(path.resolve()))
+        fix = f"replace it with a copy of its folder (rm {link} && cp -r {copy} {link})"
+    return RunDirLinkError(path, f"a symbolic link to {printable(target)!r}", fix)
+
+
+def check_run_dir_links(run_dir: str | Path) -> None:
+    """Refuse ``run_dir`` if one of the entries embodirl writes (:data:`RUN_DIR_ENTRIES`) is a symbolic link.
+
+    The run directory itself may be a link (``runs/latest``); only what lies in it is checked.
+
+    Raises:
+        RunDirLinkError: Naming the first link, where it points, and the fix.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    for pattern in RUN_DIR_ENTRIES:
+        for path in sorted(run_dir.glob(pattern)) if "*" in pattern else [run_dir / pattern]:
+            if path.is_symlink():
+                raise _link_error(path)
+    for folder, names in _RUN_DIR_SUBENTRIES:
+        for name in names:
+            if (run_dir / folder / name).is_symlink():
+                raise _link_error(run_dir / folder / name)
+
+
+_OWN_FLAGS = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def open_own_file(path: str | Path, flags: int) -> int:
+    """A descriptor of ``path`` opened with ``flags`` (created 0666 minus the umask if missing) that is a regular
+    file with no other name: a symbolic link is not followed, and a hard link (another name for a file elsewhere)
+    or a FIFO or device is refused, before anything is written. Never truncates.
+
+    Raises:
+        RunDirLinkError: ``path`` is a link, or not a regular file.
+    """
+    try:
+        fd = os.open(path, flags | _OWN_FLAGS, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or Path(path).is_symlink():
+            raise _link_error(Path(path)) from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} names " \
+            "(a hard link)"
+        raise RunDirLinkError(path, what)
+    return fd
+
+
+def open_append(path: str | Path) -> BinaryIO:
+    """``path`` opened for appending bytes (and reading), created if missing (see :func:`open_own_file`)."""
+    return os.fdopen(open_own_file(path, os.O_RDWR | os.O_APPEND), "a+b")
+
+
+class RunLogHandler(logging.FileHandler):
+    """Hydra's ``train.log`` handler (``conf/train.yaml``), opened before the run begins: in a run directory with
+    links among its entries (:func:`check_run_dir_links`) it writes nothing (its file may be the link), and it
+    opens its file as :func:`open_append` does. The run's lock then refuses the directory in one line
+    (:class:`~embodirl.runtime.rundir.RunDirLock`), and a sweep's other jobs go on."""
+
+    refused: RunDirLinkError | None = None
+
+    def _open(self) -> Any:
+        try:
+            check_run_dir_links(Path(self.baseFilename).parent)
+            fd = open_own_file(self.baseFilename, os.O_WRONLY | os.O_APPEND)
+        except RunDirLinkError as exc:
+            self.refused = exc
+            return open(os.devnull, "w", encoding="utf-8")  # closed by the handler
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 # --- writing ----------------------------------------------------------------------------------------------
 def _umask() -> int:
     """The process's umask, read without changing it where /proc allows (os.umask is set-and-return)."""
@@ -175,6 +296,11 @@ def _umask() -> int:
     return mask
 
 
+def file_mode() -> int:
+    """The mode an ordinary write gives a new file: 0666 minus the umask (``mkstemp`` makes 0600)."""
+    return 0o666 & ~_umask()
+
+
 def _atomic_replace(path: Path, write) -> None:
     """Write through a hidden temp file (``.<name>.<random>.tmp``) renamed over ``path``.
 
@@ -187,7 +313,7 @@ def _atomic_replace(path: Path, write) -> None:
     except OSError as exc:
         raise exc if exc.filename else type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

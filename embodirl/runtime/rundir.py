@@ -2,7 +2,8 @@
 
 * :class:`RunDirLock`: an exclusive ``flock`` on ``<run_dir>/.lock`` held for the whole run (released by
   the kernel when the process dies, so a killed or requeued job never leaves a stale lock). A second
-  process is refused in one line naming the holder's PID and host.
+  process is refused in one line naming the holder's PID and host. Taking it first refuses a run directory
+  with links among the entries embodirl writes (:func:`~embodirl.runtime.files.check_run_dir_links`).
 * :func:`remove_temp_files`: hidden ``.<name>.<random>.tmp`` files that a kill during an atomic write
   left behind (only safe under the lock).
 * :func:`config_changes` / :func:`check_resume_config`: continuing a run directory under a changed config
@@ -28,7 +29,7 @@ from typing import Any
 
 from embodirl.config.run import MOVED_KEYS
 from embodirl.errors import CheckpointError
-from embodirl.runtime.files import atomic_write_bytes
+from embodirl.runtime.files import atomic_write_bytes, check_run_dir_links, open_own_file, printable
 from embodirl.runtime.status import STATUS_FILE, write_status
 
 __all__ = ["CHANGEABLE_ON_RESUME", "RunDirBusyError", "RunDirLock", "check_resume_config", "config_changes",
@@ -69,9 +70,15 @@ class RunDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunDirLock:
-        """Take the lock or raise :class:`RunDirBusyError` naming the holder."""
+        """Take the lock or raise :class:`RunDirBusyError` naming the holder.
+
+        Raises:
+            RunDirLinkError: An entry embodirl writes is a link (see :func:`check_run_dir_links`); the lock file
+                is opened without following a link and never truncated when another file's name (nothing written).
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        check_run_dir_links(self.path.parent)
+        fd = open_own_file(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -113,7 +120,7 @@ def remove_temp_files(run_dir: str | Path) -> list[Path]:
     removed = []
     for sub in _TEMP_DIRS:
         folder = Path(run_dir) / sub
-        if folder.is_dir():
+        if folder.is_dir() and not folder.is_symlink():  # a linked folder is another's: its files are not debris
             for tmp in folder.glob(".*.tmp"):
                 tmp.unlink(missing_ok=True)
                 removed.append(tmp)
@@ -155,43 +162,77 @@ def _changeable(key: str) -> bool:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = repr(value)  # a repr escapes newlines and control characters: a value read from a file stays one line
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Mapping[str, Any],
-                        allow: bool) -> list[str]:
-    """Refuse to continue ``run_dir`` under a config that changes what is trained.
+#: Prefixes whose keys are the user's own (free-form mappings): absent from the new config is a change, not unknown.
+_FREE_FORM = ("eval.env_overrides.",)
 
-    Args:
-        run_dir: The run directory being continued.
-        checkpoint_config: The config stored in its ``checkpoints/last.pt``.
-        config: The new resolved config.
-        allow: ``trainer.allow_config_change``: continue anyway.
 
-    Returns:
-        The changes, as ``"key old -> new"`` lines (empty when nothing changed).
+def _override(key: str, value: Any) -> str | None:
+    """``key=value`` as a command-line override, or None when ``value`` is not a plain scalar."""
+    if value is None or isinstance(value, bool):
+        return f"{key}={str(value).lower() if value is not None else 'null'}"
+    if isinstance(value, int | float) or (isinstance(value, str) and value.replace("_", "").replace("-", "")
+                                          .replace(".", "").replace("/", "").isalnum()):
+        return f"{key}={value}"
+    return None
 
-    Raises:
-        CheckpointError: A change outside :data:`CHANGEABLE_ON_RESUME` and ``allow`` is false (keys the
-            checkpoint's config lacks, added by a newer embodirl, are listed but never refused).
-    """
-    if not isinstance(checkpoint_config, Mapping):
-        raise CheckpointError(f"{run_dir}/checkpoints/last.pt has no config mapping. Fix: pass "
-                              "hydra.run.dir=<a new directory> to start a new run")
-    changes = config_changes(checkpoint_config, config)
-    # A key the checkpoint's config lacks was added by a newer embodirl: the run was trained without it, so its
-    # (default) value is reported, not refused; otherwise every upgrade would lock every existing run directory.
-    refused = [(k, a, b) for k, a, b in changes if not _changeable(k) and a != _ABSENT]
-    if refused and not allow:
-        listed = ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in refused)
+
+def _refusal(source: str | None, run_dir: str | Path, listed: str, refused: list[tuple[str, Any, Any]]) -> str:
+    """The one-line refusal of a changed config: continuing ``run_dir``, or starting from ``source``."""
+    if source is None:
         words = resume_overrides(run_dir)
         resume = (f"continue it as it was started: embodirl-train resume={Path(run_dir).resolve()} (that is: "
                   f"{shlex.join(['embodirl-train', *words])}); or " if words is not None else "")
-        raise CheckpointError(
-            f"{run_dir} holds a run trained with a different config ({listed}); continuing it would silently mix "
-            f"the two. Fix: {resume}pass hydra.run.dir=<a new directory> for a new run, or "
-            "trainer.allow_config_change=true to continue it with the new values (a network of the same shapes only)")
+        return (f"{run_dir} holds a run trained with a different config ({listed}); continuing it would silently mix "
+                f"the two. Fix: {resume}pass hydra.run.dir=<a new directory> for a new run, or "
+                "trainer.allow_config_change=true to continue it with the new values (a network of the same shapes "
+                "only)")
+    restore = [_override(k, a) for k, a, _ in refused]
+    values = (" ".join(o for o in restore if o) if all(restore) and not any(k.endswith("_target_") for k, _, _ in
+                                                                           refused)
+              else "the overrides it was trained with (in its run's .hydra/overrides.yaml)")
+    return (f"{source} holds a run trained with a different config ({listed}); starting from it would silently mix "
+            f"the two. Fix: pass {values} to start from it as it was trained, or trainer.allow_config_change=true to "
+            "start from it with the new values")
+
+
+def check_resume_config(run_dir: str | Path, checkpoint_config: Any, config: Mapping[str, Any],
+                        allow: bool, source: str | None = None) -> list[str]:
+    """Refuse to continue ``run_dir`` (or to start it from the checkpoint ``source``) under a config that changes
+    what is trained.
+
+    Args:
+        run_dir: The run directory being continued.
+        checkpoint_config: The config stored in its ``checkpoints/last.pt`` (or in ``source``).
+        config: The new resolved config.
+        allow: ``trainer.allow_config_change``: continue anyway.
+        source: ``trainer.resume=<file>`` when the run starts from that file, else None (a resume in place).
+
+    Returns:
+        The changes, as ``"key old -> new"`` lines (empty when nothing changed), keys and values escaped (one line
+        each, whatever the file held).
+
+    Raises:
+        CheckpointError: A change outside :data:`CHANGEABLE_ON_RESUME`, or a key this config does not know (the
+            checkpoint's config holds a key the new one lacks), and ``allow`` is false. Keys the checkpoint's
+            config lacks, added by a newer embodirl, are listed but never refused.
+    """
+    where = source or f"{run_dir}/checkpoints/last.pt"
+    if not isinstance(checkpoint_config, Mapping):
+        raise CheckpointError(f"{printable(where)} has no config mapping. Fix: pass "
+                              "hydra.run.dir=<a new directory> to start a new run")
+    changes = [(printable(k, 200), a, b) for k, a, b in config_changes(checkpoint_config, config)]
+    # A key the checkpoint's config lacks was added by a newer embodirl: the run was trained without it, so its
+    # (default) value is reported, not refused; otherwise every upgrade would lock every existing run directory.
+    # A key only the checkpoint's config holds is unknown here: it would otherwise be carried along unchecked.
+    refused = [(k, a, b) for k, a, b in changes if a != _ABSENT and (
+        not _changeable(k) or (b == _ABSENT and not k.startswith(_FREE_FORM)))]
+    if refused and not allow:
+        listed = ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in refused)
+        raise CheckpointError(_refusal(source, run_dir, listed, refused))
     return [f"{k} {_short(a)} -> {_short(b)}" for k, a, b in changes]
 
 

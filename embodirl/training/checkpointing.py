@@ -166,8 +166,14 @@ class Checkpointer:
     def _load_env(self, saved: dict[str, Any], seed: int) -> None:
         env = self.collector.env
         if saved["env"] is not None and self.is_main:  # the checkpoint holds rank 0's env
-            with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
-                env.load_state_dict(saved["env"])
+            try:
+                with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
+                    env.load_state_dict(saved["env"])
+            except NotImplementedError:  # another env's state (trainer.allow_config_change=true across envs)
+                log.warning("%s cannot restore the env state the checkpoint holds: training starts fresh episodes",
+                            type(env).__name__)
+                self.collector.reset(seed=seed)
+                return
             self.collector.load_state_dict(saved["collector"])
             return
         if self.is_main:

@@ -87,28 +87,31 @@ class JsonlLogger:
     """
 
     def __init__(self, path: Path, start_env_steps: int = 0) -> None:
+        from embodirl.runtime.files import open_append
+
         self.path = path
-        if path.is_file():  # a regular file (never read a device or pipe to its end)
-            self._drop_lines_after(start_env_steps)
-        try:
-            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        try:  # never through a link: a planted metrics.jsonl -> ~/secret must not be read, nor appended to
+            with open_append(path) as file:
+                file.seek(0)
+                existing = file.read()
+            self._drop_lines_after(existing, start_env_steps)
+            self._file = io.TextIOWrapper(open_append(path), encoding="utf-8", write_through=True)
         except OSError as exc:
             raise _with_path(exc, path) from None
 
-    def _drop_lines_after(self, env_steps: int) -> None:
-        from embodirl.runtime.files import atomic_write_bytes
+    def _drop_lines_after(self, existing: bytes, env_steps: int) -> None:
+        from embodirl.runtime.files import atomic_write_bytes, open_append
 
-        lines = self.path.read_bytes().splitlines(keepends=True)
         kept: list[bytes] = []
         dropped: list[bytes] = []
-        for line in lines:
+        for line in existing.splitlines(keepends=True):
             steps = _line_env_steps(line)
             (kept if steps is not None and steps <= env_steps else dropped).append(line)
         if not dropped:
             return
         log.info("%s: %d line(s) past env_steps=%d or unreadable moved to %s", self.path, len(dropped), env_steps,
                  self.path.with_suffix(".superseded.jsonl").name)
-        with open(self.path.with_suffix(".superseded.jsonl"), "ab") as aside:
+        with open_append(self.path.with_suffix(".superseded.jsonl")) as aside:
             aside.writelines(line if line.endswith(b"\n") else line + b"\n" for line in dropped)
         atomic_write_bytes(self.path, b"".join(line if line.endswith(b"\n") else line + b"\n" for line in kept))
 

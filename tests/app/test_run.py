@@ -103,3 +103,18 @@ def test_sigterm_during_build_records_preempted(tmp_path):
                             text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0 and "before training started" in result.stdout, result.stderr
     assert read_status(tmp_path)["status"] == "preempted"
+
+
+def test_a_busy_run_directory_is_told_before_torch_is_imported(tmp_path):
+    """Issue 32 item 5: the lock was taken after the torch import (18 s at load 9 to learn a directory is busy)."""
+    import re
+
+    from embodirl.runtime.rundir import RunDirLock
+
+    with RunDirLock(tmp_path):
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "embodirl.cli.train", "trainer=debug",
+                                 "device=cpu", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True,
+                                timeout=120)
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert result.returncode == 2 and len(said) == 1 and f"{tmp_path} is in use by process {os.getpid()}" in said[0]
+    assert not re.search(r"\|\s+torch$", result.stderr, re.MULTILINE), "torch was imported before the lock"

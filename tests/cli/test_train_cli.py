@@ -271,12 +271,19 @@ def test_a_changed_config_is_refused_and_leaves_the_run_untouched(tmp_path, cli)
     assert "learning_rate: 0.002" in (history / "config.yaml").read_text()
 
 
-def test_disk_full_fails_in_one_line_and_keeps_the_last_checkpoint(tmp_path, cli):
+def test_disk_full_fails_in_one_line_and_keeps_the_last_checkpoint(tmp_path, cli, monkeypatch):
     from embodirl.runtime.checkpoint import load_checkpoint
+    from embodirl.training.loggers import JsonlLogger
 
     run_dir = _tiny_run(cli, tmp_path)
-    (run_dir / "metrics.jsonl").unlink()
-    (run_dir / "metrics.jsonl").symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
+    opened = JsonlLogger.__init__
+
+    def full_disk(self, *args, **kwargs):  # every write fails with ENOSPC, as on a full disk (a link is refused)
+        opened(self, *args, **kwargs)
+        self._file.close()
+        self._file = open("/dev/full", "w", encoding="utf-8")  # noqa: SIM115 - closed by the logger
+
+    monkeypatch.setattr(JsonlLogger, "__init__", full_disk)
     result = cli("embodirl-train", [*TINY, "trainer.total_env_steps=512", f"hydra.run.dir={run_dir}"])
     assert result.code == 1
     (line,) = result.err.strip().splitlines()

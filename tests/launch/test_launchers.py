@@ -32,7 +32,7 @@ FAKE_SLURM = Path(__file__).resolve().parent / "fake_slurm"
 LAUNCHERS = sorted(p.stem for p in (REPO / "embodirl" / "conf" / "hydra" / "launcher").glob("*.yaml"))
 SITE_PROFILES = sorted((REPO / "launch" / "hydra" / "launcher").glob("*.yaml"))
 SITE_SWITCHES = sorted((REPO / "launch" / "site").glob("*.yaml"))
-TARGETS = {"local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+TARGETS = {"local": "hydra_plugins.embodirl_launcher.LocalLauncher",
            "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}
 RUN_TIMEOUT_S = 150  # per subprocess; far more than a run here needs, so only a hang reaches it
 
@@ -228,6 +228,21 @@ def test_local_launcher_sweep_completes_points_and_names_the_failed_one(tmp_path
     assert failed["status"] == "failed" and failed["exception"] == "ConfigError" and failed["traceback"]
     # each point ran as its own submitit job (one folder per job id), at the same time
     assert len([p for p in (sweep / ".submitit").iterdir() if p.name != "%j"]) == 2
+
+
+@pytest.mark.slow
+def test_a_killed_local_job_ends_the_sweep_with_its_table_and_how_to_rerun_it(tmp_path):
+    """Issue 33 item 7: a job killed by a signal was an ``UncompletedJobError`` traceback, no table, and its
+    status.json said running."""
+    sweep = tmp_path / "sweep"
+    kill = "trainer.callbacks=[{_target_: tests.app.killing_callback.KillSeed, seed: ${seed}, kill_seed: 1}]"
+    result = train(["-m", "hydra/launcher=local", *TINY, "seed=1", kill, f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                   env={"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "failed: JobKilledError" in result.stdout and "Report (table + curves)" in result.stdout, result.stdout
+    line = next(line for line in result.stderr.splitlines() if line.startswith("  job 0 ["))
+    assert "killed by a signal" in line and f"hydra.run.dir={(sweep / '0').resolve()}" in line
+    assert read_json(sweep / "0" / "status.json")["status"] == "failed"
 
 
 # --- d. two gloo ranks of one job under submitit_local ---------------------------------------------------

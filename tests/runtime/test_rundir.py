@@ -128,3 +128,28 @@ def test_a_refused_sweep_job_is_recorded_in_its_fresh_directory_but_never_over_a
     assert not record_refused_job(earlier, files, ConfigError("algo.learning_rate", -1, "a float > 0"))
     assert not (earlier / "status.json").exists()
     assert (earlier / ".hydra" / "overrides.yaml").read_text() == "- seed=1\n"
+
+
+def test_a_key_the_config_does_not_know_is_refused_and_values_read_from_a_file_stay_on_one_line(tmp_path):
+    new = {"seed": 0, "logger": {"console": "none"}, "eval": {"env_overrides": None}}
+    planted = {**new, "logger": {"console": "none", "note": "'$(touch X)\nINJECTED"}}  # logger.* may change
+    with pytest.raises(CheckpointError, match=r"logger\.note \"'\$\(touch X\)\\nINJECTED\" -> '<absent>'") as exc:
+        check_resume_config(tmp_path, planted, new, allow=False)
+    assert "\n" not in str(exc.value)
+    (change,) = check_resume_config(tmp_path, {**planted, "seed\nrm -rf ~": 1}, new, allow=True)[1:]
+    assert "\n" not in change and change.startswith("seed rm -rf ~ 1 -> ")
+    # The user's own free-form keys may still come and go like any changeable value.
+    assert "eval.env_overrides.friction 2 -> '<absent>'" in check_resume_config(
+        tmp_path, {**new, "eval": {"env_overrides": {"friction": 2}}}, new, allow=False)
+
+
+def test_starting_from_a_checkpoint_file_refuses_another_config_with_the_overrides_that_match_it(tmp_path):
+    old = {"seed": 0, "algo": {"learning_rate": 0.002, "clip_coef": 0.2}, "trainer": {"resume": None}}
+    new = {"seed": 1, "algo": {"learning_rate": 0.001, "clip_coef": 0.2}, "trainer": {"resume": "a.pt"}}
+    with pytest.raises(CheckpointError) as exc:
+        check_resume_config(tmp_path, old, new, allow=False, source="trainer.resume='a.pt'")
+    assert str(exc.value).startswith("trainer.resume='a.pt' holds a run trained with a different config "
+                                     "(algo.learning_rate 0.002 -> 0.001, seed 0 -> 1)")
+    assert "Fix: pass algo.learning_rate=0.002 seed=0 to start from it as it was trained" in str(exc.value)
+    assert check_resume_config(tmp_path, old, new, allow=True, source="trainer.resume='a.pt'") == [
+        "algo.learning_rate 0.002 -> 0.001", "seed 0 -> 1", "trainer.resume None -> 'a.pt'"]

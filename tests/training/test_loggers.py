@@ -62,8 +62,9 @@ def test_jsonl_survives_non_utf8_bytes(tmp_path):
 
 def test_jsonl_write_errors_name_the_file(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
     logger = JsonlLogger(path)
+    logger._file.close()
+    logger._file = open("/dev/full", "w", encoding="utf-8")  # noqa: SIM115 - every write fails with ENOSPC, as on a full disk
     with pytest.raises(OSError) as info:
         logger.log({"env_steps": 1})
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
