@@ -1,5 +1,6 @@
-"""The launch of ``hydra/launcher=local`` (``hydra_plugins.embodirl_launcher.LocalLauncher``, submitit's local
-launcher): a killed job ends as a failed job of the sweep.
+"""The launchers of ``hydra/launcher=local`` and the SLURM profiles: submitit's (hydra-submitit-launcher), except
+that a job that ends without a result (killed, cancelled, out of time after its requeues) is a failed job of the
+sweep.
 
 The plugin collects each job's result with ``job.results()``, which raises ``UncompletedJobError`` for a job
 killed by a signal (kill -9, out of memory): the sweep then ended in that traceback, without the table of
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +44,7 @@ def launch_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
     """The plugin's ``launch``: one submitit job per override list; every job's result (NaN for a killed one).
 
     Args:
-        launcher: The ``hydra_plugins.embodirl_launcher.LocalLauncher`` (set up by Hydra).
+        launcher: A launcher of ``hydra_plugins.embodirl_launcher`` (set up by Hydra).
         job_overrides: Each job's overrides.
         initial_job_idx: The first job's number.
     """
@@ -85,12 +87,24 @@ def _result(launcher: Any, job: Any, overrides: list[str], num: int) -> JobRetur
         rerun = shlex.join(["embodirl-train", *overrides, f"hydra.run.dir={run_dir.resolve()}"])
         log.debug("job %s: %s", num, exc)
         killed = JobKilledError(
-            f"job {num} ended without a result: killed by a signal, out of memory, or its process failed (its output: "
-            f"{job.paths.stderr}). Fix: rerun it (it continues from its checkpoints/last.pt, if any) with: {rerun}")
+            f"job {num} ended without a result ({_why(exc)}): killed by a signal, cancelled, out of memory or time, "
+            f"or its process failed (its output: {job.paths.stderr}). Fix: rerun it (it continues from its "
+            f"checkpoints/last.pt, if any) with: {rerun}")
         _mark_failed(run_dir, killed)
         record_job_failure(launcher.config.hydra.sweep.dir, num, run_dir, overrides, killed)
         return JobReturn(overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED,
                          _return_value=math.nan)  # the sweeper goes on, and SweepFate prints the table
+
+
+def _why(exc: Exception) -> str:
+    """What submitit says of a job without a result, in a few words: SLURM's state (``CANCELLED``, ``TIMEOUT``,
+    ``NODE_FAIL``) or why it was not requeued."""
+    text = str(exc)
+    state = re.search(r"\(state: ([A-Z_]+)", text)
+    if state:
+        return f"state {state.group(1)}"
+    requeue = re.search(r"not requeued because: ([^\n]+)", text)
+    return requeue.group(1).rstrip(".") if requeue else "no result file"
 
 
 def _job_dir(launcher: Any, overrides: list[str], num: int) -> Path:

@@ -113,6 +113,8 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> Any:
 
     args = get_args_parser().parse_args(list(argv))
     if not args.multirun:
+        if any(o.split("=", 1)[0].lstrip("+") in ("sweep", "hydra.mode") for o in args.overrides):
+            _register_launchers()  # a ready sweep (sweep=seeds) is a multirun by its hydra.mode
         return None
     overrides = OverridesParser.create().parse_overrides(args.overrides)  # one per override, in order
     _check_sweeps(overrides)
@@ -126,9 +128,21 @@ def check_multirun(argv: Sequence[str], config_name: str = "train") -> Any:
     finally:
         GlobalHydra.instance().clear()
     _check_launcher(cfg.hydra.launcher, cfg.hydra.runtime.choices.get("hydra/launcher"))
+    _register_launchers()
     if "slurm" in str(cfg.hydra.launcher.get("_target_", "")).lower():
         _follow_jobs_without_accounting()
     return cfg.hydra
+
+
+def _register_launchers() -> None:
+    """Make embodirl's launchers (``hydra_plugins.embodirl_launcher``) known to Hydra: it finds plugins by walking
+    the ``hydra_plugins`` folders, which misses an editable install (``pip install -e .``), and then refuses them."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.embodirl_launcher import LocalLauncher, SlurmLauncher
+
+    for launcher in (LocalLauncher, SlurmLauncher):
+        Plugins.instance().register(launcher)
 
 
 def _follow_jobs_without_accounting() -> None:

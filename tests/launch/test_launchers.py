@@ -33,7 +33,7 @@ LAUNCHERS = sorted(p.stem for p in (REPO / "embodirl" / "conf" / "hydra" / "laun
 SITE_PROFILES = sorted((REPO / "launch" / "hydra" / "launcher").glob("*.yaml"))
 SITE_SWITCHES = sorted((REPO / "launch" / "site").glob("*.yaml"))
 TARGETS = {"local": "hydra_plugins.embodirl_launcher.LocalLauncher",
-           "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}
+           "slurm": "hydra_plugins.embodirl_launcher.SlurmLauncher"}
 RUN_TIMEOUT_S = 150  # per subprocess; far more than a run here needs, so only a hang reaches it
 
 
