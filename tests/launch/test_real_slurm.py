@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, run_cli
 from tests.launch.test_launchers import (
     RUN_TIMEOUT_S,
     assert_resumed_not_restarted,
@@ -219,9 +219,13 @@ def test_cancelled_job_ends_the_sweep_and_is_reported(tmp_path):
     assert proc.returncode not in (0, None), out + err
     assert "Traceback" not in err, err
     assert re.search(r"job 0 .*cancel", err, flags=re.IGNORECASE), err
-    assert read_json(run_dir / "status.json")["status"] != "running"
+    # scancel sends SIGTERM first: the run saves checkpoints/last.pt and records itself preempted (a rerun continues)
+    status = read_json(run_dir / "status.json")["status"]
+    assert status == "preempted", status
     steps = env_steps_logged(run_dir)
     assert steps == sorted(set(steps))
+    report = run_cli("embodirl-report", [str(sweep)], cwd=tmp_path)
+    assert "preempted" in report.stdout and "running" not in report.stdout, report.stdout
 
 
 # --- a job that fails inside SLURM ---------------------------------------------------------------------------
