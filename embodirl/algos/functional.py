@@ -11,6 +11,7 @@ from torch import Tensor
 
 __all__ = [
     "approx_kl",
+    "categorical_projection",
     "clip_fraction",
     "clipped_surrogate_loss",
     "compute_gae",
@@ -274,3 +275,35 @@ def k3_kl(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
     ``exp(ref - cur) - (ref - cur) - 1`` (unbiased, always >= 0)."""
     diff = ref_log_prob - log_prob
     return torch.expm1(diff) - diff
+
+
+def categorical_projection(probs: Tensor, reward: Tensor, discount: Tensor, v_min: float, v_max: float) -> Tensor:
+    """C51's projection (Bellemare et al. 2017, algorithm 1): the distribution of ``reward + discount * Z`` on the
+    fixed support of ``Z``, ``K`` atoms evenly spaced over ``[v_min, v_max]``.
+
+    Each atom ``z_j`` moves to ``clamp(r + d z_j, v_min, v_max)``, which falls between two atoms of the support; its
+    probability is split between them in proportion to the closeness (all of it to one atom where it lands on it).
+
+    Args:
+        probs: ``[B, K]`` probabilities of the next state's return on the support.
+        reward: ``[B]`` rewards (n-step sums).
+        discount: ``[B]`` discounts of the bootstrap, 0 where the episode terminated.
+        v_min: Lowest atom.
+        v_max: Highest atom.
+
+    Returns:
+        ``[B, K]`` probabilities of the target on the same support (each row sums to 1).
+    """
+    num_atoms = probs.shape[-1]
+    support = torch.linspace(v_min, v_max, num_atoms, device=probs.device, dtype=probs.dtype)
+    delta = (v_max - v_min) / (num_atoms - 1)
+    moved = (reward[:, None] + discount[:, None] * support).clamp(v_min, v_max)
+    b = (moved - v_min) / delta  # fractional index of each moved atom
+    lower, upper = b.floor().long(), b.ceil().long()
+    # Where b is a whole number, lower == upper: its whole probability goes to that atom (fixed shapes, no branch).
+    lower_weight = (upper.to(b.dtype) - b) + (lower == upper).to(b.dtype)
+    upper_weight = b - lower.to(b.dtype)
+    target = torch.zeros_like(probs)
+    target.scatter_add_(-1, lower, probs * lower_weight)
+    target.scatter_add_(-1, upper.clamp_max(num_atoms - 1), probs * upper_weight)
+    return target

@@ -8,7 +8,7 @@ builds its networks (critics, targets) and optimizers, its ``metric_names``, and
 * ``train_step(batch) -> {"loss/<term>": ..., "diag/<name>": ...}``: one gradient step (or one critic step and,
   when due, an actor step) on a batch sampled from the buffer; plain eager PyTorch, the terms as device tensors
   (a term missing from a step, an actor loss between delayed actor steps, is averaged over the steps that have it);
-* ``check_env(env)``: refuse an env it cannot train on (continuous actions only, ...);
+* ``check_env(env)``: refuse an env it cannot train on (continuous actions only, ...; ``check_buffer_fits``);
 * ``networks()`` and ``optimizers()``: what its checkpointed state holds besides the policy.
 
 The base class owns the rest: the buffer on the env's device (:class:`~embodirl.collect.replay.ReplayBuffer`, sized
@@ -38,7 +38,7 @@ from embodirl.collect.replay import TRANSITION_KEYS, ReplayBuffer
 from embodirl.collect.rollout import non_finite_env_output, validate_rollout
 from embodirl.config.algos import OffPolicyConfig
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import NonFiniteLossError
+from embodirl.errors import ConfigError, NonFiniteLossError
 from embodirl.policies.base import Policy
 from embodirl.runtime.distributed import allreduce_grads
 
@@ -107,6 +107,13 @@ class OffPolicyAlgorithm(ABC):
     @abstractmethod
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The optimizers by their key in :meth:`state_dict`."""
+
+    def check_buffer_fits(self, env: BatchedEnv) -> None:
+        """Refuse a buffer smaller than one rollout of ``env`` (a ``check_env`` calls it)."""
+        if env.num_envs * self.cfg.num_steps > self.cfg.buffer_size:
+            raise ConfigError("algo.buffer_size", self.cfg.buffer_size, f"at least env.num_envs x algo.num_steps = "
+                              f"{env.num_envs * self.cfg.num_steps} (one rollout must fit)",
+                              f"pass algo.buffer_size={env.num_envs * self.cfg.num_steps * 100}", absolute=True)
 
     # --- the loop ---------------------------------------------------------------------------------------------
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:

@@ -84,10 +84,7 @@ class SAC(OffPolicyAlgorithm):
 
     def check_env(self, env: BatchedEnv) -> None:
         # The policy's TanhGaussian already refused a non-Box action space; here only the pairing is left.
-        if env.num_envs * self.cfg.num_steps > self.cfg.buffer_size:
-            raise ConfigError("algo.buffer_size", self.cfg.buffer_size, f"at least env.num_envs x algo.num_steps = "
-                              f"{env.num_envs * self.cfg.num_steps} (one rollout must fit)",
-                              f"pass algo.buffer_size={env.num_envs * self.cfg.num_steps * 100}", absolute=True)
+        self.check_buffer_fits(env)
 
     def networks(self) -> dict[str, nn.Module]:
         return {"critics": self.critics, "target_critics": self.target_critics,

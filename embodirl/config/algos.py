@@ -1,4 +1,5 @@
-"""Schemas of the algorithms (``algo=ppo|grpo|a2c|distill|sac``); their optimizers' are in :mod:`embodirl.config.optim`.
+"""Schemas of the algorithms (``algo=ppo|grpo|a2c|distill|sac|fasttd3``); their optimizers' are in
+:mod:`embodirl.config.optim`.
 
 The keys every on-policy algorithm shares (learning rate and its schedule, epochs and minibatches, entropy
 bonus, clipping of the gradient norm, mixed precision) are declared once in :class:`OnPolicyConfig`; those of
@@ -16,8 +17,8 @@ from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
-__all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "GRPOConfig", "OffPolicyConfig", "OnPolicyConfig", "PPOConfig",
-           "SACConfig", "TeacherConfig"]
+__all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "FastTD3Config", "GRPOConfig", "OffPolicyConfig",
+           "OnPolicyConfig", "PPOConfig", "SACConfig", "TeacherConfig"]
 
 _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
@@ -217,3 +218,36 @@ class SACConfig(OffPolicyConfig):
     alpha: float = key(0.2, gt=0, doc="the entropy temperature (its start when autotune)")
     autotune: bool = key(True, doc="learn alpha so the policy's entropy stays near target_entropy")
     target_entropy: float | None = key(None, doc="the autotune's entropy target; null = -(action dimensions)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FastTD3Config(OffPolicyConfig):
+    """FastTD3 (Seo et al. 2025): TD3's clipped double Q, target policy smoothing and delayed actor, with a
+    distributional (C51) critic option, n-step returns, per-env exploration noise drawn from a range, large batches
+    and several updates per env step; a deterministic tanh-bounded actor; continuous (Box) actions."""
+
+    target = "embodirl.algos.fasttd3.FastTD3"
+    learning_rate: float = key(3e-4, gt=0, doc="the actor's learning rate")
+    critic_learning_rate: float = key(3e-4, gt=0, doc="the critics' learning rate")
+    critic_hidden_sizes: list[int] = key(factory=lambda: [256, 256], ge=1, doc="hidden layers of each Q critic")
+    policy_frequency: int = key(2, ge=1, doc="critic steps per actor step (delayed actor)")
+    policy_noise: float = key(0.2, ge=0, doc="target policy smoothing: std of the noise added to the next action "
+                              "(a fraction of the action half-range)")
+    noise_clip: float = key(0.5, ge=0, doc="target policy smoothing: the noise is clipped to +-this")
+    std_min: float = key(0.001, ge=0, doc="exploration: each env's noise std is drawn from [std_min, std_max] "
+                         "(a fraction of the action half-range), again at each of its episode ends")
+    std_max: float = key(0.4, ge=0, doc="exploration: the upper end of the per-env noise std range")
+    critic: Literal["twin", "c51"] = key("c51", doc="twin: two scalar Q critics | c51: two distributional critics "
+                                         "over num_atoms atoms in [v_min, v_max] (Bellemare et al. 2017)")
+    num_atoms: int = key(101, ge=2, doc="critic=c51: atoms of the return distribution's support")
+    v_min: float = key(-10.0, doc="critic=c51: the lowest return of the support (below the worst discounted return)")
+    v_max: float = key(10.0, doc="critic=c51: the highest return of the support (above the best discounted return)")
+    weight_decay: float = key(0.0, ge=0, doc="AdamW weight decay of the actor and the critics (FastTD3: 0.1)")
+
+    def check(self) -> None:
+        if not self.v_min < self.v_max:
+            raise ConfigError("v_min", self.v_min, f"a float below v_max={self.v_max} (the C51 support)",
+                              f"pass v_min={self.v_max - 20.0} or a v_max above it")
+        if not self.std_min <= self.std_max:
+            raise ConfigError("std_min", self.std_min, f"at most std_max={self.std_max} (the exploration noise "
+                              f"range)", f"pass std_min={self.std_max / 10}")

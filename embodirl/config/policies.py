@@ -20,6 +20,7 @@ __all__ = [
     "ActorOnlyConfig",
     "BetaConfig",
     "CNNEncoderConfig",
+    "DeterministicTanhConfig",
     "FlattenEncoderConfig",
     "MLPEncoderConfig",
     "PolicyConfig",
@@ -160,6 +161,15 @@ class TanhGaussianConfig(Schema):
 
     def check(self) -> None:
         _check_log_std(self.log_std_min, self.log_std_max)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeterministicTanhConfig(Schema):
+    """A deterministic actor squashed by tanh into the Box's bounds, explored with Gaussian noise (TD3's actor)."""
+
+    target = "embodirl.policies.distributions.DeterministicTanh"
+    noise_std: float = key(0.1, ge=0, doc="exploration noise std (a fraction of the half-range of the actions) until "
+                           "the algorithm sets one per env (algo=fasttd3 draws them from [std_min, std_max])")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,8 @@ Chosen from the env's action space by default: :class:`Categorical` for ``Discre
 ``policy.distribution`` overrides the choice for ``Box`` actions with a node whose class is built with
 ``(cfg, action_space=...)`` (presets in ``conf/policy/distribution/``): :class:`StateDependentGaussian` (the actor
 outputs the ``log_std`` too), :class:`Beta` (bounded actions, Chou et al. 2017) or :class:`TanhGaussian` (SAC's
-squashed Gaussian, whose :meth:`~TanhGaussian.sample` is reparameterised: its actions carry gradients).
+squashed Gaussian, whose :meth:`~TanhGaussian.sample` is reparameterised: its actions carry gradients) or
+:class:`DeterministicTanh` (TD3's deterministic actor, explored with Gaussian noise of a std per env).
 """
 
 from __future__ import annotations
@@ -20,11 +21,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from embodirl.config.policies import BetaConfig, StateDependentGaussianConfig, TanhGaussianConfig
+from embodirl.config.policies import (
+    BetaConfig,
+    DeterministicTanhConfig,
+    StateDependentGaussianConfig,
+    TanhGaussianConfig,
+)
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ActionDistribution", "Beta", "Categorical", "DiagGaussian", "StateDependentGaussian", "TanhGaussian",
-           "make_distribution"]
+__all__ = ["ActionDistribution", "Beta", "Categorical", "DeterministicTanh", "DiagGaussian", "StateDependentGaussian",
+           "TanhGaussian", "make_distribution"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -235,6 +241,19 @@ class Beta(ActionDistribution):
         return self._log_prob(dist, action), (dist.entropy() + self.scale.log()).sum(-1)
 
 
+def _bounds(action_space: gym.Space, name: str, what: str) -> tuple[Tensor, Tensor]:
+    """The center and half-range of a 1-D ``Box`` with finite bounds (refused otherwise)."""
+    if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
+        raise ConfigError("distribution", name, f"a distribution for the env's action space ({what} need "
+                          f"a 1-D Box; the env has {action_space})",
+                          "use an env with continuous actions, or an algorithm for discrete ones (algo=ppo)")
+    low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
+    if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
+        raise ConfigError("distribution", name, f"a Box with finite bounds (the env's is {action_space})",
+                          "use an env whose actions are bounded, or another algo (algo=ppo)")
+    return (high + low) / 2, (high - low) / 2
+
+
 class TanhGaussian(StateDependentGaussian):
     """SAC's actor distribution (Haarnoja et al. 2018, appendix C): ``u ~ N(mean, std)`` from the actor's
     ``params = [mean, raw]`` (``[B, 2 D]``, ``log_std`` as in :class:`StateDependentGaussian`), squashed into the
@@ -253,18 +272,10 @@ class TanhGaussian(StateDependentGaussian):
     half_range: Tensor
 
     def __init__(self, cfg: TanhGaussianConfig, *, action_space: gym.Space) -> None:
-        if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
-            raise ConfigError("distribution", "TanhGaussian", f"a distribution for the env's action space (squashed "
-                              f"Gaussian actions need a 1-D Box; the env has {action_space})",
-                              "use an env with continuous actions, or an algorithm for discrete ones (algo=ppo)")
+        center, half_range = _bounds(action_space, "TanhGaussian", "squashed Gaussian actions")
         super().__init__(typing.cast(StateDependentGaussianConfig, cfg), action_space=action_space)
-        box = typing.cast(gym.spaces.Box, action_space)
-        low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (box.low, box.high))
-        if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
-            raise ConfigError("distribution", "TanhGaussian", f"a Box with finite bounds (the env's is {action_space})",
-                              "use an env whose actions are bounded, or another algo (algo=ppo)")
-        self.register_buffer("center", (high + low) / 2, persistent=False)
-        self.register_buffer("half_range", (high - low) / 2, persistent=False)
+        self.register_buffer("center", center, persistent=False)
+        self.register_buffer("half_range", half_range, persistent=False)
 
     def _squash(self, u: Tensor, log_prob_u: Tensor) -> tuple[Tensor, Tensor]:
         y = torch.tanh(u)
@@ -282,6 +293,60 @@ class TanhGaussian(StateDependentGaussian):
     def log_prob(self, params: Tensor, action: Tensor) -> Tensor:
         y = ((action - self.center) / self.half_range).clamp(-1 + self._EPS, 1 - self._EPS)
         return self._squash(torch.atanh(y), super().log_prob(params, torch.atanh(y)))[1]
+
+
+class DeterministicTanh(ActionDistribution):
+    """TD3's actor (Fujimoto et al. 2018): the action is ``center + half_range * tanh(params)`` (``params`` ``[B, D]``),
+    explored by adding Gaussian noise to ``tanh(params)`` and clipping it back into ``[-1, 1]``.
+
+    The noise std is a fraction of the half-range, one per env: :attr:`noise_std` ``[num_envs]`` (FastTD3's per-env
+    scales, which the algorithm draws and redraws at episode ends with :meth:`set_noise_std`), or one value for all
+    (``noise_std``, until the algorithm sets them). It is not in the policy's state (an evaluation or an export of
+    the deterministic action never reads it); the algorithm checkpoints it. A noisy action has no density:
+    :meth:`log_prob` and :meth:`entropy` are 0 (the off-policy algorithms never read them).
+
+    Args:
+        cfg: ``noise_std``.
+        action_space: A 1-D ``Box`` with finite bounds.
+    """
+
+    center: Tensor
+    half_range: Tensor
+    noise_std: Tensor
+
+    def __init__(self, cfg: DeterministicTanhConfig, *, action_space: gym.Space) -> None:
+        super().__init__()
+        center, half_range = _bounds(action_space, "DeterministicTanh", "tanh-bounded actions")
+        self.num_params = int(center.shape[0])
+        self.action_shape = (self.num_params,)
+        self.action_dtype = torch.float32
+        self.register_buffer("center", center, persistent=False)
+        self.register_buffer("half_range", half_range, persistent=False)
+        self.register_buffer("noise_std", torch.full((1,), float(cfg.noise_std)), persistent=False)
+
+    def set_noise_std(self, std: Tensor) -> None:
+        """Explore with ``std`` ``[num_envs]`` (row ``i`` of a batch of ``num_envs`` gets ``std[i]``)."""
+        self.noise_std = std.to(self.center.device, torch.float32)
+
+    def perturb(self, params: Tensor, noise: Tensor) -> Tensor:
+        """``center + half_range * clamp(tanh(params) + noise, -1, 1)``: the action moved by ``noise`` (in units of
+        the half-range), kept inside the bounds."""
+        return self.center + self.half_range * (torch.tanh(params) + noise).clamp(-1.0, 1.0)
+
+    def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        # One std per row when the batch is the envs' (the collector's); otherwise their mean for every row.
+        std = self.noise_std if self.noise_std.shape[0] in (1, params.shape[0]) else self.noise_std.mean(0, True)
+        action = self.perturb(params, torch.randn_like(params) * std[:, None])
+        return action, torch.zeros(params.shape[0], device=params.device)
+
+    def mode(self, params: Tensor) -> Tensor:
+        return self.center + self.half_range * torch.tanh(params)
+
+    def log_prob(self, params: Tensor, action: Tensor) -> Tensor:
+        return torch.zeros(params.shape[0], device=params.device)
+
+    def entropy(self, params: Tensor) -> Tensor:
+        return torch.zeros(params.shape[0], device=params.device)
 
 
 def make_distribution(

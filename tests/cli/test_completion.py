@@ -55,7 +55,7 @@ def test_query_proposes_every_group_without_a_plus(monkeypatch, capsys):
         "experiment=ppo_push_cube_teacher"]
     assert _query("embodirl-train sw", monkeypatch, capsys) == ["sweep="]
     assert _query("embodirl-train algo=", monkeypatch, capsys) == [
-        "algo=a2c", "algo=distill", "algo=grpo", "algo=ppo", "algo=sac"]
+        "algo=a2c", "algo=distill", "algo=fasttd3", "algo=grpo", "algo=ppo", "algo=sac"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -93,7 +93,7 @@ def test_help_page_shows_examples_groups_and_commented_keys():
         assert command in page
     lines = page.splitlines()
     # the selected option is starred
-    assert any(line.split() == ["algo", "a2c,", "distill,", "grpo,", "ppo*,", "sac"] for line in lines)
+    assert any(line.split() == ["algo", "a2c,", "distill,", "fasttd3,", "grpo,", "ppo*,", "sac"] for line in lines)
     assert any(line.startswith("  experiment ") and "ppo_push_cube" in line for line in lines)  # no + needed
     assert any(line.startswith("  logger ") and "none" in line and "wandb" in line for line in lines)
     clip = next(line for line in lines if line.strip().startswith("algo.clip_coef="))
@@ -133,8 +133,8 @@ def test_help_cli_is_fast_and_keeps_hydra_flags(tmp_path, cli, monkeypatch):
     assert hydra_help.code == 0 and "== Flags ==" in hydra_help.out
     bad = cli("embodirl-train", ["--help", "algo=bogus"])
     assert bad.code == 2 and bad.err.strip().splitlines() == [
-        "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, distill, grpo, ppo, sac (the options in "
-        "algo/). Fix: pass algo=a2c (or another of: a2c, distill, grpo, ppo, sac)"]
+        "embodirl-train: error: algo=bogus is invalid: expected one of: a2c, distill, fasttd3, grpo, ppo, sac (the "
+        "options in algo/). Fix: pass algo=a2c (or another of: a2c, distill, fasttd3, grpo, ppo, sac)"]
 
 
 @pytest.mark.slow  # a fresh process per flag, to close its real stdout pipe
