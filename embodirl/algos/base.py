@@ -48,7 +48,7 @@ from embodirl.errors import NonFiniteLossError
 from embodirl.policies.base import Policy
 from embodirl.runtime.distributed import allreduce_grads, allreduce_max, allreduce_mean
 
-__all__ = ["EAGER", "Algorithm", "OnPolicyAlgorithm", "finish_metrics"]
+__all__ = ["EAGER", "Algorithm", "OnPolicyAlgorithm", "blame_env", "finish_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -314,20 +314,9 @@ class OnPolicyAlgorithm(ABC):
         return self.cfg.target_kl is not None and self._kl(epoch_sums).item() / num_steps > self.cfg.target_kl
 
     # --- checks, state, metrics -------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def blame_env(self, rollout: TensorDict) -> Iterator[None]:
-        """Re-raise a :class:`NonFiniteLossError` as the env's fault when the env itself produced NaN or infinite
-        rewards or observations in ``rollout`` (a lower learning rate would not help); ``env_name`` names it."""
-        try:
-            yield
-        except NonFiniteLossError:
-            what = non_finite_env_output(rollout)
-            if what is None:
-                raise
-            raise NonFiniteLossError(
-                f"the env {self.env_name} produced a NaN or infinite {what}, and the loss followed: training stopped, "
-                "the last good checkpoint is kept. Fix: check the env's settings (env.*) or its code; its reward and "
-                "observations must stay finite") from None
+    def blame_env(self, rollout: TensorDict) -> contextlib.AbstractContextManager[None]:
+        """:func:`blame_env` for this algorithm's env."""
+        return blame_env(self.env_name, rollout)
 
     def check_rollout(self, rollout: TensorDict) -> None:
         """Validate the rollout against the schema and the policy's spaces (metadata only, no sync)."""
@@ -352,3 +341,19 @@ class OnPolicyAlgorithm(ABC):
             self.set_learning_rate(float(state["learning_rate"]))
         if self.grad_scaler is not None and "grad_scaler" in state:
             self.grad_scaler.load_state_dict(state["grad_scaler"])
+
+
+@contextlib.contextmanager
+def blame_env(env_name: str, rollout: TensorDict) -> Iterator[None]:
+    """Re-raise a :class:`NonFiniteLossError` as the env's fault when the env ``env_name`` itself produced NaN or
+    infinite rewards or observations in ``rollout`` (a lower learning rate would not help)."""
+    try:
+        yield
+    except NonFiniteLossError:
+        what = non_finite_env_output(rollout)
+        if what is None:
+            raise
+        raise NonFiniteLossError(
+            f"the env {env_name} produced a NaN or infinite {what}, and the loss followed: training stopped, "
+            "the last good checkpoint is kept. Fix: check the env's settings (env.*) or its code; its reward and "
+            "observations must stay finite") from None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -32,13 +31,13 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from embodirl.accel.compile import Acceleration
-from embodirl.algos.base import EAGER, finish_metrics
+from embodirl.algos.base import EAGER, blame_env, finish_metrics
 from embodirl.collect.collector import CollectPlan
 from embodirl.collect.replay import TRANSITION_KEYS, ReplayBuffer
-from embodirl.collect.rollout import non_finite_env_output, validate_rollout
+from embodirl.collect.rollout import validate_rollout
 from embodirl.config.algos import OffPolicyConfig
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import ConfigError, NonFiniteLossError
+from embodirl.errors import ConfigError
 from embodirl.policies.base import Policy
 from embodirl.runtime.distributed import allreduce_grads
 
@@ -150,18 +149,9 @@ class OffPolicyAlgorithm(ABC):
             metrics = finish_metrics(list(sums), values)
         return {**metrics, "diag/buffer_size": float(len(self.buffer)), "diag/num_updates": float(self.num_updates)}
 
-    @contextlib.contextmanager
-    def blame_env(self, rollout: TensorDict) -> Iterator[None]:
-        """Re-raise a non-finite loss as the env's fault when the env's own output was not finite."""
-        try:
-            yield
-        except NonFiniteLossError:
-            what = non_finite_env_output(rollout)
-            if what is None:
-                raise
-            raise NonFiniteLossError(
-                f"the env {self.env_name} produced a NaN or infinite {what}, and the loss followed: training stopped, "
-                "the last good checkpoint is kept. Fix: check the env's settings (env.*) or its code") from None
+    def blame_env(self, rollout: TensorDict) -> contextlib.AbstractContextManager[None]:
+        """:func:`~embodirl.algos.base.blame_env` for this algorithm's env."""
+        return blame_env(self.env_name, rollout)
 
     def use_cuda_graphs(self) -> None:  # noqa: B027 (part of the Algorithm protocol; nothing to capture here)
         """Nothing to capture: the updates run eager."""
