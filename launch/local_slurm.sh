@@ -75,12 +75,19 @@ PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscr
 CONF
 }
 
+alive() {  # the daemon of this pid file runs (a stale file after a crash or a reboot names no such process)
+  local pid
+  [ -f "$dir/$1.pid" ] && pid="$(cat "$dir/$1.pid")" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] &&
+    ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null  # a killed daemon nobody reaped yet
+}
+
 start() {
   [ "$(id -u)" = 0 ] || die "the daemons run as root here. Fix: sudo bash $0 start"
   install_packages
-  if [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+  if alive slurmctld && alive slurmd && alive munged && SLURM_CONF="$dir/slurm.conf" timeout 5 sinfo >/dev/null 2>&1; then
     echo "== already running (state in $dir)"
   else
+    stop >/dev/null  # whatever is left of an earlier start
     write_config
     munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
       --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munged.seed"
@@ -88,10 +95,11 @@ start() {
     SLURM_CONF="$dir/slurm.conf" slurmd
   fi
   export SLURM_CONF="$dir/slurm.conf"
-  local state=""
-  for _ in $(seq 1 60); do
-    state="$(sinfo -h -N -o '%t' 2>/dev/null | head -n1 || true)"
-    [ "$state" = idle ] || [ "$state" = mix ] || [ "$state" = alloc ] && break
+  local state="" deadline=$((SECONDS + 60))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    # sinfo retries a controller that does not answer for about 10 s: bound each call
+    state="$(timeout 5 sinfo -h -N -o '%t' 2>/dev/null | head -n1 || true)"
+    case "$state" in idle|mix|alloc) break ;; esac
     sleep 1
   done
   case "$state" in
@@ -109,7 +117,7 @@ stop() {
   for name in slurmd slurmctld munged; do
     [ -f "$dir/$name.pid" ] || continue
     pid="$(cat "$dir/$name.pid")"
-    if kill "$pid" 2>/dev/null; then
+    if alive "$name" && kill "$pid" 2>/dev/null; then
       for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
     fi
