@@ -5,16 +5,23 @@ each rank its own replay buffer, saved to and refilled from its own file)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import math
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+from tensordict import TensorDict
 
-from tests.conftest import compose_config
+from tests.conftest import compose_config, in_process_run
+from tests.policies.test_export import RUNNERS
 
 SAC = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
        "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
@@ -28,6 +35,139 @@ def digest(tensors) -> str:
     for t in tensors:
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def train_in_process(run_dir: Path, overrides: list[str]) -> list[dict]:
+    """``embodirl-train`` in this process; the records of ``metrics.jsonl``."""
+    from embodirl.cli import train
+
+    with pytest.MonkeyPatch.context() as patch, in_process_run(timeout_s=300):
+        patch.setattr(sys, "argv", ["embodirl-train", *overrides, f"hydra.run.dir={run_dir}"])
+        try:
+            train.main()
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sac_run(tmp_path_factory) -> Path:
+    """A tiny SAC run on push_cube with best.pt and last.pt, trained once for the module."""
+    path = tmp_path_factory.mktemp("sac") / "run"
+    train_in_process(path, [*SAC, "trainer.total_env_steps=128", "eval.every_env_steps=64"])
+    assert (path / "checkpoints" / "best.pt").is_file() and (path / "checkpoints" / "last.pt").is_file()
+    return path
+
+
+def trained_actor(run: Path, checkpoint: str):
+    """The run's torch policy as the checkpoint holds it, and its :class:`DeterministicActor` (input names)."""
+    from embodirl.app.build import build_env, build_policy
+    from embodirl.policies.export import DeterministicActor
+
+    cfg = compose_config(SAC)
+    env = build_env(cfg.env, torch.device("cpu"), 0, num_envs=1)
+    policy = build_policy(cfg.policy, env, torch.device("cpu"))
+    policy.load_state_dict(torch.load(run / "checkpoints" / checkpoint, weights_only=True)["policy"])
+    policy.eval()
+    return policy, DeterministicActor(policy, env.observation_space, env.action_space)
+
+
+def test_eval_of_an_sac_run_takes_the_deterministic_actor_of_best_pt(sac_run, cli, monkeypatch):
+    from embodirl.policies.distributions import TanhGaussian
+
+    def refuse(self, params):
+        raise AssertionError("the evaluation sampled an action: it must take the deterministic one")
+
+    monkeypatch.setattr(TanhGaussian, "sample", refuse)
+    results = []
+    for _ in range(2):
+        result = cli("embodirl-eval", [f"run={sac_run}", "checkpoint=best", "num_episodes=2", "device=cpu"])
+        assert result.code == 0, result.err
+        results.append(json.loads(sorted((sac_run / "eval").glob("*/eval.json"))[-1].read_text()))
+    assert results[0]["eval/return_mean"] == results[1]["eval/return_mean"]  # deterministic: the same episodes
+    assert math.isfinite(results[0]["eval/return_mean"])
+
+
+@pytest.mark.parametrize("runner", RUNNERS.values())
+def test_the_export_of_an_sac_run_acts_as_its_deterministic_torch_actor(sac_run, runner, monkeypatch, capsys,
+                                                                        tmp_path):
+    from embodirl.cli import export as export_cli
+
+    _, run, name = runner
+    fmt = "onnx" if name.endswith(".onnx") else "torchscript"
+    monkeypatch.setattr(sys, "argv", ["embodirl-export", f"run={sac_run}", "checkpoint=best", f"format={fmt}",
+                                      f"out={tmp_path}"])
+    with in_process_run(timeout_s=300):
+        export_cli.main()
+    assert "(obs.state [17] float32) -> (action [2] float32)" in capsys.readouterr().out
+    policy, actor = trained_actor(sac_run, "best.pt")
+    obs = torch.randn(512, 17) * 3
+    with torch.no_grad():
+        expected, _ = policy.mode(TensorDict({"state": obs}, [512]), policy.initial_state(512))
+    (got,) = run(tmp_path / name, actor, [obs])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert expected.abs().max() <= 1.0 and expected.std() > 0  # inside the bounds, and not one constant action
+
+
+def test_init_from_an_sac_run_loads_its_actor_and_a_ppo_actor_critic_is_refused_in_one_line(sac_run, cli,
+                                                                                              tmp_path):
+    from embodirl.app.build import build_components, build_env, build_policy
+    from embodirl.runtime.checkpoint import FORMAT
+
+    parts = build_components(compose_config([*SAC, f"policy.init_from={sac_run / 'checkpoints' / 'last.pt'}"]))
+    saved = torch.load(sac_run / "checkpoints" / "last.pt", weights_only=True)["policy"]
+    assert all(torch.equal(t, saved[k]) for k, t in parts.policy.state_dict().items())
+    # a PPO actor-critic of the same layers: its Gaussian actor has another output size than SAC's TanhGaussian
+    cfg = compose_config(["device=cpu", "env=push_cube", "policy.hidden_sizes=[16]"])
+    ppo = build_policy(cfg.policy, build_env(cfg.env, torch.device("cpu"), 0, num_envs=1), torch.device("cpu"))
+    path = tmp_path / "ppo.pt"
+    torch.save({"format": FORMAT, "policy": ppo.state_dict(), "config": {"policy": OmegaConf.to_container(cfg.policy)}},
+               path)
+    result = cli("embodirl-train", [*SAC, f"policy.init_from={path}", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+    assert result.err.strip() == (
+        f"embodirl-train: error: policy.init_from={str(path)!r} does not fit this policy's actor: actor.2.bias is "
+        "[2] in the file and [4] here. Fix: the file's actor was trained for another action distribution (its "
+        "policy default; this policy's is TanhGaussian): start from a checkpoint of a run with this run's algo and "
+        "policy, or drop policy.init_from")
+
+
+RANDOMIZED = ["env.randomize={table_friction:{range:[0.5,2.0]},goal_offset:{range:[1.0,1.0]}}",
+              "trainer.curriculum={goal_distance:{param:goal_offset,levels:[[1.0,1.0],[0.75,1.5]],every_env_steps:64}}",
+              "env.obs_noise=0.01", "env.action_noise=0.05", "env.action_repeat=2", "env.action_delay=1"]
+
+
+@pytest.mark.parametrize("algo", ["sac", pytest.param("fasttd3", marks=pytest.mark.slow)])
+def test_randomization_curricula_and_wrappers_train_with_off_policy_algorithms(algo, tmp_path):
+    records = train_in_process(tmp_path / "run", [*(SAC if algo == "sac" else FASTTD3), *RANDOMIZED,
+                                                  "algo.learning_starts=32", "trainer.total_env_steps=128"])
+    assert [r["curriculum/goal_distance"] for r in records] == [0, 1, 1, 1]  # one level up at 64 env steps
+    assert all(math.isfinite(r["loss/critic"]) for r in records[1:])
+    config = json.loads(json.dumps(torch.load(tmp_path / "run" / "checkpoints" / "last.pt",
+                                              weights_only=True)["config"]))
+    assert config["env"]["action_repeat"] == 2 and set(config["env"]["randomize"]) == {"table_friction",
+                                                                                       "goal_offset"}
+    assert (tmp_path / "run" / "checkpoints" / "replay.pt").is_file()
+
+
+@pytest.mark.slow
+def test_a_sac_sweep_runs_through_the_local_launcher_and_reports(tmp_path):
+    sweep = tmp_path / "sweep"
+    result = subprocess.run([sys.executable, "-m", "embodirl.cli.train", "-m", "hydra/launcher=local", *SAC,
+                             "algo.learning_starts=32", "trainer.total_env_steps=128", "eval.every_env_steps=64",
+                             "algo.learning_rate=1e-3,3e-4", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for job in ("0", "1"):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["env_steps"] == 128
+        assert summary["distributed"]["params_identical"]
+    report = subprocess.run([sys.executable, "-m", "embodirl.cli.report", str(sweep), "--metric", "loss/critic"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    text = (sweep / "report" / "report.md").read_text()
+    assert "| 0.001 | 1/1 | 1 completed |" in text and "| 0.0003 | 1/1 | 1 completed |" in text
+    assert (sweep / "report" / "curves_loss_critic.png").stat().st_size > 0
 
 
 # --- two gloo ranks -----------------------------------------------------------------------------------------
