@@ -212,8 +212,10 @@ def _train(rank: int, port: int, run_dir: Path, out: Path) -> None:
             (out / f"{own.name}.128").write_bytes(own.read_bytes())
         if total == 256 and rank == 1:
             own.write_bytes(b"not a torch file")
-        run_training(compose_config([*SAC, f"trainer.total_env_steps={total}"]), run_dir)
+        summary = run_training(compose_config([*SAC, f"trainer.total_env_steps={total}"]), run_dir)
         handler.flush()
+        if rank == 0:
+            (out / f"summary{total}.json").write_text(json.dumps(summary["distributed"]))
 
 
 def _spawn(fn, *args) -> None:
@@ -251,3 +253,8 @@ def test_each_rank_saves_and_refills_its_own_buffer_and_says_when_it_is_lost(tmp
     assert "EMPTY" not in logs[0]
     last = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert last["trainer"]["env_steps"] == 256
+    # the ranks' check after training covers the critics and targets as well as the policy (a resume loads rank
+    # 0's into every rank: the first run is the one that tells)
+    for total in (128, 192, 256):
+        distributed = json.loads((tmp_path / f"summary{total}.json").read_text())
+        assert distributed == {"world_size": 2, "params_identical": True, "data_distinct": True}, total
