@@ -242,7 +242,7 @@ class Trainer:
     def _finish(self, reason: str | None, loggers: MetricLoggers) -> str:
         """After the last iteration: save ``last.pt``, compare the ranks' parameters, close the loggers; the status."""
         self._saved(self.checkpointer.save(self.state), self.state.last)
-        networks = getattr(self.algo, "networks", dict)()  # an off-policy algorithm's critics and targets
+        networks: dict[str, torch.nn.Module] = getattr(self.algo, "networks", dict)()  # off-policy critics, targets
         self.sync = sync_report(torch.nn.ModuleList([self.policy, *networks.values()]), self.collector.rollout["obs"])
         if not self.sync["params_identical"]:
             log.error("ranks hold different parameters after training: %s", self.sync)
