@@ -198,20 +198,24 @@ def _updates(rank: int, port: int, algo: str, out: Path) -> None:
 
 
 def _train(rank: int, port: int, run_dir: Path, out: Path) -> None:
-    """Rank ``rank`` of 2: train to 128 env steps, resume to 192 (rank 1 first keeps a copy of its replay file),
-    then resume to 256 after rank 1's file was damaged; its log lines go to ``out/rank<r>.log``."""
+    """Rank ``rank`` of 2: train to 192 env steps in ``out/uninterrupted``; in ``run_dir`` train to 128 env steps,
+    resume to 192 (each rank first keeps a copy of its replay file), then resume to 256 after rank 1's replay file
+    was damaged and its state file removed; its log lines go to ``out/rank<r>.log``."""
     from embodirl.app.run import run_training
 
     handler = logging.FileHandler(out / f"rank{rank}.log")
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)
     own = run_dir / "checkpoints" / ("replay.pt" if rank == 0 else "replay.rank1.pt")
+    _join(rank, port + 3)
+    run_training(compose_config([*SAC, "trainer.total_env_steps=192"]), out / "uninterrupted")
     for i, total in enumerate((128, 192, 256)):
         _join(rank, port + i)
         if total == 192:
             (out / f"{own.name}.128").write_bytes(own.read_bytes())
         if total == 256 and rank == 1:
             own.write_bytes(b"not a torch file")
+            (run_dir / "checkpoints" / "rank1.pt").unlink()
         summary = run_training(compose_config([*SAC, f"trainer.total_env_steps={total}"]), run_dir)
         handler.flush()
         if rank == 0:
@@ -251,6 +255,14 @@ def test_each_rank_saves_and_refills_its_own_buffer_and_says_when_it_is_lost(tmp
     assert lost == [f"SAC resumes at env_steps=192 with an EMPTY replay buffer ({run_dir / 'checkpoints'}"
                     "/replay.rank1.pt is unreadable: " + lost[0].split("is unreadable: ")[1]], logs[1]
     assert "EMPTY" not in logs[0]
+    assert (f"rank 1 resumes at env_steps=192 with fresh episodes and its random numbers from its seed (no "
+            f"{run_dir / 'checkpoints' / 'rank1.pt'})") in logs[1]
+    # the first resume restored every rank's buffer, envs and random numbers: it continued as the uninterrupted run
+    full, resumed = (json.loads(d.joinpath("metrics.jsonl").read_text().splitlines()[2])
+                     for d in (tmp_path / "uninterrupted", run_dir))
+    assert full["env_steps"] == resumed["env_steps"] == 192
+    terms = [k for k in full if k.startswith(("loss/", "diag/", "episode/"))]
+    assert "loss/critic" in terms and {k: full[k] for k in terms} == {k: resumed[k] for k in terms}
     last = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert last["trainer"]["env_steps"] == 256
     # the ranks' check after training covers the critics and targets as well as the policy (a resume loads rank
