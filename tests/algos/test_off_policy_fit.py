@@ -28,6 +28,7 @@ SAC = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_st
        "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64", "logger.console=none",
        "logger.tensorboard=false"]
 FASTTD3 = [*SAC[:1], "algo=fasttd3", *SAC[2:]]
+ALGOS = {"sac": (SAC, "TanhGaussian"), "fasttd3": (FASTTD3, "DeterministicTanh")}  # overrides, the actor's dist
 
 
 def digest(tensors) -> str:
@@ -50,21 +51,22 @@ def train_in_process(run_dir: Path, overrides: list[str]) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.fixture(scope="module")
-def sac_run(tmp_path_factory) -> Path:
-    """A tiny SAC run on push_cube with best.pt and last.pt, trained once for the module."""
-    path = tmp_path_factory.mktemp("sac") / "run"
-    train_in_process(path, [*SAC, "trainer.total_env_steps=128", "eval.every_env_steps=64"])
+@pytest.fixture(scope="module", params=["sac", pytest.param("fasttd3", marks=pytest.mark.slow)])
+def trained(request, tmp_path_factory) -> tuple[str, Path]:
+    """A tiny SAC (FastTD3) run on push_cube with best.pt and last.pt, trained once for the module: its algo and
+    run directory."""
+    path = tmp_path_factory.mktemp(request.param) / "run"
+    train_in_process(path, [*ALGOS[request.param][0], "trainer.total_env_steps=128", "eval.every_env_steps=64"])
     assert (path / "checkpoints" / "best.pt").is_file() and (path / "checkpoints" / "last.pt").is_file()
-    return path
+    return request.param, path
 
 
-def trained_actor(run: Path, checkpoint: str):
+def trained_actor(algo: str, run: Path, checkpoint: str):
     """The run's torch policy as the checkpoint holds it, and its :class:`DeterministicActor` (input names)."""
     from embodirl.app.build import build_env, build_policy
     from embodirl.policies.export import DeterministicActor
 
-    cfg = compose_config(SAC)
+    cfg = compose_config(ALGOS[algo][0])
     env = build_env(cfg.env, torch.device("cpu"), 0, num_envs=1)
     policy = build_policy(cfg.policy, env, torch.device("cpu"))
     policy.load_state_dict(torch.load(run / "checkpoints" / checkpoint, weights_only=True)["policy"])
@@ -72,35 +74,39 @@ def trained_actor(run: Path, checkpoint: str):
     return policy, DeterministicActor(policy, env.observation_space, env.action_space)
 
 
-def test_eval_of_an_sac_run_takes_the_deterministic_actor_of_best_pt(sac_run, cli, monkeypatch):
-    from embodirl.policies.distributions import TanhGaussian
+def test_eval_of_a_run_takes_the_deterministic_actor_of_best_pt(trained, cli, monkeypatch):
+    from embodirl.policies import distributions
+
+    algo, run = trained
 
     def refuse(self, params):
         raise AssertionError("the evaluation sampled an action: it must take the deterministic one")
 
-    monkeypatch.setattr(TanhGaussian, "sample", refuse)
+    monkeypatch.setattr(getattr(distributions, ALGOS[algo][1]), "sample", refuse)
     results = []
     for _ in range(2):
-        result = cli("embodirl-eval", [f"run={sac_run}", "checkpoint=best", "num_episodes=2", "device=cpu"])
+        result = cli("embodirl-eval", [f"run={run}", "checkpoint=best", "num_episodes=2", "device=cpu"])
         assert result.code == 0, result.err
-        results.append(json.loads(sorted((sac_run / "eval").glob("*/eval.json"))[-1].read_text()))
+        results.append(json.loads(sorted((run / "eval").glob("*/eval.json"))[-1].read_text()))
     assert results[0]["eval/return_mean"] == results[1]["eval/return_mean"]  # deterministic: the same episodes
     assert math.isfinite(results[0]["eval/return_mean"])
 
 
-@pytest.mark.parametrize("runner", RUNNERS.values())
-def test_the_export_of_an_sac_run_acts_as_its_deterministic_torch_actor(sac_run, runner, monkeypatch, capsys,
-                                                                        tmp_path):
+@pytest.mark.parametrize("runner", [RUNNERS["torchscript"],  # ONNX: its exporter takes seconds
+                                    pytest.param(*RUNNERS["onnx"].values, marks=[*RUNNERS["onnx"].marks,
+                                                                                 pytest.mark.slow], id="onnx")])
+def test_the_export_of_a_run_acts_as_its_deterministic_torch_actor(trained, runner, monkeypatch, capsys, tmp_path):
     from embodirl.cli import export as export_cli
 
+    algo, trained_run = trained
     _, run, name = runner
     fmt = "onnx" if name.endswith(".onnx") else "torchscript"
-    monkeypatch.setattr(sys, "argv", ["embodirl-export", f"run={sac_run}", "checkpoint=best", f"format={fmt}",
+    monkeypatch.setattr(sys, "argv", ["embodirl-export", f"run={trained_run}", "checkpoint=best", f"format={fmt}",
                                       f"out={tmp_path}"])
     with in_process_run(timeout_s=300):
         export_cli.main()
     assert "(obs.state [17] float32) -> (action [2] float32)" in capsys.readouterr().out
-    policy, actor = trained_actor(sac_run, "best.pt")
+    policy, actor = trained_actor(algo, trained_run, "best.pt")
     obs = torch.randn(512, 17) * 3
     with torch.no_grad():
         expected, _ = policy.mode(TensorDict({"state": obs}, [512]), policy.initial_state(512))
@@ -109,14 +115,20 @@ def test_the_export_of_an_sac_run_acts_as_its_deterministic_torch_actor(sac_run,
     assert expected.abs().max() <= 1.0 and expected.std() > 0  # inside the bounds, and not one constant action
 
 
-def test_init_from_an_sac_run_loads_its_actor_and_a_ppo_actor_critic_is_refused_in_one_line(sac_run, cli,
-                                                                                              tmp_path):
-    from embodirl.app.build import build_components, build_env, build_policy
+def test_init_from_a_run_of_the_same_algorithm_loads_its_actor(trained):
+    from embodirl.app.build import build_components
+
+    algo, run = trained
+    parts = build_components(compose_config([*ALGOS[algo][0], f"policy.init_from={run / 'checkpoints' / 'last.pt'}"]))
+    saved = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["policy"]
+    assert set(saved) == set(parts.policy.state_dict())
+    assert all(torch.equal(t, saved[k]) for k, t in parts.policy.state_dict().items())
+
+
+def test_init_from_a_ppo_actor_critic_into_sac_is_refused_in_one_line_naming_the_distribution(cli, tmp_path):
+    from embodirl.app.build import build_env, build_policy
     from embodirl.runtime.checkpoint import FORMAT
 
-    parts = build_components(compose_config([*SAC, f"policy.init_from={sac_run / 'checkpoints' / 'last.pt'}"]))
-    saved = torch.load(sac_run / "checkpoints" / "last.pt", weights_only=True)["policy"]
-    assert all(torch.equal(t, saved[k]) for k, t in parts.policy.state_dict().items())
     # a PPO actor-critic of the same layers: its Gaussian actor has another output size than SAC's TanhGaussian
     cfg = compose_config(["device=cpu", "env=push_cube", "policy.hidden_sizes=[16]"])
     ppo = build_policy(cfg.policy, build_env(cfg.env, torch.device("cpu"), 0, num_envs=1), torch.device("cpu"))
@@ -137,7 +149,8 @@ RANDOMIZED = ["env.randomize={table_friction:{range:[0.5,2.0]},goal_offset:{rang
               "env.obs_noise=0.01", "env.action_noise=0.05", "env.action_repeat=2", "env.action_delay=1"]
 
 
-@pytest.mark.parametrize("algo", ["sac", pytest.param("fasttd3", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
 def test_randomization_curricula_and_wrappers_train_with_off_policy_algorithms(algo, tmp_path):
     records = train_in_process(tmp_path / "run", [*(SAC if algo == "sac" else FASTTD3), *RANDOMIZED,
                                                   "algo.learning_starts=32", "trainer.total_env_steps=128"])
@@ -228,7 +241,7 @@ def _spawn(fn, *args) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+@pytest.mark.parametrize("algo", ["fasttd3"])  # SAC's: the two-rank run below (summary.json's check)
 def test_two_ranks_hold_identical_networks_after_updates_and_their_own_buffers(algo, tmp_path):
     _spawn(_updates, algo, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
