@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import in_process_run
 from tests.test_docs import run_script, shell_commands
@@ -25,6 +26,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 TITLED_BLOCK = re.compile(r'^```(\w+) title="([^"]+)"\n(.*?)^```$', re.MULTILINE | re.DOTALL)
 WALKTHROUGHS = {  # the page's promise: one module, one YAML file and one test each
     "algorithm": ("my_rl/ppo_kl.py", "conf/algo/ppo_kl.yaml", "tests/test_ppo_kl.py"),
+    "off-policy algorithm": ("my_rl/ddpg.py", "conf/algo/ddpg.yaml", "tests/test_ddpg.py"),
     "env": ("my_rl/point_reach.py", "conf/env/point_reach.yaml", "tests/test_point_reach.py"),
     "policy": ("my_rl/shared_trunk.py", "conf/policy/shared_trunk.yaml", "tests/test_shared_trunk.py"),
     "encoder": ("my_rl/fourier.py", "conf/policy/encoder/fourier.yaml", "tests/test_fourier.py"),
@@ -73,7 +75,7 @@ def test_each_walkthrough_is_one_module_one_yaml_file_and_one_test():
     files = page_files(PAGE.read_text())
     assert set(files) == {path for paths in WALKTHROUGHS.values() for path in paths}
     for module, option, test in WALKTHROUGHS.values():
-        target = re.search(r"^_target_: (\S+)$", files[option], re.MULTILINE)
+        target = re.search(r"^\s*_target_: (\S+)$", files[option], re.MULTILINE)  # ddpg.yaml's is under algo:
         assert target, f"{option} names no _target_"
         assert target.group(1).startswith(module.removesuffix(".py").replace("/", ".") + ".")
         assert "def test_" in files[test]
@@ -97,6 +99,26 @@ def test_the_new_algorithm_logs_its_own_loss_terms(project, tmp_path, monkeypatc
     assert set(KLPenaltyPPO.metric_names) <= set(last) and "loss/kl" in KLPenaltyPPO.metric_names
 
 
+def test_the_new_off_policy_algorithm_takes_gradient_steps_and_logs_its_terms(project, tmp_path, monkeypatch):
+    from my_rl.ddpg import DDPG
+
+    run = tmp_path / "run"
+    argv = ["embodirl-train", "--config-dir", "conf", "algo=ddpg", "env=gym", "env.id=Pendulum-v1",
+            "env.num_envs=4", "algo.learning_starts=64", "algo.minibatch_size=32", "policy.hidden_sizes=[16]",
+            "algo.critic_hidden_sizes=[16]", "trainer.total_env_steps=256", "eval.every_env_steps=256",
+            "eval.num_envs=1", "device=cpu", "logger.console=none", f"hydra.run.dir={run}"]
+    assert run_script(argv, monkeypatch) == 0
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert set(DDPG.metric_names) <= set(last) and last["diag/num_updates"] == 7 * 8
+    # 8 iterations of 4 envs x 8 steps, gradient steps in the 7 from learning_starts on, 8 x updates_per_step each
+    saved = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["algo"]
+    assert {"critic", "target_critic", "target_actor", "actor_optimizer", "critic_optimizer"} <= set(saved)
+    assert (run / "checkpoints" / "replay.pt").is_file()
+
+
+HELP_SHOWS = {"ppo_kl": "kl_coef", "ddpg": "critic_hidden_sizes"}  # a key of each new algorithm's own schema
+
+
 def page_commands() -> list[list[str]]:
     """The page's ``embodirl-*`` command lines (the ``PYTHONPATH=.`` prefix dropped: the fixture provides it)."""
     commands = [argv[1:] if argv[0] == "PYTHONPATH=." else argv for argv in shell_commands(PAGE)]
@@ -113,13 +135,15 @@ def test_the_page_shows_a_command_for_each_walkthrough():
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", page_commands(), ids=shlex.join)
 def test_every_command_of_the_page_runs(argv, project, tmp_path, monkeypatch, capsys):
-    smoke = argv if "--help" in argv else [*argv, "trainer=debug", "device=cpu", "logger.console=none",
-                                           f"hydra.run.dir={tmp_path / 'run'}"]
+    # the budget of one PPO iteration: an off-policy algorithm takes gradient steps from its learning_starts on
+    smoke = argv if "--help" in argv else [*argv, "trainer=debug", "trainer.total_env_steps=2048", "device=cpu",
+                                           "logger.console=none", f"hydra.run.dir={tmp_path / 'run'}"]
     status = run_script(smoke, monkeypatch)
     out, err = capsys.readouterr()
     assert status == 0, f"{shlex.join(argv)} exited {status}: {err[-2000:]}"
     if "--help" in argv:
-        assert "kl_coef" in out  # the new algorithm's keys, documented from its schema
+        algo = next(a.split("=", 1)[1] for a in argv if a.startswith("algo="))
+        assert HELP_SHOWS[algo] in out  # the new algorithm's keys, documented from its schema
     else:
         assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
 

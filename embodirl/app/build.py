@@ -347,9 +347,9 @@ def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_
 def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Components:
     """Build env, eval env, policy, algorithm, collector and evaluator from a composed config; dry-run them.
 
-    Every rank builds the same policy (same seed, then rank 0's weights broadcast); envs and action
-    sampling get per-rank seeds. With ``compile`` on, the hot steps are compiled here by a warm-up
-    (:func:`warm_up`), whose time is ``compile_s``.
+    Every rank builds the same policy (same seed, then rank 0's weights broadcast) and the same algorithm
+    networks (critics); envs and action sampling get per-rank seeds. With ``compile`` on, the hot steps are
+    compiled here by a warm-up (:func:`warm_up`), whose time is ``compile_s``.
     """
     top = check_top_level(cfg)
     # The nodes built last are checked first: a bad key fails before anything is built (or compiled).
@@ -367,10 +367,11 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     policy = build_policy(cfg.policy, env, device)
     assert isinstance(policy, torch.nn.Module)  # build_policy moved it to the device: it is a module
     broadcast_module(policy)
-    if rank:
-        torch.manual_seed(rank_seed(top.seed, rank))
+    # Built before the ranks' seeds part: an algorithm's own networks (SAC's critics) start equal on every rank.
     algo = instantiate(cfg.algo, "algo.", policy=policy, device=device, total_env_steps=trainer_cfg.total_env_steps,
                        accel=accel)
+    if rank:
+        torch.manual_seed(rank_seed(top.seed, rank))
     check_objective_metric(cfg.get("objective"), algo)
     algo.env_name = env_label(env)
     plan = algo.collect_plan(env)

@@ -81,6 +81,25 @@ def _actor_fix(name: str, policy_cfg: Mapping[str, Any]) -> str:
     return "build the actor the weights were trained with (same policy.hidden_sizes, encoders and env spaces)"
 
 
+def _distribution_fix(policy: nn.Module, policy_cfg: Mapping[str, Any]) -> str | None:
+    """The fix when the file's actor was trained for another action distribution (its output layer then has
+    another size whatever the layers): a PPO actor-critic's Gaussian for SAC's TanhGaussian, say; else None."""
+    if not policy_cfg:  # a plain state_dict: nothing says how it was trained
+        return None
+    node = policy_cfg.get("distribution")
+    trained = str(node.get("_target_", "")).rsplit(".", 1)[-1] if isinstance(node, Mapping) else None
+    own = type(getattr(policy, "dist", None)).__name__
+    if trained == own or (trained is None and own not in _NEVER_DEFAULT):
+        return None
+    return (f"the file's actor was trained for another action distribution ({trained or 'its policy default'}; "
+            f"this policy's is {own}): start from a checkpoint of a run with this run's algo and policy, or drop "
+            "policy.init_from")
+
+
+# Distributions that a policy only has when its config names them (an algorithm's own actor: sac_actor, td3_actor)
+_NEVER_DEFAULT = ("TanhGaussian", "DeterministicTanh")
+
+
 def _value(value: Any) -> str:
     return str(value).replace(" ", "").replace("'", "") if isinstance(value, list | dict) else str(value)
 
@@ -120,7 +139,8 @@ def load_pretrained(policy: nn.Module, path: str | Path) -> str:
     mismatch = _actor_mismatch(own, state, is_actor)
     if mismatch is not None:
         name, what = mismatch
-        raise CheckpointError(f"{key} does not fit this policy's actor: {what}. Fix: {_actor_fix(name, policy_cfg)}")
+        fix = _distribution_fix(policy, policy_cfg) or _actor_fix(name, policy_cfg)
+        raise CheckpointError(f"{key} does not fit this policy's actor: {what}. Fix: {fix}")
     rest = [n for n in own if not is_actor(n)]
     rest_fits = all(n in state and state[n].shape == own[n].shape for n in rest)
     loading = {n: state[n] for n in own if is_actor(n) or rest_fits}

@@ -3,10 +3,16 @@
 ``last.pt`` is rewritten at every save and is what a restarted or requeued job continues from; a periodic
 ``step_<env_steps>.pt`` is kept beside it when a ``trainer.checkpoint_every_env_steps`` multiple is crossed (the
 newest ``trainer.keep_checkpoints`` of them stay); ``best.pt`` holds the state with the best value of
-``trainer.best_metric``. Every file is written atomically by rank 0 (:mod:`embodirl.runtime.checkpoint`, which
-also defines and checks the format). An off-policy algorithm's replay buffer is saved apart, in ``replay.pt``
-beside each ``last.pt`` (so ``last.pt`` stays small), and restored with it; a resume without a matching
-``replay.pt`` starts from an empty buffer and says so in one warning line.
+``trainer.best_metric``. Every file is written atomically, these by rank 0 (:mod:`embodirl.runtime.checkpoint`,
+which also defines and checks the format).
+
+What differs between the ranks is saved by each rank whenever ``last.pt`` is, marked with its env step count: rank
+``r`` (from 1) writes its env, collector and random-number states to ``rank<r>.pt`` (``last.pt`` holds rank 0's),
+and every rank of an off-policy algorithm writes its own replay buffer (its own envs' transitions), rank 0 to
+``replay.pt``, rank ``r`` to ``replay.rank<r>.pt`` (apart from ``last.pt``, which stays small). On resume each rank
+restores them from its own files, so a resumed multi-rank run continues as the uninterrupted one would; a rank
+whose file is missing, unreadable or from another save starts fresh episodes or an empty buffer and says so in one
+warning line (in its own log, ``train.rank<r>.log``).
 """
 
 from __future__ import annotations
@@ -34,15 +40,27 @@ from embodirl.runtime.checkpoint import (
     serialize_checkpoint,
     set_rng_state,
 )
+from embodirl.runtime.distributed import get_info
 from embodirl.runtime.files import atomic_write_bytes
 from embodirl.training.state import TrainState
 
-__all__ = ["Checkpointer", "periodic_checkpoints"]
+__all__ = ["Checkpointer", "periodic_checkpoints", "rank_file", "replay_file"]
 
 log = logging.getLogger(__name__)
 
 _PERIODIC = re.compile(r"step_(\d+)\.pt")
-REPLAY = "replay.pt"  # the replay buffer of last.pt (off-policy algorithms)
+
+
+def rank_file(rank: int) -> str:
+    """The name of the file of rank ``rank`` (at least 1) beside ``last.pt``: its env, collector and random-number
+    states (``last.pt`` holds rank 0's)."""
+    return f"rank{rank}.pt"
+
+
+def replay_file(rank: int) -> str:
+    """The name of rank ``rank``'s replay buffer file beside ``last.pt``: ``replay.pt`` for rank 0 (a single
+    process), ``replay.rank<r>.pt`` for the others."""
+    return "replay.pt" if rank == 0 else f"replay.rank{rank}.pt"
 
 
 def periodic_checkpoints(folder: Path) -> dict[int, Path]:
@@ -65,47 +83,54 @@ class Checkpointer:
         config: The resolved run config, stored in every checkpoint.
         keep: Periodic checkpoints kept (``trainer.keep_checkpoints``).
         resume: ``trainer.resume``: the checkpoint to start from when ``folder`` has no ``last.pt``.
-        is_main: Rank 0, the only one that writes files, restores the env and the random generators.
+        is_main: Rank 0, the only one that writes checkpoints, restores the env and the random generators.
+        rank: This process's rank (default: the process group's), which names its replay buffer file.
     """
 
     def __init__(self, folder: Path, *, collector: Collector, algo: Algorithm, config: dict, keep: int,
-                 resume: str | None, is_main: bool) -> None:
+                 resume: str | None, is_main: bool, rank: int | None = None) -> None:
         self.folder, self.collector, self.algo, self.config = folder, collector, algo, config
         self.keep, self.resume_path, self.is_main = keep, resume, is_main
+        self.rank = get_info().rank if rank is None else rank
         assert isinstance(algo.policy, torch.nn.Module)  # build_policy moved it to its device: it is a module
         self.policy: torch.nn.Module = algo.policy
 
     def state(self, counters: TrainState) -> dict[str, Any]:
         """Everything a resume needs (see :mod:`embodirl.runtime.checkpoint`)."""
-        env = self.collector.env
-        try:
-            env_state = env.state_dict()
-        except NotImplementedError:
-            env_state = None
         return {
             "config": self.config,
             "policy": self.policy.state_dict(),
             "algo": self.algo.state_dict(),
             "trainer": asdict(counters),
-            "env": env_state,
-            "collector": self.collector.state_dict() if env_state is not None else {},
-            "rng": rng_state(),
+            **self._own_state(),
         }
+
+    def _own_state(self) -> dict[str, Any]:
+        """What differs between the ranks: this rank's env and collector state and its random-number states."""
+        try:
+            env_state = self.collector.env.state_dict()
+        except NotImplementedError:
+            env_state = None
+        return {"env": env_state, "collector": self.collector.state_dict() if env_state is not None else {},
+                "rng": rng_state()}
 
     def save(self, counters: TrainState, periodic: bool = False, best: bool = False) -> list[Path]:
         """Atomically write ``last.pt`` (and a periodic ``step_*.pt``), or only ``best.pt``; prune old periodic
         ones; return the files written.
 
-        Rank 0 only. Pruning keeps the ``keep`` highest step counts; periodic checkpoints from beyond a resumed
-        run's start were moved aside when it resumed, so they are never counted.
+        Rank 0 only, but every rank writes its own replay buffer with ``last.pt``. Pruning keeps the ``keep``
+        highest step counts; periodic checkpoints from beyond a resumed run's start were moved aside when it
+        resumed, so they are never counted.
         """
+        if not best:
+            self._save_replay(counters.env_steps)
+            if not self.is_main:
+                self._save_rank_state(counters.env_steps)
         if not self.is_main:
             return []
         data = serialize_checkpoint(self.state(counters))
         written = [self.folder / ("best.pt" if best else "last.pt")]
         atomic_write_bytes(written[0], data)
-        if not best:
-            self._save_replay(counters.env_steps)
         if periodic and self.keep > 0:
             written.append(self.folder / f"step_{counters.env_steps:012d}.pt")
             atomic_write_bytes(written[1], data)
@@ -131,10 +156,12 @@ class Checkpointer:
         counters = self._load_learner(saved, path, key)
         for name, optimizer in self.algo.optimizers().items():
             check_optimizer_state(optimizer, f"{key}={str(path)!r}", name)
-        self._load_env(saved, seed + counters.iteration)
-        self._load_replay(path.parent / REPLAY, counters.env_steps)
+        own = saved if self.is_main else self._load_rank_state(path.parent / rank_file(self.rank), counters.env_steps)
+        self._load_env(own, seed + counters.iteration)
+        self._load_replay(path.parent / replay_file(self.rank), counters.env_steps)
+        if own is not None:
+            set_rng_state(own["rng"])
         if self.is_main:
-            set_rng_state(saved["rng"])
             self.set_aside_after(counters.env_steps)
         log.info("resumed from %s at env_steps=%d (iteration %d)", path, counters.env_steps, counters.iteration)
         return counters
@@ -163,9 +190,14 @@ class Checkpointer:
                 "(they are stored in the run's .hydra/config.yaml)."
             ) from exc
 
-    def _load_env(self, saved: dict[str, Any], seed: int) -> None:
+    def _load_env(self, saved: dict[str, Any] | None, seed: int) -> None:
+        """Restore this rank's env and collector from ``saved`` (``last.pt`` on rank 0, its own file on the others;
+        None: that file was unusable and said so), or start fresh episodes from ``seed``."""
         env = self.collector.env
-        if saved["env"] is not None and self.is_main:  # the checkpoint holds rank 0's env
+        if saved is None:
+            self.collector.reset(seed=seed)
+            return
+        if saved["env"] is not None:
             try:
                 with env_mode():  # the mode the env is stepped in (its tensors may be inference tensors)
                     env.load_state_dict(saved["env"])
@@ -176,30 +208,51 @@ class Checkpointer:
                 return
             self.collector.load_state_dict(saved["collector"])
             return
-        if self.is_main:
-            log.warning("%s cannot restore its env state: resumed training starts fresh episodes", type(env).__name__)
+        log.warning("%s cannot restore its env state: resumed training starts fresh episodes", type(env).__name__)
         self.collector.reset(seed=seed)
+
+    def _save_rank_state(self, env_steps: int) -> None:
+        """Ranks but 0: write this rank's :meth:`_own_state` to its :func:`rank_file`, marked with ``env_steps``."""
+        data = io.BytesIO()
+        torch.save({"env_steps": env_steps, **self._own_state()}, data)
+        atomic_write_bytes(self.folder / rank_file(self.rank), data.getvalue())
+
+    def _load_rank_state(self, file: Path, env_steps: int) -> dict[str, Any] | None:
+        """This rank's state from ``file`` when it was saved at ``env_steps``; else one warning line and None."""
+        why = f"no {file}"
+        if file.is_file():
+            try:
+                saved = torch.load(file, map_location="cpu", weights_only=True)
+                if saved["env_steps"] == env_steps:
+                    return saved
+                why = f"{file} was saved at env_steps={saved['env_steps']}"
+            except (RuntimeError, OSError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+                why = f"{file} is unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        log.warning("rank %d resumes at env_steps=%d with fresh episodes and its random numbers from its seed (%s)",
+                    self.rank, env_steps, why)
+        return None
 
     def _replay(self) -> ReplayBuffer | None:
         buffer = getattr(self.algo, "buffer", None)
         return buffer if isinstance(buffer, ReplayBuffer) else None
 
     def _save_replay(self, env_steps: int) -> None:
-        """Write the replay buffer (if the algorithm has one) to ``replay.pt``, marked with ``env_steps``."""
+        """Write this rank's replay buffer (if the algorithm has one) to its :func:`replay_file`, marked with
+        ``env_steps``."""
         buffer = self._replay()
         if buffer is None:
             return
         data = io.BytesIO()
         torch.save({"env_steps": env_steps, "buffer": buffer.state_dict()}, data)
-        atomic_write_bytes(self.folder / REPLAY, data.getvalue())
+        atomic_write_bytes(self.folder / replay_file(self.rank), data.getvalue())
 
     def _load_replay(self, file: Path, env_steps: int) -> None:
         """Refill the replay buffer from ``file`` when it was saved at ``env_steps``; else one warning line."""
         buffer = self._replay()
         if buffer is None:
             return
-        why = f"no {file} for rank 0's buffer" if self.is_main else "each rank but 0 starts one"
-        if self.is_main and file.is_file():
+        why = f"no {file}"
+        if file.is_file():
             try:
                 saved = torch.load(file, map_location="cpu", weights_only=True)
                 if saved["env_steps"] == env_steps:
@@ -207,7 +260,7 @@ class Checkpointer:
                     log.info("refilled the replay buffer with %d transitions from %s", len(buffer), file)
                     return
                 why = f"{file} was saved at env_steps={saved['env_steps']}"
-            except (RuntimeError, OSError, EOFError, KeyError, ValueError, pickle.UnpicklingError) as exc:
+            except (RuntimeError, OSError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
                 why = f"{file} is unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         log.warning("%s resumes at env_steps=%d with an EMPTY replay buffer (%s): its first updates sample only the "
                     "transitions collected from now on", type(self.algo).__name__, env_steps, why)

@@ -242,7 +242,8 @@ class Trainer:
     def _finish(self, reason: str | None, loggers: MetricLoggers) -> str:
         """After the last iteration: save ``last.pt``, compare the ranks' parameters, close the loggers; the status."""
         self._saved(self.checkpointer.save(self.state), self.state.last)
-        self.sync = sync_report(self.policy, self.collector.rollout["obs"])
+        networks: dict[str, torch.nn.Module] = getattr(self.algo, "networks", dict)()  # off-policy critics, targets
+        self.sync = sync_report(torch.nn.ModuleList([self.policy, *networks.values()]), self.collector.rollout["obs"])
         if not self.sync["params_identical"]:
             log.error("ranks hold different parameters after training: %s", self.sync)
         if reason == "stop_on" and self.state.stop_condition is not None:
