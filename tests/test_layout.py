@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 import io
 import re
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import embodirl
 
 ROOT = Path(embodirl.__file__).parent
 TESTS = Path(__file__).parent
 
-# cli -> app -> training | analysis -> algos -> collect -> policies -> envs -> the ground floor.
-FLOORS = {"cli": 7, "app": 6, "training": 5, "analysis": 5, "algos": 4, "collect": 3, "policies": 2, "envs": 1,
-          "config": 0, "accel": 0, "runtime": 0, "errors": 0, "conf": 0, "__init__": 0}
+# One floor per folder, top down (docs/architecture.md numbers them): a module imports from its own folder or a
+# folder below it, never from one above nor from a neighbour on the same floor (two folders that may import each
+# other are one folder in two places). Below them all, errors.py and the package's face import nothing of it.
+LAYOUT = ("cli", "app", "training", "analysis", "algos", "collect", "policies", "envs", "conf", "runtime", "config",
+          "accel")
+FLOORS = {folder: len(LAYOUT) - i for i, folder in enumerate(LAYOUT)} | {"errors": 0, "__init__": 0}
 
 
 def _floor(module: str) -> int:
@@ -24,20 +30,37 @@ def _floor(module: str) -> int:
     return FLOORS[part]
 
 
+def _imported_by_name(node: ast.AST) -> str | None:
+    """The module an ``importlib.import_module("embodirl...")`` call names: an import all the same."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+            and node.args[0].value.startswith("embodirl")):
+        return node.args[0].value
+    return None
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """``(line, module)`` of every ``embodirl`` import in a file, including imports inside functions."""
+    """``(line, module)`` of every ``embodirl`` import in a file, including imports inside functions and modules
+    imported by name; ``from package import module`` names the module."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("embodirl"):
-            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "embodirl" else [node.module]
-            found += [(node.lineno, n) for n in names]
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            found += [(node.lineno, n if n in MODULES or node.module == "embodirl" else node.module) for n in names]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("embodirl")]
+        elif (by_name := _imported_by_name(node)) is not None:
+            found.append((node.lineno, by_name))
     return found
 
 
 def _module(path: Path) -> str:
-    return ".".join(("embodirl", *path.relative_to(ROOT).with_suffix("").parts))
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(("embodirl", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+MODULES = {_module(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
 def test_every_module_belongs_to_a_floor():
@@ -46,14 +69,24 @@ def test_every_module_belongs_to_a_floor():
     assert not unknown, f"modules outside the layout's floors: {unknown}"
 
 
-def test_no_import_points_up_a_floor():
+def test_no_import_points_up_or_across_a_floor():
     upward = []
-    for path in sorted(ROOT.rglob("*.py")):
-        module = _module(path)
+    for module, path in MODULES.items():
         for line, imported in _imports(path):
             if _floor(imported) > _floor(module):
                 upward.append(f"{path.relative_to(ROOT.parent)}:{line} imports {imported}")
     assert not upward, "imports that point up a floor:\n" + "\n".join(upward)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    # Arrows only point down between floors, so a circle lies inside one folder (config/'s schema engine and the
+    # schemas it checks; envs/'s wrappers and the function that applies them).
+    graph = {module: {m for _, m in _imports(path) if m in MODULES and m != module} for module, path in MODULES.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        circle = " -> ".join(reversed(exc.args[1]))  # graphlib lists each module before the one importing it
+        pytest.fail(f"modules that import each other in a circle (each imports the next): {circle}")
 
 
 def test_the_schemas_floor_never_imports_torch_at_import_time():

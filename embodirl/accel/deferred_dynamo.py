@@ -20,7 +20,8 @@ without compiling anything:
 
 A mark or a wrapper made after dynamo is loaded goes straight through. :func:`install` puts an import
 hook on ``sys.meta_path`` that touches three imports only (``torch._compile``, ``tensordict`` and
-``torch._dynamo``); it is a no-op when torch is already imported.
+``torch._dynamo``); it is a no-op when torch is already imported. The console scripts install it when
+:mod:`embodirl.cli` is imported; ``import embodirl`` does not, so a library user's torch stays untouched.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from embodirl.training.console import output_console
+from embodirl.runtime.formatting import output_console
 
 __all__ = ["print_eval", "print_summary", "print_sweep"]
 

@@ -34,7 +34,7 @@ from embodirl.config.schema import NO_MATCH, Node, Schema, conform, parse
 from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
-from embodirl.envs.wrappers import wrap_env
+from embodirl.envs.wrapping import wrap_env
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
 from embodirl.policies.pretrained import freeze, load_pretrained
@@ -139,7 +139,7 @@ def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: in
     ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
     the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null. The
     wrapper keys (``env.obs_noise``, ``env.action_delay``, ``env.action_noise``, ``env.action_repeat``,
-    ``env.frame_stack``), which every env accepts too, wrap the env (:func:`embodirl.envs.wrappers.wrap_env`).
+    ``env.frame_stack``), which every env accepts too, wrap the env (:func:`embodirl.envs.wrapping.wrap_env`).
     """
     node = env_cfg.copy()
     if num_envs is not None:

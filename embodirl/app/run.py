@@ -13,13 +13,14 @@ from omegaconf import DictConfig
 
 from embodirl.accel.garbage import free_finished_run, setup_objects_frozen
 from embodirl.app.build import build, parse_node, resolved_config, wants_cuda
+from embodirl.app.resume import check_resume_config
 from embodirl.config.training import TrainerConfig
 from embodirl.errors import ConfigError
 from embodirl.runtime.checkpoint import load_checkpoint
 from embodirl.runtime.distributed import init_distributed, shutdown
 from embodirl.runtime.preemption import StopSignals
 from embodirl.runtime.rank import env_rank
-from embodirl.runtime.rundir import RunDirLock, check_resume_config, remove_temp_files, write_hydra_files
+from embodirl.runtime.rundir import RunDirLock, remove_temp_files, write_hydra_files
 from embodirl.runtime.status import fate_of, write_status
 from embodirl.training.summary import SUMMARY_KEYS
 

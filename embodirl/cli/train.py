@@ -31,7 +31,7 @@ PROG = "embodirl-train"
 
 def _share_run_time() -> None:
     """Under torchrun, join the process group now and adopt rank 0's start time before Hydra names the run dir."""
-    from embodirl.config.resolvers import RUN_TIME_ENV, START
+    from embodirl.runtime.resolvers import RUN_TIME_ENV, START
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ or RUN_TIME_ENV in os.environ:
         return

@@ -1,4 +1,4 @@
 """embodirl's config groups (shipped as the package ``embodirl.conf``); importing it registers the
-resolvers the YAML files use (:mod:`embodirl.config.resolvers`)."""
+resolvers the YAML files use (:mod:`embodirl.runtime.resolvers`)."""
 
-import embodirl.config.resolvers  # noqa: F401
+import embodirl.runtime.resolvers  # noqa: F401

@@ -1,6 +1,8 @@
 """The schemas of embodirl's own components, imported together so a ``_target_`` finds its schema without
 importing the component (:func:`embodirl.config.schema.schema_for`), and those of the user's own components that
-an installed package names in the ``embodirl.schemas`` entry point group (:func:`load_user_schemas`).
+an installed package names in the ``embodirl.schemas`` entry point group (loaded by the schema engine,
+:func:`embodirl.config.schema.load_user_schemas`, at the first lookup). Importing the package ``embodirl.config``
+imports this module, so the schema engine itself imports no shipped schema.
 
 A package of one's own keeps that fast path by declaring its torch-free schema modules in its ``pyproject.toml``::
 
@@ -10,37 +12,7 @@ A package of one's own keeps that fast path by declaring its torch-free schema m
 Without the entry, a schema is still found, by importing the class that ``_target_`` names (and torch with it).
 """
 
-import functools
-import importlib
-from importlib.metadata import entry_points
-
 from embodirl.config import algos, envs, optim, policies, training
-from embodirl.errors import ConfigError
+from embodirl.config.schema import ENTRY_POINT_GROUP, load_user_schemas
 
 __all__ = ["ENTRY_POINT_GROUP", "algos", "envs", "load_user_schemas", "optim", "policies", "training"]
-
-ENTRY_POINT_GROUP = "embodirl.schemas"
-
-
-@functools.cache
-def load_user_schemas() -> tuple[str, ...]:
-    """Import every module the ``embodirl.schemas`` entry points name (their schemas then register by ``target``);
-    returns their names.
-
-    Raises:
-        ConfigError: A module that fails to import, in one line naming it, its package and the import error.
-    """
-    loaded = []
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            importlib.import_module(entry.value.partition(":")[0])
-        except Exception as exc:  # any error of the user's module: one line, not a traceback
-            load_user_schemas.cache_clear()
-            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:240]
-            package = entry.dist.name if entry.dist is not None else "a package"
-            raise ConfigError(f"entry point {ENTRY_POINT_GROUP}:{entry.name}", entry.value,
-                              f"a schema module that imports; importing it failed with {reason}",
-                              f"fix that import in {entry.value}, or remove the entry point from {package}'s "
-                              "pyproject.toml and reinstall it", absolute=True) from None
-        loaded.append(entry.value)
-    return tuple(loaded)

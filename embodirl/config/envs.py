@@ -15,9 +15,8 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from embodirl.config.instantiate import check_finite_values
 from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
-from embodirl.config.schema import Schema, key
+from embodirl.config.schema import Schema, check_finite_values, key
 from embodirl.errors import ConfigError
 
 __all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig",

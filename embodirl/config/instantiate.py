@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import math
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from embodirl.config.schema import (
     NO_MATCH,
     Node,
+    check_finite_values,
     cli_text,
     conform,
     describe_type,
@@ -140,30 +140,3 @@ def _instantiate_by_signature(node: Node, prefix: str, runtime: Mapping[str, Any
         return func(**kwargs, **runtime)
     except ConfigError as exc:
         raise exc.with_prefix(prefix) from None
-
-
-def _non_finite(value: Any, key: str) -> str | None:
-    """The key of the first nan or infinite float in ``value`` (a mapping's entries by dotted key; a list as a
-    whole)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else key
-    if isinstance(value, Mapping):
-        return next((found for k, v in value.items() if (found := _non_finite(v, f"{key}.{k}"))), None)
-    if isinstance(value, list | tuple):
-        return key if any(_non_finite(v, key) for v in value) else None
-    return None
-
-
-def check_finite_values(key: str, value: Any, example: Any = None) -> None:
-    """Refuse nan and infinite floats anywhere in ``value`` (a node of a class without a schema, an env's
-    keyword arguments): a learning rate of ``inf`` trains nothing and fails late. Raises a :class:`ConfigError`
-    naming the (nested) key."""
-    found = _non_finite(value, key)
-    if found is None:
-        return
-    shown = value
-    for part in found.removeprefix(key).split(".")[1:]:
-        shown = shown[part]
-    advice = f", e.g. {found}={example}" if example is not None and found == key else ""
-    raise ConfigError(found, shown, "finite numbers (nan and inf are not values of this key)",
-                      f"pass a finite value{advice}")

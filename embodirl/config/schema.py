@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import inspect
 import logging
@@ -22,12 +23,14 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass
+from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar
 
 from embodirl.errors import ConfigError
 
-__all__ = ["NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema", "cli_text", "conform", "describe_type",
-           "entry_docs", "entry_schema", "key", "key_docs", "parse", "parse_node", "schema_for", "schemas", "suggest"]
+__all__ = ["ENTRY_POINT_GROUP", "NO_MATCH", "STRUCTURAL_KEYS", "Bounds", "KeyDoc", "Node", "Schema",
+           "check_finite_values", "cli_text", "conform", "describe_type", "entry_docs", "entry_schema", "key",
+           "key_docs", "load_user_schemas", "parse", "parse_node", "schema_for", "schemas", "suggest"]
 
 NO_MATCH = object()
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
@@ -445,6 +448,33 @@ def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S
     return instance
 
 
+def check_finite_values(key: str, value: Any, example: Any = None) -> None:
+    """Refuse nan and infinite floats anywhere in ``value`` (a node of a class without a schema, an env's
+    keyword arguments): a learning rate of ``inf`` trains nothing and fails late. Raises a :class:`ConfigError`
+    naming the (nested) key."""
+    found = _non_finite_key(value, key)
+    if found is None:
+        return
+    shown = value
+    for part in found.removeprefix(key).split(".")[1:]:
+        shown = shown[part]
+    advice = f", e.g. {found}={example}" if example is not None and found == key else ""
+    raise ConfigError(found, shown, "finite numbers (nan and inf are not values of this key)",
+                      f"pass a finite value{advice}")
+
+
+def _non_finite_key(value: Any, key: str) -> str | None:
+    """The key of the first nan or infinite float in ``value`` (a mapping's entries by dotted key; a list as a
+    whole)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else key
+    if isinstance(value, Mapping):
+        return next((found for k, v in value.items() if (found := _non_finite_key(v, f"{key}.{k}"))), None)
+    if isinstance(value, list | tuple):
+        return key if any(_non_finite_key(v, key) for v in value) else None
+    return None
+
+
 # --- lookup and documentation -------------------------------------------------------------------------------
 def schemas() -> Iterator[type[Schema]]:
     """Every schema class defined so far (subclasses of :class:`Schema`, depth first)."""
@@ -456,9 +486,37 @@ def schemas() -> Iterator[type[Schema]]:
 
 
 def _shipped() -> dict[str, type[Schema]]:
-    components = importlib.import_module("embodirl.config.components")  # the schemas of embodirl's own components
-    components.load_user_schemas()  # and those an installed package declares (the embodirl.schemas entry points)
+    # embodirl's own schemas are registered when the package embodirl.config is imported (its components module);
+    # those an installed package declares load here, at the first lookup
+    load_user_schemas()
     return {cls.target: cls for cls in schemas() if cls.target}
+
+
+ENTRY_POINT_GROUP = "embodirl.schemas"
+
+
+@functools.cache
+def load_user_schemas() -> tuple[str, ...]:
+    """Import every module the ``embodirl.schemas`` entry points name (their schemas then register by ``target``);
+    returns their names.
+
+    Raises:
+        ConfigError: A module that fails to import, in one line naming it, its package and the import error.
+    """
+    loaded = []
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            importlib.import_module(entry.value.partition(":")[0])
+        except Exception as exc:  # any error of the user's module: one line, not a traceback
+            load_user_schemas.cache_clear()
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:240]
+            package = entry.dist.name if entry.dist is not None else "a package"
+            raise ConfigError(f"entry point {ENTRY_POINT_GROUP}:{entry.name}", entry.value,
+                              f"a schema module that imports; importing it failed with {reason}",
+                              f"fix that import in {entry.value}, or remove the entry point from {package}'s "
+                              "pyproject.toml and reinstall it", absolute=True) from None
+        loaded.append(entry.value)
+    return tuple(loaded)
 
 
 def schema_for(target: str) -> type[Schema] | None:

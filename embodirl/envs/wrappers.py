@@ -9,12 +9,8 @@ tensors allocated once and updated in place, nothing syncs with the host, and th
 :mod:`embodirl.envs.rng`), so a compiled step equals the eager one, a checkpoint holds the noise streams as two
 counters, and an env's noise does not depend on how many envs run beside it.
 
-:func:`wrap_env` applies them in this order, from the policy inwards::
-
-    policy -> ObservationNoise -> ActionDelay -> ActionRepeat -> ActionNoise -> env
-
-so the delay counts policy steps, and the actuator noise is drawn afresh for every env step of a repeated
-action. With every key at its default :func:`wrap_env` returns the env itself: no wrapper, no cost.
+:func:`embodirl.envs.wrapping.wrap_env` applies them (and :class:`~embodirl.envs.frame_stack.FrameStack`) as the
+env's keys say.
 """
 
 from __future__ import annotations
@@ -28,14 +24,12 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from embodirl.config.envs import WrapperConfig
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
 from embodirl.envs.observations import STATE_KEY, ObsKey, key_name, observation_spec
 from embodirl.envs.rng import hash_key, uniform_from_key
 from embodirl.errors import ConfigError
 
-__all__ = ["ActionDelay", "ActionNoise", "ActionRepeat", "EnvWrapper", "ObservationNoise", "normal_from_key",
-           "wrap_env"]
+__all__ = ["ActionDelay", "ActionNoise", "ActionRepeat", "EnvWrapper", "ObservationNoise", "normal_from_key"]
 
 # Added to the env's seed, so the noise streams differ from each other and from the env's reset stream.
 _OBS_NOISE_SALT, _ACTION_NOISE_SALT = 0x0B5E_0B5E, 0xAC7_0AC7
@@ -353,50 +347,3 @@ def _std_tensor(key: str, std: float | list[float], shape: tuple[int, ...], devi
                               f"pass env.{key}={std[0] if std else 0.01}")
         return torch.tensor(std, dtype=torch.float32, device=device).reshape(shape)
     return torch.full(shape, float(std), dtype=torch.float32, device=device)
-
-
-def wrap_env(env: BatchedEnv, cfg: WrapperConfig, seed: int) -> BatchedEnv:
-    """``env`` inside the wrappers ``cfg`` turns on (the module docstring gives the order); ``env`` itself when
-    none is on.
-
-    Args:
-        env: The env to wrap.
-        cfg: The wrapper keys.
-        seed: The env's seed; the noise streams derive theirs from it.
-
-    Raises:
-        ConfigError: A key the env cannot take (an observation key it lacks, noise on Discrete actions, a list of
-            stds of the wrong length), named relative to the env node (``obs_noise.state``).
-    """
-    if _positive(cfg.action_noise):
-        env = ActionNoise(env, cfg.action_noise, seed)
-    if cfg.action_repeat > 1:
-        env = ActionRepeat(env, cfg.action_repeat)
-    if cfg.action_delay > 0:
-        env = ActionDelay(env, cfg.action_delay)
-    obs_noise = _obs_noise_by_key(cfg.obs_noise, env)
-    if obs_noise:
-        env = ObservationNoise(env, obs_noise, seed)
-    if cfg.frame_stack > 1:
-        from embodirl.envs.frame_stack import FrameStack  # it builds on EnvWrapper, defined here
-
-        env = FrameStack(env, cfg.frame_stack)
-    return env
-
-
-def _positive(std: float | list[float]) -> bool:
-    return any(v > 0 for v in std) if isinstance(std, list) else std > 0
-
-
-def _obs_noise_by_key(std: Any, env: BatchedEnv) -> dict[str, float | list[float]]:
-    """``env.obs_noise`` as ``{key: std}``: one number applies to every float key; keys with no noise are dropped."""
-    if isinstance(std, dict):
-        return {name: value for name, value in std.items() if _positive(value) or name not in _float_keys(env)}
-    if not _positive(std):
-        return {}
-    return {name: std for name in _float_keys(env)}
-
-
-def _float_keys(env: BatchedEnv) -> list[str]:
-    return [key_name(k) for k, (_, dtype) in observation_spec(env.observation_space).items()
-            if dtype.is_floating_point]

@@ -23,37 +23,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from embodirl.analysis.stats import format_count, format_number
+from embodirl.runtime.formatting import format_count, format_duration, format_number, output_console
 
 __all__ = ["ConsoleLogger", "StopGoal", "TaskProgress", "format_duration", "output_console", "remaining_time",
            "stop_message", "task_progress"]
 
 log = logging.getLogger(__name__)
-
-# Width of tables printed where no terminal sets one (files, pipes, CI and SLURM logs): nothing is cut, and a
-# table is as wide as its content (rich's default there is 80 columns, which cut paths short).
-UNBOUNDED_WIDTH = 10_000
-
-
-def output_console(file: TextIO | None = None) -> Any:
-    """A rich Console on ``file`` (stdout by default): the terminal's width on a terminal, no limit elsewhere."""
-    from rich.console import Console
-
-    console = Console(file=file)
-    return console if console.is_terminal else Console(file=file, width=UNBOUNDED_WIDTH)
-
-
-def format_duration(seconds: float | None) -> str:
-    """``42s``, ``4m 02s``, ``3h 05m``; None or infinite -> ``?``."""
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = max(round(seconds), 0)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-
 
 def remaining_time(env_steps: int, total_env_steps: int, steps_done: int, elapsed_s: float,
                    wall_time_s: float | None = None, max_wall_time_s: float | None = None) -> tuple[float | None, str]:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # One optimizer step, tensordict arithmetic and a zero_grad under torch._dynamo.explain: the graphs,
 # the breaks and their reasons are what the deferral must leave exactly as torch makes them.
 _EXPLAIN = textwrap.dedent("""
@@ -48,8 +50,20 @@ def _run(prelude: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def test_importing_embodirl_patches_nothing_and_the_console_scripts_install_the_hook():
+    script = ("import sys\n"
+              "hooked = lambda: any(type(f).__module__ == 'embodirl.accel.deferred_dynamo' for f in sys.meta_path)\n"
+              "import embodirl, embodirl.config.run, embodirl.accel.deferred_dynamo\n"
+              "library = hooked()\n"
+              "import embodirl.cli\n"
+              "print(library, hooked(), 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "False"]  # a library user's import; the scripts'; before torch
+
+
+@pytest.mark.slow  # two fresh interpreters import dynamo and explain a step; the fast tier's check is the run below
 def test_eager_steps_leave_dynamo_unloaded_and_compile_sees_what_torch_alone_gives():
-    deferred = _run("import embodirl\n")
+    deferred = _run("import embodirl.cli\n")
     pristine = _run("")
     assert deferred["dynamo_before_compile"] is False
     assert pristine["dynamo_before_compile"] is True  # torch alone loads it: the case being deferred

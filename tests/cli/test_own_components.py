@@ -139,7 +139,7 @@ def test_an_own_algorithm_with_a_batch_size_key_trains_and_resumes(cli, tmp_path
 
 
 def test_a_stored_key_the_new_config_still_has_is_not_renamed():
-    from embodirl.runtime.rundir import config_changes
+    from embodirl.app.resume import config_changes
 
     own = {"algo": {"_target_": "my_lab.algo.BatchPPO", "batch_size": 32, "minibatch_size": 64}}
     assert config_changes(own, own) == []

@@ -56,7 +56,7 @@ def test_push_cube_logs_its_reward_terms_and_they_add_up_to_the_return(repeat):
     from embodirl.collect.collector import Collector, CollectPlan
     from embodirl.config.envs import PushCubeConfig, WrapperConfig
     from embodirl.envs.push_cube.env import PushCube
-    from embodirl.envs.wrappers import wrap_env
+    from embodirl.envs.wrapping import wrap_env
 
     env = wrap_env(PushCube(PushCubeConfig(num_envs=16, max_episode_steps=12), device="cpu", seed=0),
                    WrapperConfig(action_repeat=repeat), seed=0)

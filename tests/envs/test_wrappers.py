@@ -12,7 +12,8 @@ from embodirl.config.envs import CartPoleConfig, PushCubeConfig, WrapperConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.cartpole import CartPole
 from embodirl.envs.push_cube.env import PushCube
-from embodirl.envs.wrappers import ActionDelay, ActionNoise, ActionRepeat, ObservationNoise, wrap_env
+from embodirl.envs.wrappers import ActionDelay, ActionNoise, ActionRepeat, ObservationNoise
+from embodirl.envs.wrapping import wrap_env
 from embodirl.errors import ConfigError
 
 
