@@ -5,6 +5,8 @@ Shapes: ``N`` envs, ``T`` steps, ``B`` a flat batch of transitions.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -19,6 +21,7 @@ __all__ = [
     "compute_step_returns_and_mask",
     "explained_variance",
     "gae",
+    "group_has_spread",
     "k3_kl",
     "minibatch_indices",
     "normalize",
@@ -268,6 +271,30 @@ def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size
     mean = (m * g).sum(dim=1, keepdim=True) / count
     std = torch.sqrt((m * (g - mean) ** 2).sum(dim=1, keepdim=True) / count)
     return (m * (g - mean) / (std + eps)).view(n, t)
+
+
+def group_has_spread(step_returns: Tensor, mask: Tensor, group_size: int) -> Tensor:
+    """Whether each env's group teaches anything: at some step, two alive members' returns differ.
+
+    A group without spread (every member succeeds, or every member fails, the same way) gets zero
+    advantages everywhere from :func:`compute_step_group_advantages`; DAPO's dynamic sampling drops it.
+    Exact comparisons (max - min of the alive members' returns), so rounding in the mean never keeps one.
+
+    Args:
+        step_returns: ``[N, T]`` from :func:`compute_step_returns_and_mask`.
+        mask: ``[N, T]`` valid-step mask.
+        group_size: Members per group; must divide N.
+
+    Returns:
+        ``[N]`` bool, the same for every member of a group.
+    """
+    n, t = step_returns.shape
+    g = step_returns.view(n // group_size, group_size, t)
+    alive = mask.view(n // group_size, group_size, t) > 0
+    high = torch.where(alive, g, torch.full_like(g, -math.inf)).amax(dim=1)
+    low = torch.where(alive, g, torch.full_like(g, math.inf)).amin(dim=1)
+    differs = (alive.sum(dim=1) >= 2) & (high > low)  # [groups, T]
+    return differs.any(dim=1).repeat_interleave(group_size)
 
 
 def k3_kl(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:

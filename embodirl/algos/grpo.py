@@ -43,7 +43,8 @@ class GRPO(OnPolicyAlgorithm):
 
     cfg: GRPOConfig
     metric_names = ("loss/policy", "loss/entropy", "diag/approx_ref_kl", "diag/approx_kl", "diag/clip_fraction",
-                    "diag/valid_fraction", "diag/num_valid", "diag/epochs")
+                    "diag/valid_fraction", "diag/num_valid", "diag/epochs", "diag/groups_informative",
+                    "diag/groups_kept")
     compile_prepare = False  # its returns loop over episode-long rollouts (500 steps on CartPole)
 
     def __init__(self, cfg: GRPOConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
@@ -83,18 +84,31 @@ class GRPO(OnPolicyAlgorithm):
     @torch.no_grad()
     def prepare(self, rollout: TensorDict) -> TensorDict:
         """Step-wise group advantages with each transition, ``[N*T]`` samples; ``"valid"`` marks the steps of each
-        env's first episode (every step with ``first_episode_only=false``), the only ones trained on. With a
-        reference policy, its log-probs of the actions (over every transition: one static shape)."""
+        env's first episode (every step with ``first_episode_only=false``), the only ones trained on, and with
+        ``filter_groups`` only in groups whose returns differ (when none does, all: an update never goes empty).
+        With a reference policy, its log-probs of the actions (over every transition: one static shape)."""
         cfg = self.cfg
         returns, mask = F.compute_step_returns_and_mask(rollout["reward"][:, :-1], rollout["done"][:, :-1], cfg.gamma,
                                                         cfg.first_episode_only)
         advantage = F.compute_step_group_advantages(returns, mask, cfg.group_size, cfg.eps)
+        informative = F.group_has_spread(returns, mask, cfg.group_size)
+        kept = informative | ~informative.any() if cfg.filter_groups else torch.ones_like(informative)
         steps = rollout.select("obs", "action", "sample_log_prob")[:, :-1]
-        samples = TensorDict({**steps, "advantage": advantage, "valid": mask > 0}, batch_size=advantage.shape)
+        per_env = {"group_informative": informative, "group_kept": kept}
+        samples = TensorDict({**steps, "advantage": advantage, "valid": (mask > 0) & kept.unsqueeze(1),
+                              **{k: v.unsqueeze(1).expand_as(mask) for k, v in per_env.items()}},
+                             batch_size=advantage.shape)
         samples = samples.reshape(-1)
         if self.ref_policy is not None:
             samples["ref_log_prob"] = self.ref_policy.evaluate(samples["obs"], samples["action"])[0]
         return samples
+
+    def rollout_metrics(self, samples: TensorDict) -> dict[str, Tensor]:
+        """The fraction of groups whose returns differ (``diag/groups_informative``) and of groups trained on
+        (``diag/groups_kept``: the informative ones with ``filter_groups``, else all); every group holds as many
+        samples, so the means over samples are the fractions of groups."""
+        return {"diag/groups_informative": samples["group_informative"].float().mean(),
+                "diag/groups_kept": samples["group_kept"].float().mean()}
 
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
         """Clipped surrogate - ``ent_coef`` x entropy (+ ``kl_coef`` x k3 KL to the reference), weighted means."""

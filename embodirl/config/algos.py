@@ -143,6 +143,8 @@ class GRPOConfig(OnPolicyConfig):
     first_episode_only: bool = key(True, doc="keep only each env's first episode per rollout (collection stops "
                                    "once every env has finished one)")
     group_shared_reset: bool = key(True, doc="members of a group start from one shared initial state")
+    filter_groups: bool = key(False, doc="train only on groups whose returns differ (DAPO's dynamic sampling: "
+                              "a group that ties everywhere has zero advantages); all groups if none differs")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,3 +141,61 @@ def test_grpo_selects_actor_only_and_refuses_bad_settings(tmp_path):
     with pytest.raises(ConfigError, match=r"algo.truncate_at_first_done=False is invalid: expected no key of this "
                                           r"name: it was renamed to algo.first_episode_only"):
         parse(GRPOConfig, {"truncate_at_first_done": False}, "algo.")
+
+
+def test_group_spread_by_hand_drops_ties_and_lone_survivors_only():
+    returns = torch.tensor([[3.0, 1.0], [1.0, 2.0], [5.0, 5.0], [5.0, 7.0], [4.0, 4.0], [4.0, 4.0],
+                            [2.0, 9.0], [2.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0],
+                         [1.0, 1.0], [1.0, 0.0]])
+    kept = F.group_has_spread(returns, mask, group_size=2)
+    # group 0 differs at t0 (3 vs 1); group 1 ties at t0 (5, 5) but differs at t1 (5 vs 7); group 2 ties
+    # everywhere; group 3 ties at t0 (2, 2) and has a lone survivor at t1 (the 1 is dead): no two alive differ
+    assert kept.tolist() == [True, True, True, True, False, False, False, False]
+    adv = F.compute_step_group_advantages(returns, mask, group_size=2, eps=1e-8)
+    assert (adv[~kept] == 0).all()  # what is dropped carried no signal
+
+
+def _ends(spread: bool = True):
+    """``[8, 8]`` episode ends: group 0 (envs 0-3) ties, every member ends at step 2; group 1 (envs 4-7) ends at
+    steps 1, 2, 3, 4 when ``spread``, else at step 2 as well."""
+    dones = torch.zeros(8, 8, dtype=torch.bool)
+    dones[:4, 2] = True
+    for i, end in enumerate([1, 2, 3, 4] if spread else [2, 2, 2, 2]):
+        dones[4 + i, end] = True
+    return dones
+
+
+def _rewritten_rollout(collector, spread: bool):
+    """A collected 8-env rollout with reward 1 every step and the episode ends of :func:`_ends`."""
+    rollout = collector.collect().filter_non_tensor_data()
+    rollout["reward"].fill_(1.0)
+    rollout["done"].zero_()
+    rollout["done"][:, :-1] = _ends(spread)
+    return rollout
+
+
+@pytest.mark.parametrize("filter_groups", [False, True])
+def test_filter_groups_drops_the_tied_group_and_keeps_the_others_advantages(filter_groups):
+    algo, collector = algo_on_cartpole("grpo", "env.num_envs=8", num_steps=8, group_size=4,
+                                       filter_groups=filter_groups)
+    samples = algo.prepare(_rewritten_rollout(collector, spread=True))
+    returns, mask = F.compute_step_returns_and_mask(torch.ones(8, 8), _ends(), algo.cfg.gamma, True)
+    # the advantages are GRPO's, filter or not: the filter only changes which samples are trained on
+    torch.testing.assert_close(samples["advantage"].view(8, 8),
+                               F.compute_step_group_advantages(returns, mask, 4, algo.cfg.eps))
+    valid = samples["valid"].view(8, 8)
+    assert valid[4:].sum() == 2 + 3 + 4 + 5  # group 1's first episodes
+    assert valid[:4].sum() == (0 if filter_groups else 4 * 3)
+    metrics = algo.rollout_metrics(samples)
+    assert metrics["diag/groups_informative"] == 0.5
+    assert metrics["diag/groups_kept"] == (0.5 if filter_groups else 1.0)
+
+
+def test_filter_groups_keeps_every_group_when_none_differs():
+    algo, collector = algo_on_cartpole("grpo", "env.num_envs=8", num_steps=8, group_size=4, filter_groups=True)
+    samples = algo.prepare(_rewritten_rollout(collector, spread=False))
+    assert samples["valid"].sum() == 8 * 3  # an update never goes empty: all groups, zero advantages
+    assert (samples["advantage"] == 0).all()
+    metrics = algo.rollout_metrics(samples)
+    assert metrics["diag/groups_informative"] == 0.0 and metrics["diag/groups_kept"] == 1.0
