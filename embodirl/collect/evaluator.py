@@ -81,7 +81,8 @@ class Evaluator:
             ``eval/return_mean``, ``eval/return_std`` (population), ``eval/length_mean``,
             ``eval/num_episodes``, ``eval/deterministic`` (1 for the most likely action, 0 sampled), and when
             the env reports ``success``: ``eval/success_at_end`` (success on the episode's last step),
-            ``eval/success_once`` (success at any step) and ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved"), and
+            ``eval/success_once`` (success at any step) and ``eval/success_rate`` (= ``success_at_end``, the
+            stricter one, which decides "solved"), and
             ``eval/metrics/<key>`` for the env's ``info_metrics`` (mean of the value on each episode's last step) and
             ``eval/rewards/<term>`` for its ``reward_terms`` (mean of each one's sum over an episode).
         """
