@@ -76,10 +76,16 @@ class GRPO(OnPolicyAlgorithm):
             raise ConfigError("env.num_envs", env.num_envs, f"a multiple of algo.group_size={cfg.group_size}",
                               f"pass env.num_envs={max(1, env.num_envs // cfg.group_size) * cfg.group_size} "
                               "or another multiple of algo.group_size")
-        return CollectPlan(num_steps=cfg.num_steps or env.max_episode_steps,
+        if cfg.restart_finished and type(env).restart is BatchedEnv.restart:
+            raise ConfigError("algo.restart_finished", True, f"false with {type(env).__name__}, which cannot restart "
+                              "envs from their reset state (CartPole can, without observation or action wrappers)",
+                              "pass algo.restart_finished=false", absolute=True)
+        # restart_finished runs further episodes after the first: room for two of the longest
+        episode_limit = env.max_episode_steps * (2 if cfg.restart_finished else 1)
+        return CollectPlan(num_steps=cfg.num_steps or episode_limit,
                            reset_every_rollout=cfg.reset_every_rollout,
                            group_size=cfg.group_size if cfg.group_shared_reset else 1,
-                           first_episode_only=cfg.first_episode_only)
+                           first_episode_only=cfg.first_episode_only, restart_finished=cfg.restart_finished)
 
     @torch.no_grad()
     def prepare(self, rollout: TensorDict) -> TensorDict:
@@ -88,14 +94,19 @@ class GRPO(OnPolicyAlgorithm):
         ``filter_groups`` only in groups whose returns differ (when none does, all: an update never goes empty).
         With a reference policy, its log-probs of the actions (over every transition: one static shape)."""
         cfg = self.cfg
-        returns, mask = F.compute_step_returns_and_mask(rollout["reward"][:, :-1], rollout["done"][:, :-1], cfg.gamma,
+        done = rollout["done"][:, :-1]
+        returns, mask = F.compute_step_returns_and_mask(rollout["reward"][:, :-1], done, cfg.gamma,
                                                         cfg.first_episode_only)
-        advantage = F.compute_step_group_advantages(returns, mask, cfg.group_size, cfg.eps)
-        informative = F.group_has_spread(returns, mask, cfg.group_size)
+        steps = None
+        if cfg.restart_finished:  # every episode completed in the rollout (not the padding), aligned at its start
+            steps = F.episode_steps(done)
+            mask = F.complete_episode_mask(done).to(returns.dtype)
+        advantage = F.compute_step_group_advantages(returns, mask, cfg.group_size, cfg.eps, steps)
+        informative = F.group_has_spread(returns, mask, cfg.group_size, steps)
         kept = informative | ~informative.any() if cfg.filter_groups else torch.ones_like(informative)
-        steps = rollout.select("obs", "action", "sample_log_prob")[:, :-1]
+        transitions = rollout.select("obs", "action", "sample_log_prob")[:, :-1]
         per_env = {"group_informative": informative, "group_kept": kept}
-        samples = TensorDict({**steps, "advantage": advantage, "valid": (mask > 0) & kept.unsqueeze(1),
+        samples = TensorDict({**transitions, "advantage": advantage, "valid": (mask > 0) & kept.unsqueeze(1),
                               **{k: v.unsqueeze(1).expand_as(mask) for k, v in per_env.items()}},
                              batch_size=advantage.shape)
         samples = samples.reshape(-1)

@@ -21,6 +21,7 @@ from embodirl.policies.base import Policy
 __all__ = ["CollectPlan", "Collector", "env_step"]
 
 _CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
+_COMPLETE_SHARE = 0.9  # restart_finished: stop once this share of the simulated steps lies in complete episodes
 _TRANSITION = (  # the keys padded after an early stop
     "action", "sample_log_prob", "value", "reward", "terminated", "truncated", "done", "final_value")
 
@@ -36,6 +37,10 @@ class CollectPlan:
             one shared initial state (1 = independent).
         first_episode_only: Only each env's first episode of the rollout counts: stop stepping once every env
             has finished one (the rest would be masked out); later slots are padding with ``done = True``.
+        restart_finished: With ``first_episode_only``, an env whose episode ends starts over from the state the
+            rollout's reset gave it (:meth:`BatchedEnv.restart`: its group's shared start), so each env runs further
+            attempts at its group's situation; the loop stops once every env has finished one and 90 % of the
+            simulated steps lie in complete episodes (or at ``num_steps``). Padding is then not ended.
         next_obs: Record each transition's true next observation in the rollout (``next_obs``: the episode's final
             observation where it ended, not the next episode's first), as a replay buffer stores transitions.
     """
@@ -44,6 +49,7 @@ class CollectPlan:
     reset_every_rollout: bool = False
     group_size: int = 1
     first_episode_only: bool = False
+    restart_finished: bool = False
     next_obs: bool = False
 
 
@@ -137,17 +143,29 @@ class Collector:
         num_steps = self.plan.num_steps
         done = self.rollout["done"]
         for t in range(self.plan.num_steps):
-            # first_episode_only: every few steps (one host sync), stop once every env has ended an episode.
-            if self.plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and bool(done[:, :t].any(1).all()):
+            # first_episode_only: every few steps (a host sync), stop once every env has ended an episode.
+            if self.plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and self._finished(done[:, :t]):
                 num_steps = t
                 break
             self.loop()
+            if self.plan.restart_finished:  # the envs that just ended start over from the rollout's reset state
+                self.loop.load_carry({"obs": self.env.restart(done[:, t])})
         self._fold_episodes(num_steps)
         if num_steps < self.plan.num_steps:
             self._pad(num_steps)
         self._bootstrap(num_steps)
         self.rollout.set_non_tensor("num_steps_collected", num_steps)
         return self.rollout
+
+    def _finished(self, done: Tensor) -> bool:
+        """Whether every env has ended an episode in ``done`` ``[N, t]`` (with ``restart_finished``: and the steps
+        up to each env's last episode end are ``_COMPLETE_SHARE`` of them all)."""
+        if not bool(done.any(1).all()):
+            return False
+        if not self.plan.restart_finished:
+            return True
+        after_last_end = done.flip(1).to(torch.int8).argmax(1)  # steps of each env's unfinished episode
+        return float(after_last_end.sum()) <= (1 - _COMPLETE_SHARE) * done.numel()
 
     def _fold_episodes(self, num_steps: int) -> None:
         """Account the collected steps' episodes in :attr:`episode_stats` (``[N, T]`` read as ``[T, N]``)."""
@@ -157,9 +175,11 @@ class Collector:
                                      x["info"][:, steps].transpose(0, 1), x["reward_terms"][:, steps].transpose(0, 1))
 
     def _pad(self, start: int) -> None:
-        """Fill the slots the collector skipped with harmless padding: ended, zero reward."""
+        """Fill the slots the collector skipped with harmless padding: ended, zero reward. With ``restart_finished``
+        not ended: the padding then continues each env's unfinished episode, which no complete-episode mask keeps."""
+        ended = not self.plan.restart_finished
         for key in _TRANSITION:
-            self.rollout.get(key)[:, start:-1] = key in ("done", "terminated")
+            self.rollout.get(key)[:, start:-1] = ended and key in ("done", "terminated")
 
     def _bootstrap(self, num_steps: int) -> None:
         """Slot ``T``: the observation (and state) to continue from and its value; and the value of the true final

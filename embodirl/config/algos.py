@@ -130,7 +130,7 @@ class GRPOConfig(OnPolicyConfig):
     minibatch_size: int | None = key(4096, ge=1, doc="valid transitions per minibatch; null = all of them")
     ent_coef: float = key(0.001, ge=0, doc="entropy bonus weight (the start of a linear/cosine ent_coef_schedule)")
     num_steps: int | None = key(None, ge=1, doc="rollout length T; null = the env's episode limit (every env can "
-                                "finish one episode)")
+                                "finish one episode; twice that with restart_finished)")
     clip_coef: float = key(0.2, gt=0, doc="surrogate clip range")
     dual_clip_coef: float | None = key(None, gt=1, doc="dual clip: bound the objective of negative advantages at "
                                        "this x A (e.g. 3.0); null = off")
@@ -145,6 +145,17 @@ class GRPOConfig(OnPolicyConfig):
     group_shared_reset: bool = key(True, doc="members of a group start from one shared initial state")
     filter_groups: bool = key(False, doc="train only on groups whose returns differ (DAPO's dynamic sampling: "
                               "a group that ties everywhere has zero advantages); all groups if none differs")
+    restart_finished: bool = key(False, doc="an env whose episode ends starts over from its group's shared start "
+                                 "until every env has finished one; every complete episode is a group sample, "
+                                 "compared at equal steps since its start (the env must support restart)")
+
+    def check(self) -> None:
+        super().check()
+        if self.restart_finished and not (self.first_episode_only and self.reset_every_rollout
+                                          and self.group_shared_reset):
+            raise ConfigError("restart_finished", True, "false unless first_episode_only, reset_every_rollout and "
+                              "group_shared_reset are true (restarts repeat the group's shared start of the rollout)",
+                              "pass algo.restart_finished=false, or keep those three keys at their default true")
 
 
 @dataclass(frozen=True, kw_only=True)
