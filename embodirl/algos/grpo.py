@@ -78,11 +78,10 @@ class GRPO(OnPolicyAlgorithm):
                               "or another multiple of algo.group_size")
         if cfg.restart_finished and type(env).restart is BatchedEnv.restart:
             raise ConfigError("algo.restart_finished", True, f"false with {type(env).__name__}, which cannot restart "
-                              "envs from their reset state (CartPole can, without observation or action wrappers)",
+                              "envs from their reset state (CartPole and PushCube can, without observation or action "
+                              "wrappers)",
                               "pass algo.restart_finished=false", absolute=True)
-        # restart_finished runs further episodes after the first: room for two of the longest
-        episode_limit = env.max_episode_steps * (2 if cfg.restart_finished else 1)
-        return CollectPlan(num_steps=cfg.num_steps or episode_limit,
+        return CollectPlan(num_steps=cfg.num_steps or env.max_episode_steps,
                            reset_every_rollout=cfg.reset_every_rollout,
                            group_size=cfg.group_size if cfg.group_shared_reset else 1,
                            first_episode_only=cfg.first_episode_only, restart_finished=cfg.restart_finished)

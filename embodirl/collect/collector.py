@@ -21,7 +21,6 @@ from embodirl.policies.base import Policy
 __all__ = ["CollectPlan", "Collector", "env_step"]
 
 _CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
-_COMPLETE_SHARE = 0.9  # restart_finished: stop once this share of the simulated steps lies in complete episodes
 _TRANSITION = (  # the keys padded after an early stop
     "action", "sample_log_prob", "value", "reward", "terminated", "truncated", "done", "final_value")
 
@@ -39,8 +38,8 @@ class CollectPlan:
             has finished one (the rest would be masked out); later slots are padding with ``done = True``.
         restart_finished: With ``first_episode_only``, an env whose episode ends starts over from the state the
             rollout's reset gave it (:meth:`BatchedEnv.restart`: its group's shared start), so each env runs further
-            attempts at its group's situation; the loop stops once every env has finished one and 90 % of the
-            simulated steps lie in complete episodes (or at ``num_steps``). Padding is then not ended.
+            attempts at its group's situation while the others finish their first (the loop stops as without
+            restarts). Padding is then not ended: it continues the unfinished episodes, which no mask keeps.
         next_obs: Record each transition's true next observation in the rollout (``next_obs``: the episode's final
             observation where it ended, not the next episode's first), as a replay buffer stores transitions.
     """
@@ -143,8 +142,8 @@ class Collector:
         num_steps = self.plan.num_steps
         done = self.rollout["done"]
         for t in range(self.plan.num_steps):
-            # first_episode_only: every few steps (a host sync), stop once every env has ended an episode.
-            if self.plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and self._finished(done[:, :t]):
+            # first_episode_only: every few steps (one host sync), stop once every env has ended an episode.
+            if self.plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and bool(done[:, :t].any(1).all()):
                 num_steps = t
                 break
             self.loop()
@@ -156,16 +155,6 @@ class Collector:
         self._bootstrap(num_steps)
         self.rollout.set_non_tensor("num_steps_collected", num_steps)
         return self.rollout
-
-    def _finished(self, done: Tensor) -> bool:
-        """Whether every env has ended an episode in ``done`` ``[N, t]`` (with ``restart_finished``: and the steps
-        up to each env's last episode end are ``_COMPLETE_SHARE`` of them all)."""
-        if not bool(done.any(1).all()):
-            return False
-        if not self.plan.restart_finished:
-            return True
-        after_last_end = done.flip(1).to(torch.int8).argmax(1)  # steps of each env's unfinished episode
-        return float(after_last_end.sum()) <= (1 - _COMPLETE_SHARE) * done.numel()
 
     def _fold_episodes(self, num_steps: int) -> None:
         """Account the collected steps' episodes in :attr:`episode_stats` (``[N, T]`` read as ``[T, N]``)."""

@@ -130,7 +130,7 @@ class GRPOConfig(OnPolicyConfig):
     minibatch_size: int | None = key(4096, ge=1, doc="valid transitions per minibatch; null = all of them")
     ent_coef: float = key(0.001, ge=0, doc="entropy bonus weight (the start of a linear/cosine ent_coef_schedule)")
     num_steps: int | None = key(None, ge=1, doc="rollout length T; null = the env's episode limit (every env can "
-                                "finish one episode; twice that with restart_finished)")
+                                "finish one episode)")
     clip_coef: float = key(0.2, gt=0, doc="surrogate clip range")
     dual_clip_coef: float | None = key(None, gt=1, doc="dual clip: bound the objective of negative advantages at "
                                        "this x A (e.g. 3.0); null = off")
@@ -146,7 +146,7 @@ class GRPOConfig(OnPolicyConfig):
     filter_groups: bool = key(False, doc="train only on groups whose returns differ (DAPO's dynamic sampling: "
                               "a group that ties everywhere has zero advantages); all groups if none differs")
     restart_finished: bool = key(False, doc="an env whose episode ends starts over from its group's shared start "
-                                 "until every env has finished one; every complete episode is a group sample, "
+                                 "while the others finish their first; every complete episode is a group sample, "
                                  "compared at equal steps since its start (the env must support restart)")
 
     def check(self) -> None:
