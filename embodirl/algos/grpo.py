@@ -5,6 +5,9 @@ starts each rollout from the same initial state, so the group baseline compares 
 one situation (EmbodiChain's groups start from different states). Advantages are step-wise and
 masked (:func:`embodirl.algos.functional.compute_step_group_advantages`); the loss is a clipped
 surrogate plus an entropy bonus and, when ``kl_coef > 0``, a k3 KL penalty to a frozen reference policy.
+With ``restart_finished`` an env whose episode ended starts over from its group's start while the others finish
+theirs, and every complete episode is a group sample, compared at equal steps since its start; with
+``filter_groups`` groups whose returns never differ (zero advantages) are left out of the minibatches.
 """
 
 from __future__ import annotations

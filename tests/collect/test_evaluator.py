@@ -119,3 +119,20 @@ def test_eval_deterministic_false_reaches_training_and_embodirl_eval(cli, tmp_pa
         results[mode] = json.loads((out / "eval.json").read_text())
     assert results["true"]["eval/deterministic"] == 1.0 and results["false"]["eval/deterministic"] == 0.0
     assert "8 sampled episodes" in result.err + result.out
+
+
+@pytest.mark.slow
+def test_compiled_evaluation_equals_eager_for_the_mode_and_samples_reproducibly():
+    from embodirl.accel.compile import Acceleration
+    from embodirl.envs.cartpole import CartPole
+
+    env = CartPole(CartPoleConfig(num_envs=4, max_episode_steps=50), seed=0)
+    torch.manual_seed(0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    compiled = Acceleration(compile=True)
+    mode = Evaluator(env, policy).evaluate(8, seed=1)
+    assert Evaluator(env, policy, compiled).evaluate(8, seed=1) == pytest.approx(mode, rel=1e-6)
+    sampled = Evaluator(env, policy, compiled, deterministic=False)
+    first = sampled.evaluate(8, seed=1)
+    assert first["eval/deterministic"] == 0.0 and sampled.evaluate(8, seed=1) == first
