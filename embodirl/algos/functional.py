@@ -5,6 +5,8 @@ Shapes: ``N`` envs, ``T`` steps, ``B`` a flat batch of transitions.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -14,11 +16,14 @@ __all__ = [
     "categorical_projection",
     "clip_fraction",
     "clipped_surrogate_loss",
+    "complete_episode_mask",
     "compute_gae",
     "compute_step_group_advantages",
     "compute_step_returns_and_mask",
+    "episode_steps",
     "explained_variance",
     "gae",
+    "group_has_spread",
     "k3_kl",
     "minibatch_indices",
     "normalize",
@@ -244,7 +249,8 @@ def compute_step_returns_and_mask(
     return returns, mask
 
 
-def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size: int, eps: float) -> Tensor:
+def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size: int, eps: float,
+                                  steps: Tensor | None = None) -> Tensor:
     """Per-step group-relative advantages over the alive members of each group.
 
     Groups are consecutive envs ``{0..g-1}, {g..2g-1}, ...``. For each group and each step t, over the
@@ -252,22 +258,97 @@ def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size
     ``sigma = sqrt(sum(m (G - mu)^2) / n)`` (population std), ``A = m (G - mu) / (sigma + eps)``.
     A lone survivor and a group where everyone ties get 0; dead steps get 0.
 
+    With ``steps`` (each transition's steps since its episode started, :func:`episode_steps`), a group's samples
+    are its episodes, several per member, compared at equal steps since their start rather than at equal t: the
+    same statistics over every alive episode of the group at that step (``steps = t`` gives the above).
+
     Args:
         step_returns: ``[N, T]`` from :func:`compute_step_returns_and_mask`.
         mask: ``[N, T]`` valid-step mask.
         group_size: Members per group; must divide N.
         eps: Added to the std.
+        steps: ``[N, T]`` int64 steps since each transition's episode started; None = ``t``.
 
     Returns:
         ``[N, T]`` advantages.
     """
     n, t = step_returns.shape
-    g = step_returns.view(n // group_size, group_size, t)
-    m = mask.view(n // group_size, group_size, t)
-    count = m.sum(dim=1, keepdim=True).clamp_min(1.0)
-    mean = (m * g).sum(dim=1, keepdim=True) / count
-    std = torch.sqrt((m * (g - mean) ** 2).sum(dim=1, keepdim=True) / count)
-    return (m * (g - mean) / (std + eps)).view(n, t)
+    if steps is None:
+        g = step_returns.view(n // group_size, group_size, t)
+        m = mask.view(n // group_size, group_size, t)
+        count = m.sum(dim=1, keepdim=True).clamp_min(1.0)
+        mean = (m * g).sum(dim=1, keepdim=True) / count
+        std = torch.sqrt((m * (g - mean) ** 2).sum(dim=1, keepdim=True) / count)
+        return (m * (g - mean) / (std + eps)).view(n, t)
+    # One bin per (group, steps since the start): sums over the bin's alive transitions, read back per transition.
+    group = torch.arange(n, device=steps.device).div(group_size, rounding_mode="floor").unsqueeze(1)
+    bins = (group * t + steps).reshape(-1)
+
+    def bin_sum(x: Tensor) -> Tensor:
+        return torch.zeros(n // group_size * t, dtype=x.dtype, device=x.device).index_add_(0, bins, x.reshape(-1))
+
+    m = mask.reshape(-1)
+    count = bin_sum(mask).clamp_min(1.0)
+    mean = (bin_sum(mask * step_returns) / count)[bins]
+    centred = step_returns.reshape(-1) - mean
+    std = torch.sqrt(bin_sum(m * centred**2) / count)[bins]
+    return (m * centred / (std + eps)).view(n, t)
+
+
+def episode_steps(dones: Tensor) -> Tensor:
+    """``[N, T]`` int64 steps since each transition's episode started: 0 at t = 0 and after every done.
+
+    Args:
+        dones: ``[N, T]`` bool episode ends.
+    """
+    n, t = dones.shape
+    index = torch.arange(t, device=dones.device).expand(n, t)
+    ended = torch.where(dones, index, torch.full_like(index, -1))
+    # the last end strictly before t (-1 if none): the episode of step t started right after it
+    previous = torch.cat([torch.full_like(index[:, :1], -1), ended[:, :-1].cummax(dim=1).values], dim=1)
+    return index - previous - 1
+
+
+def complete_episode_mask(dones: Tensor) -> Tensor:
+    """``[N, T]`` bool: True where the transition's episode ends within the rollout (a done at or after t).
+
+    Args:
+        dones: ``[N, T]`` bool episode ends.
+    """
+    return dones.flip(1).cummax(dim=1).values.flip(1)
+
+
+def group_has_spread(step_returns: Tensor, mask: Tensor, group_size: int, steps: Tensor | None = None) -> Tensor:
+    """Whether each env's group teaches anything: at some step, two of its alive samples' returns differ.
+
+    A group without spread (every member succeeds, or every member fails, the same way) gets zero
+    advantages everywhere from :func:`compute_step_group_advantages`; DAPO's dynamic sampling drops it.
+    Exact comparisons (max - min of the alive samples' returns), so rounding in the mean never keeps one.
+
+    Args:
+        step_returns: ``[N, T]`` from :func:`compute_step_returns_and_mask`.
+        mask: ``[N, T]`` valid-step mask.
+        group_size: Members per group; must divide N.
+        steps: ``[N, T]`` steps since each episode's start, as for :func:`compute_step_group_advantages`;
+            None = ``t``.
+
+    Returns:
+        ``[N]`` bool, the same for every member of a group.
+    """
+    n, t = step_returns.shape
+    if steps is None:
+        steps = torch.arange(t, device=step_returns.device).expand(n, t)
+    group = torch.arange(n, device=steps.device).div(group_size, rounding_mode="floor").unsqueeze(1)
+    bins = (group * t + steps).reshape(-1)
+    alive = mask.reshape(-1) > 0
+    returns = step_returns.reshape(-1)
+    size = n // group_size * t
+    high = returns.new_full((size,), -math.inf).scatter_reduce(
+        0, bins, torch.where(alive, returns, -math.inf), "amax")
+    low = returns.new_full((size,), math.inf).scatter_reduce(0, bins, torch.where(alive, returns, math.inf), "amin")
+    count = torch.zeros(size, dtype=torch.int64, device=steps.device).index_add_(0, bins, alive.long())
+    differs = ((count >= 2) & (high > low)).view(n // group_size, t)
+    return differs.any(dim=1).repeat_interleave(group_size)
 
 
 def k3_kl(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:

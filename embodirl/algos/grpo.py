@@ -5,6 +5,9 @@ starts each rollout from the same initial state, so the group baseline compares 
 one situation (EmbodiChain's groups start from different states). Advantages are step-wise and
 masked (:func:`embodirl.algos.functional.compute_step_group_advantages`); the loss is a clipped
 surrogate plus an entropy bonus and, when ``kl_coef > 0``, a k3 KL penalty to a frozen reference policy.
+With ``restart_finished`` an env whose episode ended starts over from its group's start while the others finish
+theirs, and every complete episode is a group sample, compared at equal steps since its start; with
+``filter_groups`` groups whose returns never differ (zero advantages) are left out of the minibatches.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class GRPO(OnPolicyAlgorithm):
 
     cfg: GRPOConfig
     metric_names = ("loss/policy", "loss/entropy", "diag/approx_ref_kl", "diag/approx_kl", "diag/clip_fraction",
-                    "diag/valid_fraction", "diag/num_valid", "diag/epochs")
+                    "diag/valid_fraction", "diag/num_valid", "diag/epochs", "diag/groups_informative",
+                    "diag/groups_kept")
     compile_prepare = False  # its returns loop over episode-long rollouts (500 steps on CartPole)
 
     def __init__(self, cfg: GRPOConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
@@ -75,26 +79,49 @@ class GRPO(OnPolicyAlgorithm):
             raise ConfigError("env.num_envs", env.num_envs, f"a multiple of algo.group_size={cfg.group_size}",
                               f"pass env.num_envs={max(1, env.num_envs // cfg.group_size) * cfg.group_size} "
                               "or another multiple of algo.group_size")
+        if cfg.restart_finished and type(env).restart is BatchedEnv.restart:
+            raise ConfigError("algo.restart_finished", True, f"false with {type(env).__name__}, which cannot restart "
+                              "envs from their reset state (CartPole and PushCube can, without observation or action "
+                              "wrappers)",
+                              "pass algo.restart_finished=false", absolute=True)
         return CollectPlan(num_steps=cfg.num_steps or env.max_episode_steps,
                            reset_every_rollout=cfg.reset_every_rollout,
                            group_size=cfg.group_size if cfg.group_shared_reset else 1,
-                           first_episode_only=cfg.first_episode_only)
+                           first_episode_only=cfg.first_episode_only, restart_finished=cfg.restart_finished)
 
     @torch.no_grad()
     def prepare(self, rollout: TensorDict) -> TensorDict:
         """Step-wise group advantages with each transition, ``[N*T]`` samples; ``"valid"`` marks the steps of each
-        env's first episode (every step with ``first_episode_only=false``), the only ones trained on. With a
-        reference policy, its log-probs of the actions (over every transition: one static shape)."""
+        env's first episode (every step with ``first_episode_only=false``), the only ones trained on, and with
+        ``filter_groups`` only in groups whose returns differ (when none does, all: an update never goes empty).
+        With a reference policy, its log-probs of the actions (over every transition: one static shape)."""
         cfg = self.cfg
-        returns, mask = F.compute_step_returns_and_mask(rollout["reward"][:, :-1], rollout["done"][:, :-1], cfg.gamma,
+        done = rollout["done"][:, :-1]
+        returns, mask = F.compute_step_returns_and_mask(rollout["reward"][:, :-1], done, cfg.gamma,
                                                         cfg.first_episode_only)
-        advantage = F.compute_step_group_advantages(returns, mask, cfg.group_size, cfg.eps)
-        steps = rollout.select("obs", "action", "sample_log_prob")[:, :-1]
-        samples = TensorDict({**steps, "advantage": advantage, "valid": mask > 0}, batch_size=advantage.shape)
+        steps = None
+        if cfg.restart_finished:  # every episode completed in the rollout (not the padding), aligned at its start
+            steps = F.episode_steps(done)
+            mask = F.complete_episode_mask(done).to(returns.dtype)
+        advantage = F.compute_step_group_advantages(returns, mask, cfg.group_size, cfg.eps, steps)
+        informative = F.group_has_spread(returns, mask, cfg.group_size, steps)
+        kept = informative | ~informative.any() if cfg.filter_groups else torch.ones_like(informative)
+        transitions = rollout.select("obs", "action", "sample_log_prob")[:, :-1]
+        per_env = {"group_informative": informative, "group_kept": kept}
+        samples = TensorDict({**transitions, "advantage": advantage, "valid": (mask > 0) & kept.unsqueeze(1),
+                              **{k: v.unsqueeze(1).expand_as(mask) for k, v in per_env.items()}},
+                             batch_size=advantage.shape)
         samples = samples.reshape(-1)
         if self.ref_policy is not None:
             samples["ref_log_prob"] = self.ref_policy.evaluate(samples["obs"], samples["action"])[0]
         return samples
+
+    def rollout_metrics(self, samples: TensorDict) -> dict[str, Tensor]:
+        """The fraction of groups whose returns differ (``diag/groups_informative``) and of groups trained on
+        (``diag/groups_kept``: the informative ones with ``filter_groups``, else all); every group holds as many
+        samples, so the means over samples are the fractions of groups."""
+        return {"diag/groups_informative": samples["group_informative"].float().mean(),
+                "diag/groups_kept": samples["group_kept"].float().mean()}
 
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
         """Clipped surrogate - ``ent_coef`` x entropy (+ ``kl_coef`` x k3 KL to the reference), weighted means."""

@@ -378,7 +378,7 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs or algo.num_steps (the rollout holds "
                           "num_envs x (num_steps + 1) transitions)"):
         collector = Collector(env, policy, plan, accel)
-    evaluator = Evaluator(eval_env, policy, accel)
+    evaluator = Evaluator(eval_env, policy, accel, deterministic=evaluation.deterministic)
     check_video(evaluation, eval_env, "eval.num_envs")
     for built, key in ((env, "env"), (eval_env, "eval.env_overrides" if evaluation.env_overrides else "env")):
         with dry_run_guard(built, key):

@@ -208,10 +208,10 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     extra: dict[str, Any] = {"conditions": describe_conditions(video.conditions, randomize,
                                                                state["config"]["env"].get("randomize")),
                              "randomize": randomize}
-    log.info("evaluating %s: %d deterministic episodes (seed %d, %s), conditions %s", path, cfg.num_episodes,
-             cfg.seed, device, extra["conditions"])
+    log.info("evaluating %s: %d %s episodes (seed %d, %s), conditions %s", path, cfg.num_episodes,
+             "deterministic" if video.deterministic else "sampled", cfg.seed, device, extra["conditions"])
     try:
-        metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed)
+        metrics = evaluate_policy(env, policy, cfg.num_episodes, seed=cfg.seed, deterministic=video.deterministic)
         if video.video:
             frames = record_episode(env, policy, video.num_filmed(env.num_envs), video.video_size, cfg.seed)
             extra["video"] = str(save_video(frames, out_dir / f"video.{video.video_format}", video.video_fps))
@@ -219,7 +219,7 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         env.close()
     if video.sweep.param is not None:
         extra["sweep"] = evaluate_sweep(video.sweep, train_cfg.env, policy, device, cfg.seed, num_envs,
-                                        cfg.num_episodes)
+                                        cfg.num_episodes, video.deterministic)
     solved = env.is_solved(metrics)
     trained = state["trainer"].get("env_steps") if isinstance(state["trainer"], dict) else None
     owner = owning_run(cfg.run, cfg.checkpoint)
@@ -251,7 +251,7 @@ def _check_sweep(sweep: SweepConfig, env_cfg: DictConfig) -> None:
 
 
 def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, device: torch.device, seed: int,
-                   num_envs: int | None, num_episodes: int) -> dict[str, Any]:
+                   num_envs: int | None, num_episodes: int, deterministic: bool = True) -> dict[str, Any]:
     """Evaluate ``policy`` once per value of ``sweep.param``, fixed at that value for every episode of its bin.
 
     Each bin's env is ``env_cfg``, the plain evaluation's env (``eval.conditions``), with the swept parameter
@@ -279,7 +279,7 @@ def evaluate_sweep(sweep: SweepConfig, env_cfg: DictConfig, policy: Policy, devi
             raise ConfigError(f"eval.sweep.values[{i}]", value, exc.expected, "drop this value or narrow the "
                               "sweep", absolute=True) from None
         try:
-            metrics = evaluate_policy(env, policy, num_episodes, seed=seed)
+            metrics = evaluate_policy(env, policy, num_episodes, seed=seed, deterministic=deterministic)
         finally:
             env.close()
         log.info("sweep %s=%g (%s): %s", sweep.param, value, sweep.scale,

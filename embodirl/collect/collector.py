@@ -36,6 +36,10 @@ class CollectPlan:
             one shared initial state (1 = independent).
         first_episode_only: Only each env's first episode of the rollout counts: stop stepping once every env
             has finished one (the rest would be masked out); later slots are padding with ``done = True``.
+        restart_finished: With ``first_episode_only``, an env whose episode ends starts over from the state the
+            rollout's reset gave it (:meth:`BatchedEnv.restart`: its group's shared start), so each env runs further
+            attempts at its group's situation while the others finish their first (the loop stops as without
+            restarts). Padding is then not ended: it continues the unfinished episodes, which no mask keeps.
         next_obs: Record each transition's true next observation in the rollout (``next_obs``: the episode's final
             observation where it ended, not the next episode's first), as a replay buffer stores transitions.
     """
@@ -44,6 +48,7 @@ class CollectPlan:
     reset_every_rollout: bool = False
     group_size: int = 1
     first_episode_only: bool = False
+    restart_finished: bool = False
     next_obs: bool = False
 
 
@@ -142,6 +147,8 @@ class Collector:
                 num_steps = t
                 break
             self.loop()
+            if self.plan.restart_finished:  # the envs that just ended start over from the rollout's reset state
+                self.loop.load_carry({"obs": self.env.restart(done[:, t])})
         self._fold_episodes(num_steps)
         if num_steps < self.plan.num_steps:
             self._pad(num_steps)
@@ -157,9 +164,11 @@ class Collector:
                                      x["info"][:, steps].transpose(0, 1), x["reward_terms"][:, steps].transpose(0, 1))
 
     def _pad(self, start: int) -> None:
-        """Fill the slots the collector skipped with harmless padding: ended, zero reward."""
+        """Fill the slots the collector skipped with harmless padding: ended, zero reward. With ``restart_finished``
+        not ended: the padding then continues each env's unfinished episode, which no complete-episode mask keeps."""
+        ended = not self.plan.restart_finished
         for key in _TRANSITION:
-            self.rollout.get(key)[:, start:-1] = key in ("done", "terminated")
+            self.rollout.get(key)[:, start:-1] = ended and key in ("done", "terminated")
 
     def _bootstrap(self, num_steps: int) -> None:
         """Slot ``T``: the observation (and state) to continue from and its value; and the value of the true final

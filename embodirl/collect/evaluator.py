@@ -1,4 +1,4 @@
-"""Deterministic evaluation on separate env instances."""
+"""Evaluation on separate env instances: the policy's most likely action, or actions sampled from it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ _BLOCK = 16  # steps between folds of the episode statistics (and host-side "all
 
 
 class Evaluator:
-    """Runs deterministic episodes of ``policy`` in ``env`` (its own env copies).
+    """Runs episodes of ``policy`` in ``env`` (its own env copies), deterministic or sampled.
 
     Env ``i`` runs ``num_episodes // E`` episodes (+1 for the first ``num_episodes % E``), so short
     episodes are not over-represented. The env is reset with the given seed every call, so successive
@@ -32,14 +32,20 @@ class Evaluator:
     episode statistics at once (the collector's :class:`~embodirl.collect.episode_stats.EpisodeStats`). Like the
     collector's, the step is compiled and captured as a CUDA graph with ``accel``.
 
+    Sampled actions (``deterministic=False``, as SB3's and skrl's stochastic evaluation, the way VLA and GRPO
+    policies are often judged) come from torch's generator seeded with the evaluation's seed inside a fork of the
+    RNG state: two evaluations with one seed sample the same actions, and training's random stream is untouched.
+
     Args:
         env: The evaluation env.
-        policy: The policy (its deterministic action, :meth:`Policy.mode`, is taken).
+        policy: The policy: its most likely action (:meth:`Policy.mode`), or one sampled (:meth:`Policy.act`).
         accel: Compile and/or capture the evaluation step.
+        deterministic: Take the most likely action (True) or sample it from the policy's distribution.
     """
 
-    def __init__(self, env: BatchedEnv, policy: Policy, accel: Acceleration = EAGER) -> None:
-        self.env, self.policy = env, policy
+    def __init__(self, env: BatchedEnv, policy: Policy, accel: Acceleration = EAGER,
+                 deterministic: bool = True) -> None:
+        self.env, self.policy, self.deterministic = env, policy, deterministic
         n, dev = env.num_envs, env.device
         self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
         state = policy.initial_state(n)
@@ -58,25 +64,37 @@ class Evaluator:
                              name="evaluation_step")
 
     def step(self, carry: Carry) -> tuple[Values, Values]:
-        """One deterministic step of every env: what the block's row records and the next carry."""
-        action, next_state = self.policy.mode(carry["obs"], carry["state"])
+        """One step of every env: what the block's row records and the next carry."""
+        if self.deterministic:
+            action, next_state = self.policy.mode(carry["obs"], carry["state"])
+        else:
+            action, _, _, next_state = self.policy.act(carry["obs"], carry["state"])
         out, done, next_carry = env_step(self.env, action, next_state, self.recurrent)
         record: dict[str, Tensor | TensorCollection] = {"reward": out.reward, "done": done}
         self.episode_stats.extend_record(out.info, record)
         return record, next_carry
 
-    @env_mode()
     def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
-        """Run ``num_episodes`` deterministic episodes spread evenly over the env's copies.
+        """Run ``num_episodes`` episodes spread evenly over the env's copies (sampled ones seeded by ``seed``).
 
         Returns:
             ``eval/return_mean``, ``eval/return_std`` (population), ``eval/length_mean``,
-            ``eval/num_episodes``, and when the env reports ``success``: ``eval/success_at_end`` (success
-            on the episode's last step), ``eval/success_once`` (success at any step) and
-            ``eval/success_rate`` (= ``success_at_end``, the stricter one, which decides "solved"), and
+            ``eval/num_episodes``, ``eval/deterministic`` (1 for the most likely action, 0 sampled), and when
+            the env reports ``success``: ``eval/success_at_end`` (success on the episode's last step),
+            ``eval/success_once`` (success at any step) and ``eval/success_rate`` (= ``success_at_end``, the
+            stricter one, which decides "solved"), and
             ``eval/metrics/<key>`` for the env's ``info_metrics`` (mean of the value on each episode's last step) and
             ``eval/rewards/<term>`` for its ``reward_terms`` (mean of each one's sum over an episode).
         """
+        if self.deterministic:
+            return self._run(num_episodes, seed)
+        device = self.env.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+            torch.manual_seed(seed)
+            return self._run(num_episodes, seed)
+
+    @env_mode()
+    def _run(self, num_episodes: int, seed: int) -> dict[str, float]:
         n = self.env.num_envs
         index = torch.arange(n, device=self.env.device)
         self.episode_stats.restart(target=num_episodes // n + (index < num_episodes % n))
@@ -107,6 +125,7 @@ class Evaluator:
             "eval/return_std": math.sqrt(max(mean_sq - mean_return**2, 0.0)),
             "eval/length_mean": mean_length,
             "eval/num_episodes": float(num_episodes),
+            "eval/deterministic": float(self.deterministic),
         }
         if self.episode_stats.reports_success:
             metrics.update({"eval/success_rate": at_end, "eval/success_at_end": at_end, "eval/success_once": once})
@@ -119,6 +138,7 @@ class Evaluator:
         """Record :meth:`step` as a CUDA graph at its next calls (after the compile warm-up, before training)."""
         self.loop.use_cuda_graphs()
 
-def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: int) -> dict[str, float]:
+def evaluate_policy(env: BatchedEnv, policy: Policy, num_episodes: int, seed: int,
+                    deterministic: bool = True) -> dict[str, float]:
     """Eager one-off evaluation (see :meth:`Evaluator.evaluate`)."""
-    return Evaluator(env, policy).evaluate(num_episodes, seed)
+    return Evaluator(env, policy, deterministic=deterministic).evaluate(num_episodes, seed)

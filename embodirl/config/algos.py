@@ -143,6 +143,19 @@ class GRPOConfig(OnPolicyConfig):
     first_episode_only: bool = key(True, doc="keep only each env's first episode per rollout (collection stops "
                                    "once every env has finished one)")
     group_shared_reset: bool = key(True, doc="members of a group start from one shared initial state")
+    filter_groups: bool = key(False, doc="train only on groups whose returns differ (DAPO's dynamic sampling: "
+                              "a group that ties everywhere has zero advantages); all groups if none differs")
+    restart_finished: bool = key(False, doc="an env whose episode ends starts over from its group's shared start "
+                                 "while the others finish their first; every complete episode is a group sample, "
+                                 "compared at equal steps since its start (the env must support restart)")
+
+    def check(self) -> None:
+        super().check()
+        if self.restart_finished and not (self.first_episode_only and self.reset_every_rollout
+                                          and self.group_shared_reset):
+            raise ConfigError("restart_finished", True, "false unless first_episode_only, reset_every_rollout and "
+                              "group_shared_reset are true (restarts repeat the group's shared start of the rollout)",
+                              "pass algo.restart_finished=false, or keep those three keys at their default true")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,7 +86,8 @@ class EvaluateConfig(Schema):
     run: str | None = key(None, doc="a run directory of embodirl-train (evaluates its checkpoints/<checkpoint>.pt)")
     checkpoint: str = key("last", doc="with run: last | best | a file name in checkpoints/ (step_*.pt); without "
                           "run: a .pt path (or a run directory); last, as embodirl-export")
-    num_episodes: int = key(100, ge=1, doc="deterministic episodes, spread evenly over the env copies")
+    num_episodes: int = key(100, ge=1, doc="episodes (deterministic unless eval.deterministic=false), spread "
+                                          "evenly over the env copies")
     seed: int = key(12345, ge=-MAX_SEED, le=MAX_SEED, range_text="in [-2^62, 2^62]",
                     doc="reset seed of the evaluation env")
     device: str = key("auto", doc="auto | cpu | cuda | cuda:N")

@@ -196,8 +196,12 @@ class LoggerConfig(Schema):
 # --- eval --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class VideoConfig(Schema):
-    """Evaluation videos (envs that render frames): embodirl-train films every evaluation, embodirl-eval once."""
+    """How evaluation acts, and its videos (envs that render frames): embodirl-train films every evaluation,
+    embodirl-eval once."""
 
+    deterministic: bool = key(True, doc="evaluation episodes take the policy's most likely action (true) or sample "
+                              "it from its distribution (false; seeded by the evaluation's seed; videos stay "
+                              "deterministic)")
     video: bool = key(False, doc="save a video of a deterministic episode into <run_dir>/videos (and "
                       "TensorBoard/wandb)")
     video_num_envs: int | None = key(None, ge=1, doc="envs shown side by side in a grid (at most the evaluation "
@@ -213,7 +217,7 @@ class VideoConfig(Schema):
 
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig(VideoConfig):
-    """Periodic deterministic evaluation during training, on env copies of its own, and its videos."""
+    """Periodic evaluation during training, on env copies of its own, and its videos."""
 
     target = "embodirl.training.evaluation.PeriodicEvaluation"
     every_env_steps: int = key(40960, ge=1, doc="evaluate when a multiple of this is crossed (and at the end)")

@@ -164,6 +164,12 @@ class BatchedEnv(ABC):
         display or GPU. Envs without pictures raise NotImplementedError."""
         raise NotImplementedError(f"{type(self).__name__} does not render frames")
 
+    def restart(self, mask: Tensor) -> Tensor:
+        """Start the ``mask`` ``[N]`` envs over from where the last :meth:`reset` started them (its state and
+        parameters: a group's shared start), e.g. after their auto-reset, and return every env's observation.
+        GRPO's ``algo.restart_finished`` needs it; envs that cannot raise NotImplementedError."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart envs from their reset state")
+
     def state_dict(self) -> dict[str, Tensor]:
         """Everything needed to continue the env exactly (for resume). Envs that cannot be
         snapshotted raise NotImplementedError; a resumed run then starts fresh episodes."""

@@ -174,10 +174,20 @@ class CartPole(BatchedEnv):
         """
         state, *params = self._draw_starts(*self._resets.explicit(seed, group_size))
         self._state.copy_(state)
+        self._reset_starts = (state, *params)  # what restart() returns envs to
         if self.randomization is not None:
             self.randomization.values.copy_(params[0])
         self._steps.zero_()
         self._starts.invalidate()
+        return self._observe(self._state)
+
+    def restart(self, mask: Tensor) -> Tensor:
+        """Start the ``mask`` envs over from the last :meth:`reset`'s state (see :meth:`BatchedEnv.restart`)."""
+        state, *params = self._reset_starts
+        torch.where(mask.unsqueeze(1), state, self._state, out=self._state)
+        if self.randomization is not None:
+            torch.where(mask, params[0], self.randomization.values, out=self.randomization.values)
+        self._steps.masked_fill_(mask, 0)
         return self._observe(self._state)
 
     def _observe(self, state: Tensor) -> Tensor:

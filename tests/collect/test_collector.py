@@ -217,3 +217,46 @@ def test_next_obs_is_the_true_next_observation_and_the_final_one_where_an_episod
         moved = obs[:, t] + 0.02 * obs[:, t][:, [1, 1, 3, 3]] * torch.tensor([1.0, 0.0, 1.0, 0.0])
         torch.testing.assert_close(next_obs[:, t][:, [0, 2]], moved[:, [0, 2]])
     assert not torch.allclose(next_obs[:, 2], obs[:, 3])
+
+
+@pytest.mark.parametrize("env_name", ["cartpole", "push_cube"])
+def test_restart_returns_the_masked_envs_to_their_reset_state_and_leaves_the_others(env_name):
+    from embodirl.config.envs import PushCubeConfig
+    from embodirl.envs.push_cube.env import PushCube
+
+    env = (CartPole(CartPoleConfig(num_envs=8, max_episode_steps=5), seed=0) if env_name == "cartpole" else
+           PushCube(PushCubeConfig(num_envs=8, max_episode_steps=5), device="cpu", seed=0))
+    first = env.reset(seed=3, group_size=4)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(7):  # past the 5-step limit: every env auto-reset once, to a start of its own
+        action = (torch.randint(0, 2, (8,), generator=gen) if env_name == "cartpole" else
+                  torch.rand(8, 2, generator=gen) * 2 - 1)
+        out = env.step(action)
+    mask = torch.tensor([True, False] * 4)
+    obs = env.restart(mask)
+    assert torch.equal(obs[mask], first[mask]) and torch.equal(obs[~mask], out.obs[~mask])
+    assert not torch.equal(out.obs[mask], first[mask])
+    for _ in range(4):  # a restarted episode gets its full time limit again
+        out = env.step(action)
+    assert not (out.truncated & mask).any()
+
+
+def test_restart_finished_runs_further_episodes_and_stops_as_without_restarts():
+    def collect(restart_finished: bool):
+        env = CartPole(CartPoleConfig(num_envs=8, max_episode_steps=500), seed=0)
+        torch.manual_seed(0)
+        policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                             action_space=env.action_space)
+        plan = CollectPlan(num_steps=500, reset_every_rollout=True, group_size=4, first_episode_only=True,
+                           restart_finished=restart_finished)
+        return Collector(env, policy, plan).collect()
+
+    plain, rollout = collect(False), collect(True)
+    steps = rollout.get_non_tensor("num_steps_collected")
+    done = rollout["done"][:, :steps]
+    first_end = done.float().argmax(1)
+    # every env's first episode is the same as without restarts, and so is the stop: the first check (every 8
+    # steps) after the slowest first episode ended
+    assert steps == plain.get_non_tensor("num_steps_collected") == int(first_end.max()) // 8 * 8 + 8
+    assert done.sum() > 8  # the faster envs ran further episodes meanwhile
+    assert not rollout["done"][:, steps:-1].any()  # padding is not ended: no complete episode is made of it

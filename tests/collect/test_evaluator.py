@@ -47,7 +47,7 @@ def test_metrics_of_the_first_episodes_of_each_env_by_hand():
     returns = [1.5, 1.0, 20.0]
     assert metrics == pytest.approx({
         "eval/return_mean": 7.5, "eval/return_std": float(np.std(returns)), "eval/length_mean": 25 / 3,
-        "eval/num_episodes": 3.0, "eval/success_rate": 1 / 3, "eval/success_at_end": 1 / 3,
+        "eval/num_episodes": 3.0, "eval/deterministic": 1.0, "eval/success_rate": 1 / 3, "eval/success_at_end": 1 / 3,
         "eval/success_once": 1.0, "eval/metrics/dist": (2 + 1 + 19) / 3}, rel=1e-12)
 
 
@@ -70,3 +70,69 @@ def test_push_cube_logs_its_reward_terms_and_they_add_up_to_the_return(repeat):
         terms = [metrics[f"{family}/rewards/{name}"] for name in ("reach", "place", "success")]
         assert sum(terms) == pytest.approx(metrics[f"{family}/return_mean"], rel=1e-6)
         assert terms[0] > 0
+
+
+def _wide_policy_on_push_cube():
+    from embodirl.config.envs import PushCubeConfig
+    from embodirl.envs.push_cube.env import PushCube
+
+    torch.manual_seed(0)
+    env = PushCube(PushCubeConfig(num_envs=4, max_episode_steps=10), device="cpu", seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8], init_log_std=1.0), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    return env, policy
+
+
+def test_sampled_evaluation_differs_from_the_mode_is_seeded_and_leaves_the_rng_alone():
+    env, policy = _wide_policy_on_push_cube()
+    mode = Evaluator(env, policy).evaluate(8, seed=1)
+    assert mode == Evaluator(env, policy, deterministic=True).evaluate(8, seed=1)  # the default is the mode
+    assert mode["eval/deterministic"] == 1.0
+    sampled = Evaluator(env, policy, deterministic=False)
+    before = torch.get_rng_state()
+    first = sampled.evaluate(8, seed=1)
+    assert torch.equal(torch.get_rng_state(), before)  # training's random stream is untouched
+    assert first["eval/deterministic"] == 0.0
+    # std e (log_std 1) around a near-zero mean: the sampled episodes' returns differ from the mode's
+    assert first["eval/return_mean"] != pytest.approx(mode["eval/return_mean"], rel=1e-3)
+    assert sampled.evaluate(8, seed=1) == first  # the same seed samples the same actions
+    assert sampled.evaluate(8, seed=2)["eval/return_mean"] != first["eval/return_mean"]
+
+
+def test_eval_deterministic_false_reaches_training_and_embodirl_eval(cli, tmp_path):
+    import json
+
+    from embodirl.app.run import run_training
+    from tests.conftest import TINY, compose_config
+
+    assert compose_config(list(TINY)).eval.deterministic is True  # the default: today's mode
+    run_dir = tmp_path / "run"
+    run_training(compose_config([*TINY, "eval.deterministic=false"]), run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {r["eval/deterministic"] for r in records if "eval/deterministic" in r} == {0.0}
+    results = {}
+    for mode in ("true", "false"):
+        out = tmp_path / f"eval-{mode}"
+        result = cli("embodirl-eval", [f"run={run_dir}", "num_episodes=8", "device=cpu", f"eval.deterministic={mode}",
+                                       f"hydra.run.dir={out}"])
+        assert result.code == 0, result.err
+        results[mode] = json.loads((out / "eval.json").read_text())
+    assert results["true"]["eval/deterministic"] == 1.0 and results["false"]["eval/deterministic"] == 0.0
+    assert "8 sampled episodes" in result.err + result.out
+
+
+@pytest.mark.slow
+def test_compiled_evaluation_equals_eager_for_the_mode_and_samples_reproducibly():
+    from embodirl.accel.compile import Acceleration
+    from embodirl.envs.cartpole import CartPole
+
+    env = CartPole(CartPoleConfig(num_envs=4, max_episode_steps=50), seed=0)
+    torch.manual_seed(0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    compiled = Acceleration(compile=True)
+    mode = Evaluator(env, policy).evaluate(8, seed=1)
+    assert Evaluator(env, policy, compiled).evaluate(8, seed=1) == pytest.approx(mode, rel=1e-6)
+    sampled = Evaluator(env, policy, compiled, deterministic=False)
+    first = sampled.evaluate(8, seed=1)
+    assert first["eval/deterministic"] == 0.0 and sampled.evaluate(8, seed=1) == first

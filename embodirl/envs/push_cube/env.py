@@ -180,9 +180,20 @@ class PushCube(BatchedEnv):
             params = self.randomization.draw(*rows)
             self.randomization.values.copy_(params)
         self._state.copy_(self._initial_states(*rows, params))
+        self._reset_starts = (self._state.clone(), params)  # what restart() returns envs to
         self._steps.zero_()
         self._ever_success.zero_()
         self._starts.invalidate()
+        return self._pack(self._observe(self._state, self._steps))
+
+    def restart(self, mask: Tensor) -> Tensor | TensorDict:
+        """Start the ``mask`` envs over from the last :meth:`reset`'s scene (see :meth:`BatchedEnv.restart`)."""
+        state, params = self._reset_starts
+        torch.where(mask, state, self._state, out=self._state)
+        if self.randomization is not None and params is not None:
+            torch.where(mask, params, self.randomization.values, out=self.randomization.values)
+        self._steps.masked_fill_(mask, 0)
+        self._ever_success.masked_fill_(mask, False)
         return self._pack(self._observe(self._state, self._steps))
 
     def _initial_states(self, key_hash: Tensor, counter: Tensor, params: Tensor | None = None) -> Tensor:
