@@ -24,7 +24,7 @@ CHANGEABLE_ON_RESUME = (
     "trainer.total_env_steps", "trainer.max_wall_time_s", "trainer.stop_on_solved", "trainer.stop_on",
     "env.solved_metric", "env.solved_threshold", "trainer.resume", "trainer.callbacks", "trainer.best_metric",
     "trainer.best_mode", "trainer.allow_config_change",
-    "trainer.checkpoint_every_env_steps", "trainer.keep_checkpoints", "trainer.divergence", "trainer.divergence.",
+    "trainer.checkpoint_every_env_steps", "trainer.log_every_env_steps", "trainer.keep_checkpoints", "trainer.divergence", "trainer.divergence.",
     "eval._target_", "eval._partial_", "eval.every_env_steps", "eval.num_episodes", "eval.env_overrides",
     "eval.env_overrides.", "eval.video", "eval.video_num_envs", "eval.video_size", "eval.video_fps",
     "eval.video_format", "logger.", "objective",
