@@ -31,6 +31,7 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from embodirl.accel.compile import Acceleration
+from embodirl.accel.steps import accelerate_steps
 from embodirl.algos.base import EAGER, blame_env, finish_metrics
 from embodirl.collect.collector import CollectPlan
 from embodirl.collect.replay import TRANSITION_KEYS, ReplayBuffer
@@ -72,10 +73,12 @@ class OffPolicyAlgorithm(ABC):
         policy: The policy that acts (already on ``device``).
         device: Device of the policy and the networks.
         total_env_steps: Training budget.
-        accel: Accepted for the common constructor; the updates run eager.
+        accel: ``compile=true`` compiles the step functions named in :attr:`compiled_steps` (at their first call).
     """
 
     metric_names: ClassVar[tuple[str, ...]] = ()
+    #: The methods the acceleration layer compiles (one graph each, with their backward); subclasses name theirs.
+    compiled_steps: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: OffPolicyConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
                  accel: Acceleration = EAGER) -> None:
@@ -86,9 +89,7 @@ class OffPolicyAlgorithm(ABC):
         self.num_updates = 0  # gradient steps taken
         self.env_name = "(see env=)"
         self.buffer: ReplayBuffer | None = None  # sized by collect_plan, once the env's num_envs is known
-        if accel.compile:
-            log.info("%s runs its updates eager (compile=true covers the collection and evaluation steps)",
-                     type(self).__name__)
+        accelerate_steps(self, self.compiled_steps, accel)
 
     # --- what an algorithm writes -----------------------------------------------------------------------------
     @abstractmethod
@@ -154,7 +155,7 @@ class OffPolicyAlgorithm(ABC):
         return blame_env(self.env_name, rollout)
 
     def use_cuda_graphs(self) -> None:  # noqa: B027 (part of the Algorithm protocol; nothing to capture here)
-        """Nothing to capture: the updates run eager."""
+        """Nothing captured: the optimizer steps between the compiled losses run eager."""
 
     @property
     def learning_rate(self) -> float:

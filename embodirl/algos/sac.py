@@ -51,12 +51,13 @@ class SAC(OffPolicyAlgorithm):
             (``policy=sac_actor``, which ``algo=sac`` selects).
         device: Device of the policy and the critics.
         total_env_steps: Training budget.
-        accel: Accepted for the common constructor (the updates run eager).
+        accel: ``compile=true`` compiles the critic and actor losses (:attr:`compiled_steps`).
     """
 
     cfg: SACConfig
     metric_names = ("loss/critic", "loss/actor", "loss/alpha", "diag/q_mean", "diag/alpha", "diag/entropy",
                     "diag/buffer_size", "diag/num_updates")
+    compiled_steps = ("critic_loss", "actor_loss")
 
     def __init__(self, cfg: SACConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
                  accel: Acceleration = EAGER) -> None:

@@ -27,6 +27,9 @@ On the same machine in one process it measures:
     compile warm-up; the compile time is reported apart) and, per seed, a full ``embodirl-train`` run (no
     TensorBoard, no console): wall time and env steps until deterministic evaluation first reached the solved
     threshold (compile time excluded: it happens before training), and end-to-end env steps/s;
+  * per off-policy preset (``--updates``): gradient steps per second on a filled replay buffer (a batch
+    sampled and one ``train_step``: critic, delayed actor, targets), eager and ``compile=true`` (the compile
+    time, spent in the first steps, reported apart);
   * per preset (``--scaling``): training throughput (collection + update) over num_envs, rollouts of 16
     steps in 4 minibatches, until memory runs out.
 In fresh processes it measures (``--cli-runs N``): ``embodirl-train`` with the default config (TensorBoard on,
@@ -70,6 +73,10 @@ ENV_PRESETS: dict[str, list[str]] = {
     "push_cube_arm": ["env=push_cube_arm"],
     "push_cube_rgb": ["env=push_cube", "env.obs_mode=rgb"],  # + the 64x64 top view every step
 }
+UPDATE_PRESETS: dict[str, list[str]] = {  # off-policy: gradient steps/s on a filled buffer, eager and compiled
+    "sac_push_cube": ["experiment=sac_push_cube"],
+    "fasttd3_push_cube": ["experiment=fasttd3_push_cube"],
+}
 ON_REQUEST = {"ppo_push_cube_arm", "grpo_push_cube_arm", "push_cube_arm",  # minutes each: run only when named
               "ppo_push_cube_rgb"}
 QUIET = ["logger.console=none", "logger.tensorboard=false"]
@@ -112,6 +119,33 @@ def throughput(overrides: list[str], iterations: int = 10, warmup: int = 3) -> d
             steps += rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
     return {"collect_sps": steps / collect_s, "update_sps": steps / update_s,
             "collect_update_sps": steps / (collect_s + update_s), "compile_s": parts.compile_s}
+
+
+def update_speed(overrides: list[str], compile: bool, steps: int = 40, warmup: int = 3) -> dict[str, float]:
+    """Gradient steps/s of an off-policy preset: ``train_step`` (critic, delayed actor, targets) on batches sampled
+    from a buffer that collection filled to a batch, timed after ``warmup`` steps (the compile, when ``compile``)."""
+    import torch
+
+    from embodirl.app.build import build_components
+    from embodirl.collect.replay import TRANSITION_KEYS
+
+    parts = build_components(_compose([*overrides, *QUIET, f"compile={str(compile).lower()}"]))
+    parts.collector.reset(seed=0)
+    algo: Any = parts.algo
+    batch_size = algo.cfg.minibatch_size
+    while len(algo.buffer) < batch_size:
+        rollout = parts.collector.collect()
+        algo.buffer.extend(rollout[:, :rollout.get_non_tensor("num_steps_collected")].select(*TRANSITION_KEYS))
+    timed = []
+    for count in (warmup, steps):
+        t0 = time.perf_counter()
+        for _ in range(count):
+            algo.train_step(algo.buffer.sample(batch_size))
+            algo.num_updates += 1  # the delayed actor steps every policy_frequency-th time, as in training
+        if parts.device.type == "cuda":
+            torch.cuda.synchronize()
+        timed.append(time.perf_counter() - t0)
+    return {"grad_steps_per_s": steps / timed[1], "warmup_s": timed[0], "minibatch_size": batch_size}
 
 
 def step_costs(overrides: list[str], num_envs: int) -> dict[str, float]:
@@ -277,6 +311,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--costs", nargs="*", default=[], choices=list(ENV_PRESETS),
                         help="ops/kernels per step and compile times of these envs with the actor-critic policy")
     parser.add_argument("--costs-envs", type=int, default=4096, help="num_envs of the --costs measurements")
+    parser.add_argument("--updates", nargs="*", default=[], choices=list(UPDATE_PRESETS),
+                        help="gradient steps/s of these off-policy presets, eager and compile=true")
     parser.add_argument("--scaling", nargs="*", default=[], choices=list(PRESETS),
                         help="training throughput of these presets over --scaling-sizes")
     parser.add_argument("--scaling-sizes", nargs="+", type=int, default=None,
@@ -301,11 +337,12 @@ def main(argv: list[str] | None = None) -> None:
     from embodirl.training.console import task_progress
 
     num_tasks = (len(args.envs) * len(args.env_sizes) + len(args.presets) * (1 + len(args.seeds)) + len(args.costs)
-                 + len(args.scaling) + args.cli_runs)
+                 + len(args.scaling) + 2 * len(args.updates) + args.cli_runs)
     with task_progress(num_tasks, "embodirl-bench") as progress:  # on stderr: stdout keeps the tables
         env_rows = _measure_env_speed(args, progress)
         cost_rows = _measure_costs(args, progress)
         scaling_rows = _measure_scaling(args, progress)
+        update_rows = _measure_updates(args, progress)
         results = _measure_presets(args, progress)
         cli_runs = _measure_cli_runs(args, progress)
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
@@ -314,12 +351,13 @@ def main(argv: list[str] | None = None) -> None:
     _print_env_speed(env_rows, args.env_sizes)
     _print_costs(cost_rows)
     _print_scaling(scaling_rows)
+    _print_updates(update_rows)
     if results:
         _print_presets(results)
     if cli_runs:
         _print_cli_runs(cli_runs)
     measured = {"machine": machine, "run": info, "env_speed": env_rows, "step_costs": cost_rows,
-                "scaling": scaling_rows, "results": results, "cli_runs": cli_runs}
+                "scaling": scaling_rows, "updates": update_rows, "results": results, "cli_runs": cli_runs}
     if args.out:
         args.out.write_text(json.dumps(measured, indent=2) + "\n")
     if args.markdown:
@@ -364,6 +402,21 @@ def _measure_scaling(args: argparse.Namespace, progress: Any) -> list[dict[str, 
         progress.finish(f"{name} scaling: " + ", ".join(
             f"{r['num_envs']:,}: {r['collect_update_sps']:,.0f}" for r in fitted))
     return blocks
+
+
+def _measure_updates(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
+    """``--updates``: per off-policy preset, gradient steps/s eager then compiled."""
+    rows = []
+    for name in args.updates:
+        row: dict[str, Any] = {"preset": name}
+        for compiled in (False, True):
+            mode = "compiled" if compiled else "eager"
+            progress.start(f"{name} gradient steps ({mode})")
+            speed = update_speed([*UPDATE_PRESETS[name], *args.overrides], compiled)
+            row.update({f"{mode}_{k}": v for k, v in speed.items()})
+            progress.finish(f"{name} ({mode}): {speed['grad_steps_per_s']:,.1f} gradient steps/s")
+        rows.append(row)
+    return rows
 
 
 def _measure_presets(args: argparse.Namespace, progress: Any) -> list[dict[str, Any]]:
@@ -448,6 +501,19 @@ def _print_scaling(blocks: list[dict[str, Any]]) -> None:
                 print(f"| {r['num_envs']:,} | {r['collect_sps']:,.0f} | {r['update_sps']:,.0f} | "
                       f"{r['collect_update_sps']:,.0f} | {r['compile_s']:.1f} |")
         print()
+
+
+def _print_updates(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    print("| off-policy preset | batch | gradient steps/s eager | gradient steps/s compiled | speed-up | "
+          "first steps s eager / compiled (compile) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        eager, compiled = r["eager_grad_steps_per_s"], r["compiled_grad_steps_per_s"]
+        print(f"| {r['preset']} | {r['eager_minibatch_size']:,} | {eager:,.1f} | {compiled:,.1f} | "
+              f"{compiled / eager:.2f}x | {r['eager_warmup_s']:.1f} / {r['compiled_warmup_s']:.1f} |")
+    print()
 
 
 def _print_cli_runs(runs: list[dict[str, Any]]) -> None:

@@ -138,6 +138,8 @@ class TrainerConfig(Schema):
     max_wall_time_s: float | None = key(None, gt=0, doc="stop after this much training wall time; null = no limit")
     checkpoint_every_env_steps: int = key(250_000, ge=1, doc="save checkpoints/last.pt and a periodic step_*.pt "
                                           "when crossing a multiple")
+    log_every_env_steps: int = key(0, ge=0, doc="log the mean of the iterations since the last log once this many "
+                                   "env steps passed (and at every evaluation and the end); 0 = every iteration")
     keep_checkpoints: int = key(3, ge=0, doc="periodic checkpoints kept, oldest deleted first (last.pt always)")
     best_metric: str | None = key(None, doc="checkpoints/best.pt keeps the state with the best value of this "
                                   "metric; null = env.solved_metric")

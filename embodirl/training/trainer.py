@@ -28,6 +28,7 @@ from embodirl.runtime.distributed import allreduce_max, allreduce_sum, broadcast
 from embodirl.runtime.preemption import Interrupted, StopSignals
 from embodirl.runtime.status import fate_of
 from embodirl.training.best import BestTracker
+from embodirl.training.cadence import RecordWindow
 from embodirl.training.callbacks import Callbacks
 from embodirl.training.checkpointing import Checkpointer
 from embodirl.training.curriculum import Curriculum
@@ -99,6 +100,7 @@ class Trainer:
                                 next_checkpoint=cfg.checkpoint_every_env_steps)
         self.sync: dict[str, Any] | None = None  # the ranks' parameter check after training
         self.started_at: float | None = None  # time.time() when train() started its clock
+        self.window = RecordWindow(cfg.log_every_env_steps)  # restarted at the resumed count in _start
 
     def train(self) -> dict[str, Any]:
         """Train until a stop condition holds; write ``summary.json`` and return the summary.
@@ -142,6 +144,7 @@ class Trainer:
         self.curriculum.start(self.state.curriculum)  # level 0, or where the checkpoint left it
         if resumed is None:
             self.collector.reset(seed=self.seed)
+        self.window = RecordWindow(self.cfg.log_every_env_steps, logged_at=self.state.env_steps)
         self._first_iteration = self.state.iteration + 1
         for part in (self.collector, self.algo, self.evaluation.evaluator):
             part.use_cuda_graphs()  # recorded at their next calls; every buffer they read is final by now
@@ -159,19 +162,22 @@ class Trainer:
         check_divergence(self.cfg.divergence, metrics, self.state.iteration + 1, lambda: self.algo.learning_rate)
         t2 = time.perf_counter()
         steps = self._count(rollout)
-        record = {**self._advance(steps), **self._episode_metrics(), **metrics}  # the line metrics.jsonl gets
-        if self.evaluation.due(self.state, final=self._final(origin)) and self.dist.is_main:
-            # evaluate: rank 0 only, at most once per iteration; its stop decision reaches the others in _agreed_stop
+        record = {**self._advance(steps), **self._episode_metrics(), **metrics}  # the iteration's record
+        final = self._final(origin)
+        evaluated = self.evaluation.due(self.state, final=final) and self.dist.is_main
+        if evaluated:  # evaluate: rank 0 only, at most once per iteration; its stop decision reaches the others
             record.update(self.evaluation.run(self.state, lambda: time.perf_counter() - origin, loggers))
         record.update(self.curriculum.update(self.state.env_steps, record))  # curriculum: move ranges when due
         self.state.curriculum = dict(self.curriculum.levels)
         record.update(self._timing(origin, steps, t0, t1, t2))
         self.state.last.update({k: v for k, v in record.items() if v is not None})  # the summary's last values
-        loggers.log(record)  # log: metrics.jsonl, the console, TensorBoard, wandb
-        self._after_record(record)  # metric-name checks, stop conditions, callbacks, best.pt
+        logged = self.window.add(record, force=evaluated or final)  # the mean since the last log, when due
+        if logged is not None:
+            loggers.log(logged)  # log: metrics.jsonl, the console, TensorBoard, wandb
+            self._after_record(logged)  # metric-name checks, stop conditions, callbacks, best.pt
         if self.state.env_steps >= self.state.next_checkpoint:  # checkpoint: last.pt and a periodic step_*.pt
             self.state.next_checkpoint = next_threshold(self.state.env_steps, self.cfg.checkpoint_every_env_steps)
-            self._saved(self.checkpointer.save(self.state, periodic=True), record)
+            self._saved(self.checkpointer.save(self.state, periodic=True), self.state.last)
 
     def _count(self, rollout: TensorDict) -> int:
         """Env steps the rollout holds, summed over the ranks."""
@@ -241,6 +247,9 @@ class Trainer:
 
     def _finish(self, reason: str | None, loggers: MetricLoggers) -> str:
         """After the last iteration: save ``last.pt``, compare the ranks' parameters, close the loggers; the status."""
+        pending = self.window.pop()  # the iterations since the last log (a stop by signal, or on a train metric)
+        if pending is not None:
+            loggers.log(pending)
         self._saved(self.checkpointer.save(self.state), self.state.last)
         networks: dict[str, torch.nn.Module] = getattr(self.algo, "networks", dict)()  # off-policy critics, targets
         self.sync = sync_report(torch.nn.ModuleList([self.policy, *networks.values()]), self.collector.rollout["obs"])

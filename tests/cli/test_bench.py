@@ -153,3 +153,19 @@ def test_the_page_header_reads_threads_from_overrides_meant_for_a_preset():
     assert run_info(["env.obs_mode=rgb"])["threads"] == "1"
     info = run_info(["env.obs_mode=rgb", "num_threads=2", "compile=true"])
     assert (info["threads"], info["compile"]) == ("2", True)
+
+
+@pytest.mark.slow
+def test_bench_times_off_policy_gradient_steps_eager_and_compiled(tmp_path, capsys):
+    import json
+
+    out_file = tmp_path / "bench.json"
+    small = ["env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=32", "algo.critic_hidden_sizes=[16]",
+             "policy.hidden_sizes=[16]", "eval.num_envs=2"]
+    main(["--presets", "--envs", "--updates", "sac_push_cube", "--out", str(out_file), "--", *small])
+    out, _ = capsys.readouterr()
+    (row,) = json.loads(out_file.read_text())["updates"]
+    assert row["preset"] == "sac_push_cube" and row["eager_minibatch_size"] == 32
+    assert row["eager_grad_steps_per_s"] > 0 and row["compiled_grad_steps_per_s"] > 0
+    assert row["compiled_warmup_s"] > row["eager_warmup_s"]  # the compile happens in the first steps
+    assert "| sac_push_cube | 32 |" in out
