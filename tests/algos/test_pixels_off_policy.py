@@ -5,6 +5,7 @@ pixel run checkpoints and resumes with its images in the buffer."""
 import pytest
 import torch
 
+from embodirl.algos.augment import shift_batch
 from embodirl.collect import replay
 from tests.conftest import TINY, compose_config
 
@@ -38,6 +39,38 @@ def test_images_are_stored_as_uint8_and_the_critic_trains_the_encoder(algo):
     assert storage["obs", "rgb"][:, :4].float().std() > 0  # real frames were written
     assert torch.isfinite(torch.tensor(metrics["loss/critic"]))
     assert any(not torch.equal(a, b) for a, b in zip(encoder, algo.encoder_params, strict=True))
+
+
+@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+def test_several_vector_keys_are_stored_sampled_shifted_as_they_are_and_trained_on(algo):
+    import types
+
+    import gymnasium as gym
+    import numpy as np
+    from tensordict import TensorDict
+
+    from embodirl.app.build import build_policy, instantiate
+    from embodirl.collect.replay import ReplayBuffer
+
+    space = gym.spaces.Dict({"arm": gym.spaces.Box(-1, 1, (4,), np.float32),
+                             "goal": gym.spaces.Dict({"xy": gym.spaces.Box(-1, 1, (2,), np.float32)})})
+    env = types.SimpleNamespace(observation_space=space, action_space=gym.spaces.Box(-1, 1, (2,), np.float32))
+    cfg = compose_config([f"algo={algo}", *SMALL])
+    policy = build_policy(cfg.policy, env, torch.device("cpu"))
+    agent = instantiate(cfg.algo, "algo.", policy=policy, device=torch.device("cpu"), total_env_steps=1024)
+    obs = TensorDict({"arm": torch.randn(2, 8, 4), "goal": {"xy": torch.randn(2, 8, 2)}}, [2, 8])
+    steps = TensorDict({"obs": obs, "next_obs": obs.clone(), "action": torch.rand(2, 8, 2) * 2 - 1,
+                        "reward": torch.randn(2, 8), "terminated": torch.zeros(2, 8, dtype=torch.bool),
+                        "done": torch.zeros(2, 8, dtype=torch.bool)}, [2, 8])
+    buffer = ReplayBuffer(capacity=16, num_envs=2, device="cpu")
+    buffer.extend(steps)
+    batch = buffer.sample(16)
+    shifted = shift_batch(batch, 4)  # no image: every leaf is the sampled one
+    assert all(shifted[k] is batch[k] for k in batch.keys(True, True))
+    before = [p.detach().clone() for p in agent.critics.parameters()]
+    terms = agent.train_step(shifted)
+    assert torch.isfinite(terms["loss/critic"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.critics.parameters(), strict=True))
 
 
 def test_a_buffer_larger_than_the_memory_is_refused_with_one_line_and_a_size_that_fits(cli, monkeypatch, tmp_path):
