@@ -93,7 +93,7 @@ def test_a_pixel_sac_run_resumes_with_its_images_in_the_buffer(tmp_path, caplog)
 
     from embodirl.app.run import run_training
 
-    run = ["algo=sac", *SMALL, *PIXELS, "algo.learning_starts=32", "eval.every_env_steps=64",
+    run = ["algo=sac", *SMALL, *PIXELS, "algo.learning_starts=32", "eval.every_env_steps=4096",
            "trainer.checkpoint_every_env_steps=32", "logger.console=none", "logger.tensorboard=false"]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run_training(compose_config([*run, "trainer.total_env_steps=96"]), full)
