@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from embodirl.accel.compile import Acceleration
 from embodirl.accel.steps import accelerate_steps
+from embodirl.algos.augment import shift_batch
 from embodirl.algos.base import EAGER, blame_env, finish_metrics
 from embodirl.collect.collector import CollectPlan
 from embodirl.collect.replay import TRANSITION_KEYS, ReplayBuffer
@@ -141,7 +142,8 @@ class OffPolicyAlgorithm(ABC):
         counts: dict[str, int] = {}
         if self.env_steps_seen >= self.cfg.learning_starts:
             for _ in range(max(1, round(num_steps * self.cfg.updates_per_step))):
-                for name, value in self.train_step(self.buffer.sample(self.cfg.minibatch_size)).items():
+                batch = shift_batch(self.buffer.sample(self.cfg.minibatch_size), self.cfg.random_shift)  # DrQ
+                for name, value in self.train_step(batch).items():
                     sums[name] = sums[name] + value.detach() if name in sums else value.detach().float()
                     counts[name] = counts.get(name, 0) + 1
                 self.num_updates += 1

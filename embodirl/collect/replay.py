@@ -12,6 +12,14 @@ transitions): from a sampled transition ``t`` the rewards of up to ``n`` transit
 (``done``) or at the newest stored transition; the sample's ``next_obs`` and ``terminated`` are those of
 transition ``t + m - 1`` and its ``discount`` is ``gamma^m``, so every sample's target is
 ``reward + discount * (1 - terminated) * V(next_obs)``. With ``n_step = 1``: ``r_t`` and ``gamma``.
+
+Every key keeps the collected dtype: images stay ``uint8`` (a 64x64 RGB frame is 12 KiB a transition, four times
+less than as float32). ``next_obs`` is stored beside ``obs`` although it equals the next slot's ``obs`` except at an
+episode's end: there it is the final observation, which no slot holds (the reset replaced it), and the newest
+transition's next observation arrives only with the next block; deriving it would need a second store for the
+final observations and a pending row per env, for at most half the memory. Instead a ring that would not fit in
+the device's available memory is refused when it is allocated (one line naming ``algo.buffer_size`` and a size
+that fits), rather than the process being killed by the out-of-memory killer.
 """
 
 from __future__ import annotations
@@ -22,10 +30,27 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from embodirl.errors import ConfigError
+
 __all__ = ["TRANSITION_KEYS", "ReplayBuffer"]
 
 #: What an off-policy algorithm stores of each collected transition (the rollout's keys, :mod:`.rollout`).
 TRANSITION_KEYS = ("obs", "action", "reward", "terminated", "done", "next_obs")
+
+#: The share of the device's available memory a ring may take (the networks, the rollout and the batches need the rest).
+MEMORY_SHARE = 0.8
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device`` (a CUDA device's free memory, the host's ``MemAvailable``); None where unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 class ReplayBuffer:
@@ -61,6 +86,7 @@ class ReplayBuffer:
         if steps.batch_size[0] != self.num_envs or steps.batch_dims != 2:
             raise ValueError(f"extend takes a [num_envs={self.num_envs}, T] block, got {list(steps.batch_size)}")
         if self.storage is None:
+            self.check_fits(steps)
             shape = (self.num_envs, self.slots)
             storage = steps[:, :1].apply(lambda x: torch.zeros((*shape, *x.shape[2:]), dtype=x.dtype,
                                                                device=self.device), batch_size=list(shape))
@@ -75,6 +101,24 @@ class ReplayBuffer:
         self.pos = (self.pos + num_steps) % self.slots
         self.size = min(self.size + num_steps, self.slots)
         self._size.fill_(self.size)
+
+    def check_fits(self, steps: TensorDict) -> None:
+        """Refuse a ring of ``steps``' transitions larger than :data:`MEMORY_SHARE` of the device's available memory.
+
+        Raises:
+            ConfigError: ``algo.buffer_size``, with the largest size that fits (a multiple of ``num_envs``).
+        """
+        leaves = [x for x in steps.values(True, True) if isinstance(x, Tensor)]
+        per_transition = sum(int(x[0, 0].numel()) * x.element_size() for x in leaves)
+        available = available_memory(self.device)
+        if available is None or per_transition * self.num_envs * self.slots <= MEMORY_SHARE * available:
+            return
+        fits = int(MEMORY_SHARE * available / per_transition) // self.num_envs * self.num_envs
+        raise ConfigError("algo.buffer_size", self.num_envs * self.slots,
+                          f"a replay buffer that fits in {MEMORY_SHARE:.0%} of the {available / 2**30:.1f} GiB "
+                          f"available on {self.device} ({per_transition} bytes a transition, "
+                          f"{per_transition * self.num_envs * self.slots / 2**30:.1f} GiB asked)",
+                          f"pass algo.buffer_size={fits} or less", absolute=True)
 
     def sample(self, batch_size: int) -> TensorDict:
         """``batch_size`` transitions drawn uniformly with replacement, with their n-step ``reward``, ``next_obs``,

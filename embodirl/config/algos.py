@@ -216,6 +216,8 @@ class OffPolicyConfig(Schema):
     n_step: int = key(1, ge=1, doc="transitions summed into each sampled return (computed when sampling)")
     tau: float = key(0.005, gt=0, le=1, doc="Polyak step of the target networks after each critic step")
     max_grad_norm: float | None = key(None, gt=0, doc="global gradient-norm clip of each network; null = off")
+    random_shift: int = key(4, ge=0, doc="DrQ: pixels by which each sampled image (uint8 obs and next_obs keys) is "
+                            "shifted, border repeated, an offset per sample; vector keys untouched; 0 = off")
 
 
 @dataclass(frozen=True, kw_only=True)

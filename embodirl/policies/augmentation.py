@@ -4,8 +4,9 @@
 offset drawn per sample: the picture moves by up to ``pad`` pixels in each direction. Encoders apply it during the
 update only (:class:`~embodirl.policies.encoders.CNNEncoder`'s ``random_shift``), never while collecting or
 evaluating. Written here rather than taken from torchvision, whose ``RandomCrop`` crops a whole batch at one
-offset; indexing with clamped coordinates is the replicate padding without materialising the padded images, and
-works on ``uint8`` frames before they are converted.
+offset. The padding concatenates the border rows and columns (``F.pad``'s replicate mode takes no ``uint8``), and
+every crop of the padded batch is a view (``unfold``) from which one index picks each sample's: this works on
+``uint8`` frames before they are converted, and copies each pixel twice.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ def shift_images(images: Tensor, offsets: Tensor, pad: int) -> Tensor:
         ``[B, H, W, C]``: ``out[b, i, j] = padded[b, i + offsets[b, 0], j + offsets[b, 1]]``, where ``padded`` is
         ``images`` padded by ``pad`` pixels that repeat the border.
     """
-    batch, height, width, _ = images.shape
-    rows = (torch.arange(height, device=images.device) + offsets[:, :1] - pad).clamp(0, height - 1)  # [B, H]
-    cols = (torch.arange(width, device=images.device) + offsets[:, 1:] - pad).clamp(0, width - 1)  # [B, W]
-    index = torch.arange(batch, device=images.device).view(batch, 1, 1)
-    return images[index, rows[:, :, None], cols[:, None, :]]
+    batch, height, width, channels = images.shape
+    top, bottom = images[:, :1], images[:, -1:]
+    images = torch.cat([top.expand(batch, pad, width, channels), images, bottom.expand(batch, pad, width, channels)], 1)
+    left, right = images[:, :, :1], images[:, :, -1:]
+    padded = torch.cat([left.expand(batch, height + 2 * pad, pad, channels), images,
+                        right.expand(batch, height + 2 * pad, pad, channels)], 2)
+    crops = padded.unfold(1, height, 1).unfold(2, width, 1)  # [B, 2 pad + 1, 2 pad + 1, C, H, W], a view
+    picked = crops[torch.arange(batch, device=images.device), offsets[:, 0], offsets[:, 1]]  # [B, C, H, W]
+    return picked.permute(0, 2, 3, 1)
 
 
 def random_shift(images: Tensor, pad: int, generator: torch.Generator | None = None) -> Tensor:
