@@ -217,6 +217,7 @@ def test_every_documented_bench_command_parses(capsys):
         assert out.startswith("usage: embodirl-bench")
 
 
+@pytest.mark.slow  # the whole site with mkdocstrings; .ci/run's mkdocs gate builds it too
 def test_the_site_builds_with_warnings_as_errors(tmp_path, monkeypatch):
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
     pytest.importorskip("mkdocstrings", reason="the docs extra is not installed (pip install -e '.[docs]')")

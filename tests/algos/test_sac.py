@@ -139,8 +139,8 @@ def test_a_resumed_sac_run_equals_an_uninterrupted_one_and_says_when_its_buffer_
     from embodirl.app.run import run_training
     from embodirl.runtime.checkpoint import load_checkpoint
 
-    run = [*SMALL, "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64", "logger.console=none",
-           "logger.tensorboard=false"]
+    run = [*SMALL, "eval.every_env_steps=128", "eval.num_episodes=2", "trainer.checkpoint_every_env_steps=64",
+           "logger.console=none", "logger.tensorboard=false"]  # 2 evaluation episodes: eval runs; the rest is training
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run_training(compose_config([*run, "trainer.total_env_steps=192"]), full)
     records = _records(full)
