@@ -68,6 +68,22 @@ def in_process_run(timeout_s: float) -> Iterator[None]:
         root.handlers[:], root.level = handlers, level
 
 
+def train_summary(monkeypatch: pytest.MonkeyPatch, run_dir: Path, args: list[str], timeout_s: float = 600) -> dict:
+    """Run ``embodirl-train *args hydra.run.dir=run_dir`` in this process (:func:`in_process_run`), require a
+    clean exit, and return the run's ``summary.json``."""
+    import json
+
+    from embodirl.cli import train
+
+    monkeypatch.setattr(sys, "argv", ["embodirl-train", *args, f"hydra.run.dir={run_dir}"])
+    with in_process_run(timeout_s):
+        try:
+            train.main()
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+    return json.loads((run_dir / "summary.json").read_text())
+
+
 def algo_on_cartpole(algo: str = "ppo", *overrides: str, **keys):
     """A small ``algo`` (8 CartPole envs, 16-step rollouts, minibatches of 32, layers of 16) built as the command
     line builds it, with further ``overrides`` and ``algo.<key>=<value>`` for each of ``keys``; returns it and its

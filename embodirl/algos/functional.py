@@ -281,8 +281,7 @@ def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size
         std = torch.sqrt((m * (g - mean) ** 2).sum(dim=1, keepdim=True) / count)
         return (m * (g - mean) / (std + eps)).view(n, t)
     # One bin per (group, steps since the start): sums over the bin's alive transitions, read back per transition.
-    group = torch.arange(n, device=steps.device).div(group_size, rounding_mode="floor").unsqueeze(1)
-    bins = (group * t + steps).reshape(-1)
+    bins = _group_step_bins(steps, group_size)
 
     def bin_sum(x: Tensor) -> Tensor:
         return torch.zeros(n // group_size * t, dtype=x.dtype, device=x.device).index_add_(0, bins, x.reshape(-1))
@@ -293,6 +292,13 @@ def compute_step_group_advantages(step_returns: Tensor, mask: Tensor, group_size
     centred = step_returns.reshape(-1) - mean
     std = torch.sqrt(bin_sum(m * centred**2) / count)[bins]
     return (m * centred / (std + eps)).view(n, t)
+
+
+def _group_step_bins(steps: Tensor, group_size: int) -> Tensor:
+    """``[N*T]`` flat bin of each transition: ``group * T + steps`` (one bin per group and step since the start)."""
+    n, t = steps.shape
+    group = torch.arange(n, device=steps.device).div(group_size, rounding_mode="floor").unsqueeze(1)
+    return (group * t + steps).reshape(-1)
 
 
 def episode_steps(dones: Tensor) -> Tensor:
@@ -338,8 +344,7 @@ def group_has_spread(step_returns: Tensor, mask: Tensor, group_size: int, steps:
     n, t = step_returns.shape
     if steps is None:
         steps = torch.arange(t, device=step_returns.device).expand(n, t)
-    group = torch.arange(n, device=steps.device).div(group_size, rounding_mode="floor").unsqueeze(1)
-    bins = (group * t + steps).reshape(-1)
+    bins = _group_step_bins(steps, group_size)
     alive = mask.reshape(-1) > 0
     returns = step_returns.reshape(-1)
     size = n // group_size * t

@@ -1,8 +1,5 @@
 """A2C: n-step returns by hand, one gradient step per rollout, the settings it refuses, and it solves CartPole."""
 
-import json
-import sys
-
 import pytest
 import torch
 from tensordict import TensorDict
@@ -10,7 +7,7 @@ from tensordict import TensorDict
 from embodirl.config.algos import A2CConfig
 from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
-from tests.conftest import algo_on_cartpole, compose_config, in_process_run
+from tests.conftest import algo_on_cartpole, compose_config, train_summary
 
 
 def test_advantages_are_n_step_returns_minus_the_value():
@@ -59,16 +56,7 @@ def test_a2c_refuses_a_recurrent_policy():
 
 @pytest.mark.slow
 def test_embodirl_train_algo_a2c_solves_cartpole(tmp_path, monkeypatch):
-    from embodirl.cli import train
-
-    run_dir = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", ["embodirl-train", "algo=a2c", "seed=0", "device=cpu", "logger.console=none",
-                                      "logger.tensorboard=false", f"hydra.run.dir={run_dir}"])
-    with in_process_run(300):
-        try:
-            train.main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), exc.code
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = train_summary(monkeypatch, tmp_path / "run", [
+        "algo=a2c", "seed=0", "device=cpu", "logger.console=none", "logger.tensorboard=false"], timeout_s=300)
     assert summary["stop_reason"] == "solved" and summary["eval/return_mean"] >= 475, summary
     assert summary["solved_env_steps"] <= 500_000  # twice what the seeds tried needed (the A2C commit message)

@@ -3,7 +3,6 @@ its redraw at episode ends, the update's schedule, the policies it refuses, a re
 one, and it learns Pendulum."""
 
 import json
-import sys
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from torch import nn
 from embodirl.algos.base import Algorithm
 from embodirl.algos.functional import categorical_projection
 from embodirl.errors import ConfigError
-from tests.conftest import compose_config, in_process_run
+from tests.conftest import compose_config, train_summary
 
 SMALL = ["device=cpu", "algo=fasttd3", "env=push_cube", "env.num_envs=8", "algo.num_steps=4",
          "algo.minibatch_size=16", "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "algo.num_atoms=11",
@@ -162,20 +161,11 @@ def test_a_resumed_fasttd3_run_equals_an_uninterrupted_one(tmp_path):
 
 @pytest.mark.slow
 def test_embodirl_train_algo_fasttd3_learns_pendulum(tmp_path, monkeypatch):
-    from embodirl.cli import train
-
-    run_dir = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", [
-        "embodirl-train", "algo=fasttd3", "env=gym", "env.id=Pendulum-v1", "env.num_envs=4",
+    summary = train_summary(monkeypatch, tmp_path / "run", [
+        "algo=fasttd3", "env=gym", "env.id=Pendulum-v1", "env.num_envs=4",
         "algo.learning_starts=500", "algo.updates_per_step=4", "policy.hidden_sizes=[64,64]",
         "algo.critic_hidden_sizes=[64,64]", "algo.v_min=-1600", "algo.v_max=0", "algo.num_atoms=51",
         "trainer.total_env_steps=4000", "eval.every_env_steps=4000", "seed=0",
-        "device=cpu", "logger.console=none", "logger.tensorboard=false", f"hydra.run.dir={run_dir}"])
-    with in_process_run(600):
-        try:
-            train.main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), exc.code
-    summary = json.loads((run_dir / "summary.json").read_text())
+        "device=cpu", "logger.console=none", "logger.tensorboard=false"])
     # an untrained policy scores about -1,200 to -1,500
     assert summary["eval/return_mean"] >= -400, summary

@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 
 from embodirl.app.build import build_components
-from tests.conftest import compose_config
+from tests.conftest import compose_config, train_summary
 
 SMALL = ["device=cpu", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
          "algo.learning_starts=32", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
@@ -78,22 +78,9 @@ def test_the_compiled_losses_are_one_graph_never_recompile_and_match_eager(case)
 
 
 @pytest.mark.slow
-def test_a_compiled_sac_run_warms_up_trains_and_reports_its_compile_time(tmp_path, monkeypatch):
-    import json
-    import sys
-
-    from embodirl.cli import train
-    from tests.conftest import in_process_run
-
-    run_dir = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", ["embodirl-train", *SMALL, "algo=sac", "compile=true",
-                                      "trainer.total_env_steps=128", "logger.console=none",
-                                      "logger.tensorboard=false", f"hydra.run.dir={run_dir}"])
-    with in_process_run(600):
-        try:
-            train.main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), exc.code
-    summary = json.loads((run_dir / "summary.json").read_text())
+def test_a_compiled_sac_run_trains_through_the_command_line(tmp_path, monkeypatch):
+    summary = train_summary(monkeypatch, tmp_path / "run", [
+        *SMALL, "algo=sac", "compile=true", "trainer.total_env_steps=128", "logger.console=none",
+        "logger.tensorboard=false"])
     assert summary["status"] == "completed"
     assert summary["diag/num_updates"] > 0

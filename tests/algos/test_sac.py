@@ -4,7 +4,6 @@ Pendulum."""
 
 import json
 import logging
-import sys
 
 import gymnasium as gym
 import pytest
@@ -17,7 +16,7 @@ from embodirl.algos.off_policy import polyak_update
 from embodirl.config.policies import TanhGaussianConfig
 from embodirl.errors import ConfigError
 from embodirl.policies.distributions import TanhGaussian
-from tests.conftest import algo_on_cartpole, compose_config, in_process_run
+from tests.conftest import algo_on_cartpole, compose_config, train_summary
 
 SMALL = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
          "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
@@ -165,19 +164,10 @@ def test_a_resumed_sac_run_equals_an_uninterrupted_one_and_says_when_its_buffer_
 
 @pytest.mark.slow
 def test_embodirl_train_algo_sac_learns_pendulum(tmp_path, monkeypatch):
-    from embodirl.cli import train
-
-    run_dir = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", [
-        "embodirl-train", "algo=sac", "env=gym", "env.id=Pendulum-v1", "env.num_envs=4", "algo.learning_starts=500",
+    summary = train_summary(monkeypatch, tmp_path / "run", [
+        "algo=sac", "env=gym", "env.id=Pendulum-v1", "env.num_envs=4", "algo.learning_starts=500",
         "algo.updates_per_step=4", "policy.hidden_sizes=[64,64]", "algo.critic_hidden_sizes=[64,64]",
         "trainer.total_env_steps=4000", "eval.every_env_steps=4000", "seed=0",
-        "device=cpu", "logger.console=none", "logger.tensorboard=false", f"hydra.run.dir={run_dir}"])
-    with in_process_run(600):
-        try:
-            train.main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), exc.code
-    summary = json.loads((run_dir / "summary.json").read_text())
+        "device=cpu", "logger.console=none", "logger.tensorboard=false"])
     # -200 at 4,000 env steps on our CPU (30 s of CPU time); an untrained policy scores about -1,200 to -1,500
     assert summary["eval/return_mean"] >= -400, summary
