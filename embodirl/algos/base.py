@@ -87,6 +87,10 @@ class Algorithm(Protocol):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The optimizers by their key in :meth:`state_dict` (a resume checks their state's shapes)."""
 
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """The algorithm's own trained networks besides the policy (critics, targets), by their key in
+        :meth:`state_dict`; every rank must hold the same ones (the run's end compares them)."""
+
     def use_cuda_graphs(self) -> None:
         """Capture the update's steps at their next calls, where it does (the Trainer calls it before training)."""
 
@@ -333,6 +337,10 @@ class OnPolicyAlgorithm(ABC):
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"optimizer": self.optimizer}
+
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """None: the policy is the only trained network of an on-policy algorithm."""
+        return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])

@@ -251,8 +251,8 @@ class Trainer:
         if pending is not None:
             loggers.log(pending)
         self._saved(self.checkpointer.save(self.state), self.state.last)
-        networks: dict[str, torch.nn.Module] = getattr(self.algo, "networks", dict)()  # off-policy critics, targets
-        self.sync = sync_report(torch.nn.ModuleList([self.policy, *networks.values()]), self.collector.rollout["obs"])
+        networks = self.algo.networks().values()  # an off-policy algorithm's critics and targets
+        self.sync = sync_report(torch.nn.ModuleList([self.policy, *networks]), self.collector.rollout["obs"])
         if not self.sync["params_identical"]:
             log.error("ranks hold different parameters after training: %s", self.sync)
         if reason == "stop_on" and self.state.stop_condition is not None:
