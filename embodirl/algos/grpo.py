@@ -67,6 +67,7 @@ class GRPO(OnPolicyAlgorithm):
             log.warning("GRPO with reset_every_rollout=false: group members compare steps of different episodes")
         self.num_updates = 0
         self.ref_policy = self._frozen_copy() if cfg.kl_coef > 0 else None
+        self.group_fractions: dict[str, Tensor] = {}  # of the last prepared rollout (rollout_metrics)
 
     def _frozen_copy(self) -> Policy:
         ref = copy.deepcopy(self.policy)
@@ -106,10 +107,11 @@ class GRPO(OnPolicyAlgorithm):
         advantage = F.compute_step_group_advantages(returns, mask, cfg.group_size, cfg.eps, steps)
         informative = F.group_has_spread(returns, mask, cfg.group_size, steps)
         kept = informative | ~informative.any() if cfg.filter_groups else torch.ones_like(informative)
+        # Per rollout, not per sample: a minibatch gathers only what the loss reads.
+        self.group_fractions = {"diag/groups_informative": informative.float().mean(),
+                                "diag/groups_kept": kept.float().mean()}
         transitions = rollout.select("obs", "action", "sample_log_prob")[:, :-1]
-        per_env = {"group_informative": informative, "group_kept": kept}
-        samples = TensorDict({**transitions, "advantage": advantage, "valid": (mask > 0) & kept.unsqueeze(1),
-                              **{k: v.unsqueeze(1).expand_as(mask) for k, v in per_env.items()}},
+        samples = TensorDict({**transitions, "advantage": advantage, "valid": (mask > 0) & kept.unsqueeze(1)},
                              batch_size=advantage.shape)
         samples = samples.reshape(-1)
         if self.ref_policy is not None:
@@ -118,10 +120,9 @@ class GRPO(OnPolicyAlgorithm):
 
     def rollout_metrics(self, samples: TensorDict) -> dict[str, Tensor]:
         """The fraction of groups whose returns differ (``diag/groups_informative``) and of groups trained on
-        (``diag/groups_kept``: the informative ones with ``filter_groups``, else all); every group holds as many
-        samples, so the means over samples are the fractions of groups."""
-        return {"diag/groups_informative": samples["group_informative"].float().mean(),
-                "diag/groups_kept": samples["group_kept"].float().mean()}
+        (``diag/groups_kept``: the informative ones with ``filter_groups``, else all), as :meth:`prepare` found
+        them for these samples."""
+        return dict(self.group_fractions)
 
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
         """Clipped surrogate - ``ent_coef`` x entropy (+ ``kl_coef`` x k3 KL to the reference), weighted means."""
