@@ -5,8 +5,6 @@ one included), the uniform(-0.05, 0.05) reset distribution and the 500-step limi
 ``CartPoleEnv`` wrapped in ``TimeLimit``, operation by operation (:func:`euler_step`), and eager on the CPU
 ``cos``/``sin`` come from the C library, as gymnasium's ``math.cos``/``math.sin`` do, so float64 trajectories
 equal gymnasium's bit for bit (compiled or on a GPU, torch's ``cos``/``sin`` may differ in the last bit).
-Eager CPU steps of up to :data:`HOST_MAX_ENVS` envs run in numpy on views of the env's tensors: numpy's
-per-call overhead on a few hundred numbers is a fraction of torch's, and the numbers are the same.
 One deliberate difference: gymnasium's ``TimeLimit`` also sets ``truncated`` when the last allowed step
 terminates; here ``truncated`` excludes ``terminated``, as the :class:`StepResult` contract says.
 
@@ -18,14 +16,14 @@ Reset states come from :func:`hash_uniform`, a pure function of ``(seed, key, co
   ``2**31 + r`` where ``r`` counts explicit resets since seeding. The offset keeps explicit resets and
   auto-resets in disjoint streams; a group's members share key and counter, hence their state.
 
-Eager, auto-reset states are drawn for several future episodes at once (a memo refilled every few steps)
-because the hash costs more small ops than the physics; under ``torch.compile`` or CUDA-graph capture they
-are drawn inline (:class:`~embodirl.envs.rng.StartCache`). The draws are the same either way.
-
 ``step`` is compile- and CUDA-graph-ready: ``torch.compile(env.step, fullgraph=True)`` traces it without
 graph breaks and never recompiles; all env state lives in tensors allocated once and updated in place, and
 nothing syncs with the host. Every tensor it returns is freshly allocated, so callers may keep them (inside
 a CUDA graph, the graph's static outputs are overwritten by the next replay, as usual).
+
+This class is the plain reference: the physics and the reset, in torch. The build makes it faster from
+outside with the same numbers (:mod:`embodirl.envs.fast_paths`: a memo of the reset draws, the eager CPU step in
+numpy, static buffer addresses for CUDA graphs).
 """
 
 from __future__ import annotations
@@ -40,9 +38,9 @@ import torch
 from torch import Tensor
 
 from embodirl.config.envs import CartPoleConfig
-from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.randomization import make_randomization
-from embodirl.envs.rng import ResetStream, StartCache, in_graph, uniform_from_key
+from embodirl.envs.rng import ResetStream, StartDraws, in_graph, uniform_from_key
 from embodirl.errors import CheckpointError, check, is_int
 
 __all__ = ["NOMINAL", "CartPole", "Physics", "episode_ends", "euler_step"]
@@ -61,9 +59,6 @@ X_THRESHOLD = 2.4
 RESET_LOW, RESET_HIGH = -0.05, 0.05
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _STATE_KEYS = {"state", "obs", "steps", "episode", "num_resets", "seed"}
-# Eager CPU steps of up to this many envs run in numpy (below). numpy's ops are cheaper per call but use one
-# thread: above it, torch's kernels win once torch has two threads.
-HOST_MAX_ENVS = 8192
 
 
 class Physics(NamedTuple):
@@ -82,7 +77,8 @@ def euler_step(state: Any, force: Any, costheta: Any, sintheta: Any, stack: Call
                physics: Physics = NOMINAL) -> Any:
     """One Euler step of 0.02 s of ``[N, 4]`` states (x, x_dot, theta, theta_dot) under ``force`` ``[N]``: the
     operations of gymnasium's ``CartPoleEnv.step`` in its order (bit-identical in float64), on torch tensors
-    (``stack=torch.stack``) or numpy arrays (``stack=np.stack``) alike; ``physics`` gives the masses and length."""
+    (``stack=torch.stack``) or numpy arrays (``stack=np.stack``: the fast path) alike; ``physics`` gives the
+    masses and length."""
     _, x_dot, _, theta_dot = state.T
     masspole, total_mass, length, polemass_length = physics
     temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
@@ -125,7 +121,6 @@ class CartPole(BatchedEnv):
         self.physics_dtype = _DTYPES[cfg.physics_dtype]
         self.hide_velocities = hide_velocities
         observed = [0, 2] if hide_velocities else [0, 1, 2, 3]
-        self._observed = slice(0, None, 2) if hide_velocities else slice(None)  # observed state columns
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)[observed]
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
@@ -142,18 +137,7 @@ class CartPole(BatchedEnv):
         self._zeros = torch.zeros(n, dtype=dtype, device=dev)
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
-        # Eager memo of the next starts. A refill is ~25 small ops whatever N, so small N memoises 64 episodes;
-        # the depth keeps a refill's int64 working set cache-resident for large N.
-        self._starts = StartCache(self._resets, self._draw_starts, dims=(0,) if self.randomization is None else (0, 1),
-                                  depth=max(1, min(64, (1 << 14) // n)), min_length=1)
-        mark_static(dev, self._state, self._steps, self._resets.episode, self._resets.key_hash, self._limits,
-                    self._force_right, self._force_left, self._zeros)
-        if self.randomization is not None:
-            mark_static(dev, self.randomization.values, self.randomization.low, self.randomization.high)
-        # Eager CPU steps run in numpy on views of these buffers (they share memory: in-place updates stay seen).
-        self._host = (self._state.numpy(), self._steps.numpy(), self._limits.numpy(), self._force_right.numpy(),
-                      self._force_left.numpy()) if dev.type == "cpu" and n <= HOST_MAX_ENVS and \
-            self.randomization is None else None
+        self.starts = StartDraws(self._resets, self._draw_starts)  # each auto-reset's start state, drawn then
         self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
@@ -178,7 +162,6 @@ class CartPole(BatchedEnv):
         if self.randomization is not None:
             self.randomization.values.copy_(params[0])
         self._steps.zero_()
-        self._starts.invalidate()
         return self._observe(self._state)
 
     def restart(self, mask: Tensor) -> Tensor:
@@ -211,11 +194,7 @@ class CartPole(BatchedEnv):
         Returns:
             :class:`StepResult` with ``[N, 4]`` (``[N, 2]``) float32 observations and ``[N]`` reward and flags.
         """
-        if action.shape != self._state.shape[:1] and action.shape != (self.num_envs, 1):
-            raise ValueError(f"CartPole.step: action has shape {tuple(action.shape)}, expected ({self.num_envs},) "
-                             f"or ({self.num_envs}, 1): one action per env")
-        if self._host is not None and not in_graph(self.device):
-            return self._step_on_host(action)
+        self.check_action(action)
         physics, force_right, force_left = self._physics()
         force = torch.where(action.view(self.num_envs) == 1, force_right, force_left)
         state = euler_step(self._state, force, *self._cos_sin(self._state[:, 2]), torch.stack, physics)
@@ -223,7 +202,7 @@ class CartPole(BatchedEnv):
         terminated, truncated, done = episode_ends(state, self._steps, self._limits, self.max_episode_steps)
         final_obs = self._observe(state)
 
-        init, *params = self._starts.next(done)
+        init, *params = self.starts.next(done)
         info = {}
         if self.randomization is not None:  # the ended episodes' values go into info, then the new ones are drawn
             info = self.randomization.info()
@@ -234,6 +213,12 @@ class CartPole(BatchedEnv):
 
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         return StepResult(obs, reward, terminated, truncated, final_obs, info)
+
+    def check_action(self, action: Tensor) -> None:
+        """Raise ValueError unless ``action`` holds one action per env: ``[N]`` or ``[N, 1]``."""
+        if action.shape != self._state.shape[:1] and action.shape != (self.num_envs, 1):
+            raise ValueError(f"CartPole.step: action has shape {tuple(action.shape)}, expected ({self.num_envs},) "
+                             f"or ({self.num_envs}, 1): one action per env")
 
     def _physics(self) -> tuple[Physics, Tensor, Tensor]:
         """:class:`Physics` and the right and left forces ``[N]`` of this step: gymnasium's, or the per-env
@@ -248,9 +233,6 @@ class CartPole(BatchedEnv):
             return Physics(masspole, total_mass, length, masspole * length), self._force_right, self._force_left
         return Physics(masspole, total_mass, length, masspole * length), force, -force
 
-    def randomization_changed(self) -> None:
-        self._starts.invalidate()  # the memoised starts were drawn from the old ranges
-
     def _cos_sin(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         if self.device.type == "cpu" and not in_graph(self.device):
             # exp(i*theta) = cos + i*sin by the C library's cexp, whose cos/sin are those of gymnasium's math.cos and
@@ -258,26 +240,6 @@ class CartPole(BatchedEnv):
             cos, sin = torch.view_as_real(torch.exp(torch.complex(self._zeros, theta))).unbind(1)
             return cos, sin
         return torch.cos(theta), torch.sin(theta)
-
-    def _step_on_host(self, action: Tensor) -> StepResult:
-        """:meth:`step` in numpy on views of the state buffers (eager on the CPU): the same operations, with cos/sin
-        from the C library's complex exponential (numpy's ``exp`` of a complex array is ``cexp``)."""
-        assert self._host is not None  # step() comes here only for an env with host views
-        state0, steps, limits, force_right, force_left = self._host
-        force = np.where((action == 1).numpy(force=True).reshape(self.num_envs), force_right, force_left)
-        trig = np.exp(1j * state0[:, 2])
-        state = euler_step(state0, force, trig.real, trig.imag, np.stack)
-        steps += 1
-        terminated, truncated, done = episode_ends(state, steps, limits, self.max_episode_steps)
-        final_obs = torch.from_numpy(state[:, self._observed].astype(np.float32))
-
-        (init,) = self._starts.next(torch.from_numpy(done))
-        np.copyto(state0, np.where(done[:, None], init.numpy(), state))
-        steps[done] = 0
-        obs = torch.from_numpy(state0[:, self._observed].astype(np.float32))
-
-        reward = torch.ones(self.num_envs, dtype=torch.float32)
-        return StepResult(obs, reward, torch.from_numpy(terminated), torch.from_numpy(truncated), final_obs, {})
 
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         """Side views of the given envs (all when None) as uint8 ``[k, size, size, 3]`` (:func:`draw_cartpole`);
@@ -310,7 +272,6 @@ class CartPole(BatchedEnv):
         self._steps.copy_(state["steps"])
         if self.randomization is not None:
             self.randomization.load_state_dict(state)
-        self._starts.invalidate()
 
 
 # Picture proportions of gymnasium's CartPole renderer, in world units (its 600 px span 4.8 m).

@@ -7,24 +7,26 @@ per-env resets reproducible, group-shared resets trivial and env state trivially
 The hash is Chris Wellons' ``lowbias32`` applied in int64 arithmetic (values stay below 2**32),
 so it runs unchanged on CPU and CUDA without host syncs.
 
-:class:`StartCache` hands an env the start state of each finished episode's successor. Eager, it memoises
+:class:`StartDraws` hands an env the start state of each finished episode's successor, drawn when the episode
+begins: a few tensor ops, graph-ready. :class:`StartCache` gives the same starts faster when eager: it memoises
 the draws of every env's next few episodes (the hash costs more small ops than a CartPole step); while
-``torch.compile`` traces the step or a CUDA graph captures it, it draws every env's next start inline
-instead (one fused kernel when compiled) and touches no Python counter, so the captured step never
-recompiles and replays correctly. Both give the same values: the draws are pure functions of the counters.
+``torch.compile`` traces the step or a CUDA graph captures it, it draws inline as :class:`StartDraws` does and
+touches no Python counter, so the captured step never recompiles and replays correctly. The values are the
+same either way: the draws are pure functions of the counters. An env draws with :class:`StartDraws`;
+:mod:`embodirl.envs.fast_paths` swaps the memo in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
 
 from embodirl.errors import check, is_int
 
-__all__ = ["EXPLICIT_RESET_COUNTER", "ResetStream", "StartCache", "hash_key", "hash_uniform", "in_graph",
-           "uniform_from_key"]
+__all__ = ["EXPLICIT_RESET_COUNTER", "ResetStream", "StartCache", "StartDraws", "hash_key", "hash_uniform",
+           "in_graph", "uniform_from_key"]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -96,7 +98,9 @@ class ResetStream:
     ``reset(seed, group_size=g)`` draws from ``(seed, key=i // g, counter=2**31 + r)``, where ``r``
     counts explicit resets since seeding. The two streams never overlap, group members share their
     key and counter (hence their start), and nothing depends on how many envs run beside env ``i``.
-    The tensors (``episode``, ``key_hash``) are allocated once and only ever updated in place.
+    The tensors (``episode``, ``key_hash``) are allocated once and only ever updated in place; :attr:`version`
+    counts the changes made outside auto-resets (explicit resets, restores), so a memo of future draws can tell
+    that it is out of date.
 
     Args:
         num_envs: Number of envs.
@@ -111,6 +115,7 @@ class ResetStream:
         self.key_hash = hash_key(seed, self.env_ids)  # hash_key(seed, i): auto-resets draw from it
         self.num_resets = 0
         self.seed = seed
+        self.version = 0  # explicit resets and restores so far
 
     def explicit(self, seed: int | None, group_size: int) -> tuple[Tensor, Tensor]:
         """Validate an explicit reset, advance the counters and return its ``(key_hash, counter)`` rows ``[N]``.
@@ -133,6 +138,7 @@ class ResetStream:
             self.episode += 1
         counter = torch.full_like(self.env_ids, EXPLICIT_RESET_COUNTER + self.num_resets)
         self.num_resets += 1
+        self.version += 1
         return hash_key(self.seed, self.env_ids // group_size), counter
 
     def _reseed(self, seed: int) -> None:
@@ -147,6 +153,7 @@ class ResetStream:
         self._reseed(int(state["seed"]))
         self.num_resets = int(state["num_resets"])
         self.episode.copy_(state["episode"])
+        self.version += 1
 
 
 def in_graph(device: torch.device) -> bool:
@@ -157,13 +164,35 @@ def in_graph(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-class StartCache:
-    """The start state of every env's next episode, for auto-resets (see the module docstring).
+class StartDraws:
+    """The start state of every env's next episode, for auto-resets: drawn when the episode begins.
 
-    ``draw(key_hash, counter)`` returns the start of episode ``counter[m]`` of the env with
-    ``key_hash[m]`` (rows ``m`` along ``dims[j]`` of its ``j``-th tensor). Eager, a memo holds, for every
-    env, the draws of its next ``depth`` episodes, refilled every ``depth * min_length`` steps (an env
-    starts at most ``depth`` episodes in that time). In a graph (:func:`in_graph`) every env's next start
+    Args:
+        stream: The env's :class:`ResetStream`; :meth:`next` advances its episode counters.
+        draw: ``(key_hash [M], counter [M]) -> tuple of tensors`` with ``M`` rows: the starts of episode
+            ``counter[m]`` of the env with ``key_hash[m]``.
+    """
+
+    def __init__(self, stream: ResetStream, draw: Callable[[Tensor, Tensor], tuple[Tensor, ...]]) -> None:
+        self.stream, self.draw = stream, draw
+
+    def next(self, done: Tensor) -> tuple[Tensor, ...]:
+        """Advance the episode counters of the ``done`` ``[N]`` envs and return the starts of their new episodes.
+
+        Returns:
+            ``draw``'s tensors for all ``N`` envs; only the rows of ``done`` envs are meaningful. Fresh tensors.
+        """
+        self.stream.episode += done
+        return self.draw(self.stream.key_hash, self.stream.episode)
+
+
+class StartCache(StartDraws):
+    """:class:`StartDraws` memoised when eager (see the module docstring): the same starts.
+
+    ``draw``'s tensors have their rows ``m`` along ``dims[j]`` of the ``j``-th. Eager, a memo holds, for every
+    env, the draws of its next ``depth`` episodes, refilled every ``depth * min_length`` steps (an env starts at
+    most ``depth`` episodes in that time) and whenever the stream changed outside :meth:`next`
+    (:attr:`ResetStream.version`) or ``ranges`` changed. In a graph (:func:`in_graph`) every env's next start
     is drawn inline and the memo is marked stale, so the next eager step refills it first.
 
     Args:
@@ -172,34 +201,34 @@ class StartCache:
         dims: Row dimension of each tensor ``draw`` returns.
         depth: Episodes memoised per env (memory: ``num_envs * depth`` draws).
         min_length: Fewest steps an episode can last.
+        ranges: The randomization ranges ``draw`` reads (:attr:`~embodirl.envs.randomization.Randomization.ranges`),
+            if any: a change refills the memo.
     """
 
     def __init__(self, stream: ResetStream, draw: Callable[[Tensor, Tensor], tuple[Tensor, ...]],
-                 dims: tuple[int, ...], depth: int, min_length: int) -> None:
-        self.stream, self.draw, self.dims, self.depth = stream, draw, dims, depth
+                 dims: tuple[int, ...], depth: int, min_length: int,
+                 ranges: Mapping[str, tuple[float, float]] | None = None) -> None:
+        super().__init__(stream, draw)
+        self.dims, self.depth, self.ranges = dims, depth, ranges
         self.period = depth * min_length  # steps between eager refills
         self._slots = torch.arange(1, depth + 1, device=stream.env_ids.device)
         self._shift = torch.zeros_like(stream.episode)  # memo index of env i's next start = episode[i] + shift[i]
         self._last = stream.env_ids * depth + (depth - 1)  # env i's last memo row
         self._memo = tuple(t.clone() for t in draw(*self._rows(stream.episode)))
+        self._version = stream.version  # the stream and ranges the memo was drawn from
+        self._ranges: dict[str, tuple[float, float]] | None = None
         self.age = self.period  # steps since the last refill; period = stale
 
     def invalidate(self) -> None:
-        """Mark the memo stale (the counters or the seed changed outside :meth:`next`)."""
+        """Mark the memo stale (the counters, the seed or the drawn distribution changed outside :meth:`next`)."""
         self.age = self.period
 
     def next(self, done: Tensor) -> tuple[Tensor, ...]:
-        """Advance the episode counters of the ``done`` ``[N]`` envs and return the starts of their new episodes.
-
-        Returns:
-            ``draw``'s tensors for all ``N`` envs; only the rows of ``done`` envs are meaningful. Fresh tensors.
-        """
         stream = self.stream
         if in_graph(stream.episode.device):
             self.age = self.period  # a constant store: no guard, and the eager memo refills before its next use
-            stream.episode += done
-            return self.draw(stream.key_hash, stream.episode)
-        if self.age >= self.period:
+            return super().next(done)
+        if self._stale():
             self._refill()
         self.age += 1
         # Every env reads a row, done or not. A memo refilled mid-episode (a restored state, a new randomization
@@ -208,6 +237,10 @@ class StartCache:
         slot = torch.minimum(stream.episode + self._shift, self._last)
         stream.episode += done
         return tuple(torch.index_select(memo, dim, slot) for memo, dim in zip(self._memo, self.dims, strict=True))
+
+    def _stale(self) -> bool:
+        return (self.age >= self.period or self._version != self.stream.version
+                or (self.ranges is not None and self.ranges != self._ranges))
 
     def _rows(self, base: Tensor) -> tuple[Tensor, Tensor]:
         """``(key_hash, counter)`` of the memo: env ``i``'s episodes ``base[i] + 1 .. base[i] + depth``."""
@@ -219,5 +252,5 @@ class StartCache:
         for memo, new in zip(self._memo, self.draw(*self._rows(base)), strict=True):
             memo.copy_(new)
         torch.sub(self.stream.env_ids * self.depth, base, out=self._shift)
+        self._version, self._ranges = self.stream.version, None if self.ranges is None else dict(self.ranges)
         self.age = 0
-

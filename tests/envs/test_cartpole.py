@@ -11,8 +11,8 @@ import torch
 
 from embodirl.config.envs import CartPoleConfig
 from embodirl.config.schema import parse
-from embodirl.envs import cartpole
 from embodirl.envs.cartpole import CartPole, episode_ends, euler_step
+from embodirl.envs.fast_paths import add_fast_paths
 from embodirl.envs.rng import hash_uniform
 from embodirl.errors import ConfigError
 
@@ -131,35 +131,6 @@ def test_episode_ends_by_hand(xp):
     assert done == [False, True, True, True, True]
 
 
-@pytest.mark.parametrize(("physics_dtype", "hide_velocities"), [("float64", False), ("float32", False),
-                                                                ("float64", True)])
-def test_the_numpy_and_torch_steps_agree_bit_for_bit(monkeypatch, physics_dtype, hide_velocities):
-    """Eager CPU steps of up to HOST_MAX_ENVS envs run in numpy, larger ones in torch ops (as compiled and GPU
-    steps do): the same numbers, through terminations, time limits, auto-resets and a snapshot round trip."""
-    cfg = CartPoleConfig(num_envs=64, max_episode_steps=60, physics_dtype=physics_dtype,
-                         hide_velocities=hide_velocities)
-    on_host = CartPole(cfg, seed=4)
-    monkeypatch.setattr(cartpole, "HOST_MAX_ENVS", 0)
-    in_torch = CartPole(cfg, seed=4)
-    assert on_host._host is not None and in_torch._host is None
-    torch.testing.assert_close(on_host.reset(seed=4), in_torch.reset(seed=4), rtol=0, atol=0)
-    ends = {"terminated": 0, "truncated": 0}
-    rng = np.random.default_rng(1)
-    for t in range(400):
-        states = on_host.state_dict()["state"]
-        actions = np.where(rng.random(64) < 0.5, controller(states), rng.integers(0, 2, size=64))
-        a, b = on_host.step(torch.from_numpy(actions)), in_torch.step(torch.from_numpy(actions))
-        for name, x, y in zip(("obs", "reward", "terminated", "truncated", "final_obs"), a[:5], b[:5], strict=True):
-            assert x.dtype == y.dtype and torch.equal(x, y), f"{name} differs at step {t}"
-        ends["terminated"] += int(a.terminated.sum())
-        ends["truncated"] += int(a.truncated.sum())
-        if t == 200:
-            in_torch.load_state_dict(on_host.state_dict())
-    assert ends["terminated"] >= 50 and ends["truncated"] >= 5, ends
-    for key, value in on_host.state_dict().items():
-        assert torch.equal(value, in_torch.state_dict()[key]), key
-
-
 def test_float32_physics_tracks_float64_for_short_horizons():
     env64, env32 = CartPole(CartPoleConfig(num_envs=64),
                             seed=3), CartPole(CartPoleConfig(num_envs=64, physics_dtype="float32"), seed=3)
@@ -197,14 +168,18 @@ def test_env_draws_do_not_depend_on_num_envs():
     assert resets >= 10, "random actions should end several episodes (auto-reset draws compared)"
 
 
-def test_reset_states_follow_the_documented_hash_streams():
+@pytest.mark.parametrize("fast", [False, True], ids=["plain", "fast_paths"])
+def test_reset_states_follow_the_documented_hash_streams(fast):
     """Explicit reset: key i // g, counter 2**31 + r; auto-reset: key i, counter = episode number."""
     env = CartPole(CartPoleConfig(num_envs=6, max_episode_steps=1), seed=0)  # every step auto-resets every env
+    if fast:
+        add_fast_paths(env)
+        assert env.starts.period == 64
     ids = torch.arange(6)
     for r, g in enumerate([1, 3, 2]):
         expected = hash_uniform(21, ids // g, torch.full((6,), 2**31 + r), 4, -0.05, 0.05).float()
         assert torch.equal(env.reset(seed=21 if r == 0 else None, group_size=g), expected)
-    for k in range(1, 3 * env._starts.period + 2):  # several refills of the reset cache
+    for k in range(1, 3 * 64 + 2):  # with the fast paths, several refills of their memo of 64 episodes per env
         step = env.step(torch.zeros(6, dtype=torch.int64))
         assert step.truncated.all()
         expected = hash_uniform(21, ids, torch.full((6,), 2 + k), 4, -0.05, 0.05).float()  # 2 resets with seed None
@@ -254,7 +229,7 @@ def test_time_limit_truncates_and_restarts_the_count():
 def test_state_dict_round_trip_continues_bit_identically():
     env = CartPole(CartPoleConfig(num_envs=8), seed=11)
     actions = random_actions(8, 337, seed=5)
-    for act in actions[:37]:  # mid-way through a reset-cache refill period
+    for act in actions[:37]:
         env.step(act)
     snapshot = env.state_dict()
     restored = CartPole(CartPoleConfig(num_envs=8), seed=999)
