@@ -68,6 +68,7 @@ def test_a_torchscript_export_lands_in_the_run_with_its_manifest(run_dir, export
     assert manifest["action"] == {"name": "action", "shape": [], "dtype": "int64", "num_actions": 2,
                                   "start": 0}
     assert manifest["state"] == [] and manifest["control_dt"] == 0.02  # CartPole's Euler step
+    assert manifest["history"] == [] and manifest["history_feed"] is None
     actor = torch.jit.load(str(out / "policy.pt"))
     assert actor(torch.zeros(3, 4))[0].shape == (3,)
 
@@ -172,6 +173,23 @@ def test_a_recurrent_run_exports_with_its_state_named_in_the_manifest(tmp_path, 
     assert [s["initial"] for s in manifest["state"]] == ["zeros", "zeros"]  # what starts an episode
     session = onnxruntime.InferenceSession(str(run / "export" / "onnx" / "policy.onnx"))
     assert [i.name for i in session.get_inputs()] == ["obs.state", "state.actor.h", "state.actor.c"]
+
+
+@pytest.mark.slow  # trains a run with an observation history
+def test_a_run_with_an_observation_history_names_it_in_the_manifest(tmp_path, export, monkeypatch):
+    from embodirl.cli import train
+
+    run = tmp_path / "history"
+    monkeypatch.setattr(sys, "argv", ["embodirl-train", *TINY, "env.obs_history={state: 3}", "logger.tensorboard=false",
+                                      f"hydra.run.dir={run}"])
+    with in_process_run(timeout_s=300):
+        train.main()
+    result = export([f"run={run}", "format=torchscript"])
+    assert result.code == 0, result.err
+    assert result.out.strip().endswith("(obs.state [12] float32) -> (action [] int64)")
+    manifest = json.loads((run / "export" / "torchscript" / "manifest.json").read_text())
+    assert manifest["history"] == [{"name": "obs.state", "length": 3, "step_shape": [4]}]
+    assert "oldest first" in manifest["history_feed"] and "first observation" in manifest["history_feed"]
 
 
 def test_a_checkpoint_holding_python_objects_is_refused_without_running_them(tmp_path, export):
