@@ -74,9 +74,10 @@ class History(EnvWrapper):
         super().__init__(env)
         self.lengths = dict(lengths)
         self.observation_space = _stacked_space(env.observation_space, self.lengths)
-        # Per key the last k frames, frame-major [k, N, *shape], oldest first. Kept apart, not as the
-        # observation's [N, ..., k C]: there an image's frame is C bytes every k C, and shifting, restarting or
-        # repeating frames in place of one another copies a few bytes at a time (several times slower).
+        # Per key the last k frames (a frame: one step's observation of the key), frame-major [k, N, *shape].
+        # Kept apart, not as the observation's [N, ..., k C]: there an image's frame is C bytes every k C, and
+        # shifting, restarting or repeating frames in place of one another copies a few bytes at a time (several
+        # times slower).
         # Until the first reset they hold zeros: the wrapped env is ready to step once built, so is the history.
         spec = observation_spec(env.observation_space)
         self._frames: dict[ObsKey, Tensor] = {}
@@ -88,7 +89,7 @@ class History(EnvWrapper):
         return obs if isinstance(obs, Tensor) else obs.get(key)
 
     def _with(self, obs: Tensor | TensorDict, stacks: dict[ObsKey, Tensor]) -> Tensor | TensorDict:
-        """``obs`` with its image keys replaced by ``stacks``."""
+        """``obs`` with the keys of ``stacks`` replaced by them."""
         if isinstance(obs, Tensor):
             return stacks[(STATE_KEY,)]
         out = obs.copy()
@@ -98,7 +99,8 @@ class History(EnvWrapper):
 
     @staticmethod
     def _stacked(frames: list[Tensor]) -> Tensor:
-        """``[N, H, W, k C]`` of ``k`` frames ``[N, H, W, C]``, oldest first: one pass, a new tensor."""
+        """``[N, ..., k C]`` of ``k`` frames ``[N, ..., C]`` (an image's ``[N, H, W, C]``, a vector's ``[N, D]``),
+        oldest first: one pass, a new tensor."""
         stack = torch.stack(frames, dim=-2)
         return stack.view(*stack.shape[:-2], -1)
 
