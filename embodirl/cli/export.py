@@ -73,9 +73,13 @@ def check_format_packages(fmt: str) -> None:
 
 def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path, run: Path | None,
              env: Any, train_cfg: DictConfig) -> dict[str, Any]:
-    """What a driver needs to call the exported file: input, state and output tensors, action bounds, the
-    control period where the env declares one (``control_dt``, seconds), and where the weights came from."""
+    """What a driver needs to call the exported file: input, state and output tensors, the inputs that hold a
+    history (``env.obs_history``, ``env.frame_stack``) and how to feed them, action bounds, the control period where
+    the env declares one (``control_dt``, seconds), and where the weights came from."""
     import gymnasium as gym
+
+    from embodirl.envs.frame_stack import history_lengths
+    from embodirl.policies.export import HISTORY_FEED, history_inputs
 
     space = env.action_space
     action: dict[str, Any] = actor.action.as_json()
@@ -85,11 +89,14 @@ def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path
         action.update(num_actions=int(space.n), start=actor.action_start)
     control_dt = getattr(env, "control_dt", None)
     state = [{**s.as_json(), "initial": _initial(actor, k)} for s, k in zip(actor.state, actor.state_keys, strict=True)]
+    history = history_inputs(actor, history_lengths(env))
     return {"format": fmt, "file": file, "embodirl_version": embodirl.__version__,
             "run": str(run.resolve()) if run is not None else None, "checkpoint": str(checkpoint.resolve()),
             "env": train_cfg.env._target_, "policy": train_cfg.policy._target_,
             "batch_axis": "every input and output has a leading batch dimension of any size; shapes are per sample",
             "inputs": [s.as_json() for s in actor.inputs],
+            "history": history,
+            "history_feed": HISTORY_FEED if history else None,
             "state": state,
             "outputs": [action, *(s.as_json() for s in actor.outputs[1:])],
             "action": action, "control_dt": float(control_dt) if control_dt else None,

@@ -17,7 +17,7 @@ import yaml
 
 from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
 from embodirl.config.schema import Schema, check_finite_values, key
-from embodirl.errors import ConfigError
+from embodirl.errors import ConfigError, is_int
 
 __all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig",
            "GenesisConfig", "GymConfig", "GymVectorConfig", "PlaygroundConfig", "PushCubeArmConfig", "PushCubeConfig",
@@ -40,12 +40,13 @@ Std = float | list[float]  # one standard deviation, or one per dimension
 MAX_OBS_NOISE = 100.0  #: observations are O(1) to O(100): a larger std leaves no signal
 MAX_ACTION_REPEAT = 100  #: 5 s of a 20 Hz task per action; Atari and Isaac Lab repeat 2 to 8
 MAX_ACTION_DELAY = 100  #: 5 s of latency at 20 Hz; an episode rarely lasts longer
+MAX_OBS_HISTORY = 100  #: 5 s at 20 Hz; proprioceptive histories hold 3 to 50 steps (RMA's adaptation reads 50)
 
 
 @dataclass(frozen=True, kw_only=True)
 class WrapperConfig(Schema):
-    """Observation noise, action delay, action noise, action repeat and frame stacking: wrappers around any env, all
-    off by default (:mod:`embodirl.envs.wrappers`; docs/guides/observation-action-wrappers.md)."""
+    """Observation noise, action delay, action noise, action repeat, frame stacking and observation history: wrappers
+    around any env, all off by default (:mod:`embodirl.envs.wrappers`; docs/guides/observation-action-wrappers.md)."""
 
     obs_noise: Std | dict[str, Std] = key(0.0, ge=0, le=MAX_OBS_NOISE, doc="Gaussian noise std added to the "
                                           "observation: one number for every float key, or {key: std} per key (a std "
@@ -58,6 +59,10 @@ class WrapperConfig(Schema):
                              "rewards summed, stopping at the end of an episode; 1 = off")
     frame_stack: int = key(1, ge=1, le=16, doc="stack the last k frames of every image key along its channels "
                            "(reset per env at an episode start); 1 = off")
+    obs_history: int | dict[str, int] = key(1, ge=1, le=MAX_OBS_HISTORY, doc="keep the last k observations of "
+                                            "every vector (1-D) key, [D] becoming [k D] oldest first, or {key: k} "
+                                            "per key (restarted per env at an episode start); 1 = off",
+                                            example="{state: 3}")
 
     def check(self) -> None:
         if isinstance(self.obs_noise, dict):
@@ -67,10 +72,14 @@ class WrapperConfig(Schema):
                     raise ConfigError(f"obs_noise.{name}", std, f"a float in [0, {MAX_OBS_NOISE:g}] (a standard "
                                       "deviation), or a list of them (one per dimension)",
                                       f"pass obs_noise.{name}=0.01, or 0 for no noise")
+        for name, length in (self.obs_history if isinstance(self.obs_history, dict) else {}).items():
+            if not (is_int(length) and 1 <= length <= MAX_OBS_HISTORY):
+                raise ConfigError(f"obs_history.{name}", length, f"an int in [1, {MAX_OBS_HISTORY}] (observations "
+                                  "of the key kept; 1 = the key as it is)", f"pass obs_history.{name}=3")
 
 
 #: The keys of :class:`WrapperConfig`: every env takes them; the build wraps the env it made with them.
-WRAPPER_KEYS = ("obs_noise", "action_delay", "action_noise", "action_repeat", "frame_stack")
+WRAPPER_KEYS = ("obs_noise", "action_delay", "action_noise", "action_repeat", "frame_stack", "obs_history")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,11 @@
 """Putting an env inside the wrappers its keys turn on (:class:`~embodirl.config.envs.WrapperConfig`), in this order
 from the policy inwards::
 
-    policy -> FrameStack -> ObservationNoise -> ActionDelay -> ActionRepeat -> ActionNoise -> env
+    policy -> FrameStack -> ObservationHistory -> ObservationNoise -> ActionDelay -> ActionRepeat -> ActionNoise -> env
 
 so the delay counts policy steps, the actuator noise is drawn afresh for every env step of a repeated action, and
-the frames stacked are the ones the policy sees. With every key at its default :func:`wrap_env` returns the env
+the frames stacked and the history kept are the noisy observations the policy sees (each drawn once, as a robot's
+sensor reading is). With every key at its default :func:`wrap_env` returns the env
 itself: no wrapper, no cost. The wrappers are :mod:`embodirl.envs.wrappers` and :mod:`embodirl.envs.frame_stack`.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from embodirl.config.envs import WrapperConfig
 from embodirl.envs.base import BatchedEnv
-from embodirl.envs.frame_stack import FrameStack
+from embodirl.envs.frame_stack import FrameStack, ObservationHistory
 from embodirl.envs.observations import key_name, observation_spec
 from embodirl.envs.wrappers import ActionDelay, ActionNoise, ActionRepeat, ObservationNoise
 
@@ -43,6 +44,9 @@ def wrap_env(env: BatchedEnv, cfg: WrapperConfig, seed: int) -> BatchedEnv:
     obs_noise = _obs_noise_by_key(cfg.obs_noise, env)
     if obs_noise:
         env = ObservationNoise(env, obs_noise, seed)
+    if cfg.obs_history != 1:
+        history = ObservationHistory(env, cfg.obs_history)  # checks the keys named, also those kept at 1
+        env = history if history.lengths else env
     if cfg.frame_stack > 1:
         env = FrameStack(env, cfg.frame_stack)
     return env

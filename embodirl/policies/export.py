@@ -8,6 +8,11 @@ otherwise need from embodirl: the observation normaliser's running statistics (t
 distribution's deterministic action (``policy.mode``: the Gaussian's mean, the Beta's mean, the Categorical's
 argmax) and the clip to the ``Box``'s bounds that every embodirl env applies to an action.
 
+An observation that holds its key's last ``k`` values (``env.obs_history``, ``env.frame_stack``) is one input of
+the width the policy reads, ``[k D]`` (``[H, W, k C]``): the driver keeps the history, as Isaac Lab's and mjlab's
+exported policies read their flattened history terms, so the file stays a function of its inputs and the env
+it was trained in (or any env wrapped alike) feeds it directly. :func:`history_inputs` says how, for the manifest.
+
 A state entry that ``mode`` passes through unchanged (the critic's memory of
 :class:`~embodirl.policies.recurrent.ActorCriticRNN`, which the actor never reads) is no input: it is the
 policy's initial state, held inside. Every tensor has a leading batch dimension of any size.
@@ -23,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +41,8 @@ from torch import Tensor, nn
 
 from embodirl.envs.observations import ObsKey, key_name, observation_spec
 
-__all__ = ["FORMATS", "DeterministicActor", "ExportFormat", "TensorSpec", "export_onnx", "export_torchscript"]
+__all__ = ["FORMATS", "HISTORY_FEED", "DeterministicActor", "ExportFormat", "TensorSpec", "export_onnx",
+           "export_torchscript", "history_inputs"]
 
 
 ExportFormat = Literal["onnx", "torchscript"]
@@ -139,6 +145,20 @@ class DeterministicActor(nn.Module):
     def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
         """Zero inputs of ``batch_size`` samples (what export traces with)."""
         return tuple(torch.zeros(batch_size, *s.shape, dtype=s.dtype) for s in (*self.inputs, *self.state))
+
+
+#: How a driver feeds an input that holds a history (the manifest's ``history_feed``).
+HISTORY_FEED = ("each input in history holds the last `length` observations of its key, each of step_shape, "
+                "concatenated along the last axis, oldest first: keep them in the driver, drop the oldest and "
+                "append the newest at every step, and start an episode with its first observation `length` times")
+
+
+def history_inputs(actor: DeterministicActor, lengths: Mapping[ObsKey, int]) -> list[dict[str, Any]]:
+    """``[{"name", "length", "step_shape"}]`` of the actor's inputs whose key holds its last ``length``
+    observations (``lengths``: :func:`~embodirl.envs.frame_stack.history_lengths` of the env)."""
+    return [{"name": spec.name, "length": lengths[key],
+             "step_shape": [*spec.shape[:-1], spec.shape[-1] // lengths[key]]}
+            for key, spec in zip(actor.obs_keys, actor.inputs, strict=True) if key in lengths]
 
 
 def export_torchscript(actor: DeterministicActor, path: Path) -> None:

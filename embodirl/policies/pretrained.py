@@ -34,8 +34,9 @@ from embodirl.errors import CheckpointError, ConfigError
 __all__ = ["freeze", "load_pretrained"]
 
 
-def _read(path: Path, key: str) -> tuple[dict[str, torch.Tensor], Mapping[str, Any]]:
-    """``(state_dict, the checkpoint's policy config or {})`` of ``path``; a :class:`CheckpointError` otherwise."""
+def _read(path: Path, key: str) -> tuple[dict[str, torch.Tensor], Mapping[str, Any], Mapping[str, Any]]:
+    """``(state_dict, the checkpoint's policy config or {}, its env config or {})`` of ``path``; a
+    :class:`CheckpointError` otherwise."""
     from embodirl.runtime.checkpoint import FORMAT, check_finite
 
     if not path.is_file():
@@ -53,8 +54,8 @@ def _read(path: Path, key: str) -> tuple[dict[str, torch.Tensor], Mapping[str, A
                               "one with torch.save(policy.state_dict(), path)")
     check_finite(state, key)
     config = data.get("config") if checkpoint else None
-    policy_cfg = config.get("policy") if isinstance(config, dict) else None
-    return state, policy_cfg if isinstance(policy_cfg, dict) else {}
+    policy_cfg, env_cfg = (config.get(node) if isinstance(config, dict) else None for node in ("policy", "env"))
+    return state, policy_cfg if isinstance(policy_cfg, dict) else {}, env_cfg if isinstance(env_cfg, dict) else {}
 
 
 def _grouped(names: Iterable[str]) -> str:
@@ -68,7 +69,7 @@ def _grouped(names: Iterable[str]) -> str:
     return ", ".join(f"{prefix} ({n})" if n > 1 else prefix for prefix, n in counts.items())
 
 
-def _actor_fix(name: str, policy_cfg: Mapping[str, Any]) -> str:
+def _actor_fix(name: str, policy_cfg: Mapping[str, Any], env_cfg: Mapping[str, Any]) -> str:
     """How to build an actor that fits the file, for the first mismatching parameter ``name``."""
     if name.startswith("normalizers."):
         return ("pass policy.normalize_obs=" + ("false" if policy_cfg.get("normalize_obs") is False else "true")
@@ -77,7 +78,10 @@ def _actor_fix(name: str, policy_cfg: Mapping[str, Any]) -> str:
                                                                           "actor_keys", "core", "core_size")
                         if policy_cfg.get(k) is not None and policy_cfg.get(k) != {})
     if trained:
-        return f"build the actor the file was trained with ({trained}), on the same env"
+        # The env keys that widen an observation key (its history) change the actor's input as the env does
+        history = " and ".join(f"env.{k}={_value(env_cfg.get(k, 1))}" for k in ("obs_history", "frame_stack"))
+        return f"build the actor the file was trained with ({trained}), on the same env" + (
+            f" with {history}" if env_cfg else "")
     return "build the actor the weights were trained with (same policy.hidden_sizes, encoders and env spaces)"
 
 
@@ -128,7 +132,7 @@ def load_pretrained(policy: nn.Module, path: str | Path) -> str:
         CheckpointError: Missing, unreadable or hostile file, or an actor that does not fit.
     """
     key = f"policy.init_from={str(path)!r}"
-    state, policy_cfg = _read(Path(path), key)
+    state, policy_cfg, env_cfg = _read(Path(path), key)
     own = policy.state_dict()
     actor_prefixes: Any = getattr(policy, "actor_prefixes", None)
     prefixes = tuple(actor_prefixes()) if callable(actor_prefixes) else ("",)
@@ -139,7 +143,7 @@ def load_pretrained(policy: nn.Module, path: str | Path) -> str:
     mismatch = _actor_mismatch(own, state, is_actor)
     if mismatch is not None:
         name, what = mismatch
-        fix = _distribution_fix(policy, policy_cfg) or _actor_fix(name, policy_cfg)
+        fix = _distribution_fix(policy, policy_cfg) or _actor_fix(name, policy_cfg, env_cfg)
         raise CheckpointError(f"{key} does not fit this policy's actor: {what}. Fix: {fix}")
     rest = [n for n in own if not is_actor(n)]
     rest_fits = all(n in state and state[n].shape == own[n].shape for n in rest)

@@ -89,6 +89,8 @@ COLLECTION_CASES = {
     "push_cube_ppo": ["env=push_cube", "algo=ppo", "algo.num_steps=16"],
     "push_cube_grpo": ["env=push_cube", "algo=grpo", "algo.group_size=4", "env.max_episode_steps=12"],
     "cartpole_gru": ["env=cartpole", "algo=ppo", "policy=actor_critic_rnn", "algo.num_steps=16", "algo.seq_len=8"],
+    "cartpole_history_ppo": ["env=cartpole", "env.obs_history=3", "env.max_episode_steps=10", "algo=ppo",
+                             "algo.num_steps=16"],  # episodes end and restart their histories inside the graph
     "push_cube_pixels_ppo": ["env=push_cube", "env.obs_mode=state_rgb", "algo=ppo", "algo.num_steps=16",
                              "policy.actor_keys=[rgb]", "policy.critic_keys=[state]"],
 }
@@ -110,7 +112,7 @@ def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo"])
+@pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo", "cartpole_history_ppo"])
 def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(case):
     """Inductor-compiled steps over several rollouts (auto-resets, group resets among them) against eager ones."""
     eager, compiled = _parts(case, compile=False), _parts(case, compile=True)

@@ -68,6 +68,7 @@ def test_a_torchscript_export_lands_in_the_run_with_its_manifest(run_dir, export
     assert manifest["action"] == {"name": "action", "shape": [], "dtype": "int64", "num_actions": 2,
                                   "start": 0}
     assert manifest["state"] == [] and manifest["control_dt"] == 0.02  # CartPole's Euler step
+    assert manifest["history"] == [] and manifest["history_feed"] is None
     actor = torch.jit.load(str(out / "policy.pt"))
     assert actor(torch.zeros(3, 4))[0].shape == (3,)
 
@@ -172,6 +173,50 @@ def test_a_recurrent_run_exports_with_its_state_named_in_the_manifest(tmp_path, 
     assert [s["initial"] for s in manifest["state"]] == ["zeros", "zeros"]  # what starts an episode
     session = onnxruntime.InferenceSession(str(run / "export" / "onnx" / "policy.onnx"))
     assert [i.name for i in session.get_inputs()] == ["obs.state", "state.actor.h", "state.actor.c"]
+
+
+@pytest.mark.slow  # trains a run with an observation history
+@needs_onnx
+def test_a_history_run_names_its_history_and_the_guides_play_loop_feeds_it(tmp_path, export, cli):
+    """The manifest lists the history; docs/guides/export.md's play.py, keeping it as the manifest says, returns what
+    embodirl-eval reports for the same checkpoint and episodes."""
+    import runpy
+
+    import numpy as np
+
+    from tests.test_docs import DOCS, python_file
+
+    run = tmp_path / "history"
+    train = ["env=gym", "env.id=CartPole-v1", "env.obs_history={state: 3}", *TINY, "logger.tensorboard=false",
+             f"hydra.run.dir={run}"]
+    assert cli("embodirl-train", train, timeout_s=300).code == 0
+    result = export([f"run={run}"])
+    assert result.code == 0, result.err
+    assert result.out.strip().endswith("(obs.state [12] float32) -> (action [] int64)")
+    manifest = json.loads((run / "export" / "onnx" / "manifest.json").read_text())
+    assert manifest["history"] == [{"name": "obs.state", "length": 3, "step_shape": [4]}]
+    assert "oldest first" in manifest["history_feed"] and "first observation" in manifest["history_feed"]
+    assert cli("embodirl-eval", [f"run={run}", "env.num_envs=1", "num_episodes=3"], timeout_s=300).code == 0
+    (tmp_path / "play.py").write_text(python_file(DOCS / "guides" / "export.md", "play.py"))
+    page = runpy.run_path(str(tmp_path / "play.py"))
+    seed = int(np.random.SeedSequence([12345, 0, 0]).generate_state(1)[0])  # embodirl-eval's, as in test_docs
+    returns = page["play"](str(run / "export" / "onnx"), num_episodes=3, seed=seed)
+    (evaluated,) = [json.loads(p.read_text()) for p in run.glob("eval/*/eval.json")]
+    assert len(set(returns)) > 1 and evaluated["eval/return_mean"] == pytest.approx(sum(returns) / 3)
+    # A tiny run's policy hardly reads its history: the page's History is checked against the env's, value for value
+    from embodirl.app.build import build_env
+    from tests.conftest import compose_config
+
+    inner, wrapped = (build_env(compose_config(["env=cartpole", "env.max_episode_steps=4", *keys]).env,
+                                torch.device("cpu"), 0, 1) for keys in ([], ["env.obs_history=3"]))
+    history, feed = page["History"](manifest), page["feed"]
+    inputs, obs = history.start(feed(manifest, inner.reset(seed=1)[0].numpy())), wrapped.reset(seed=1)
+    for t in range(10):  # two episodes end (4 steps each): the page restarts its history as the env does
+        assert np.array_equal(inputs["obs.state"], obs.numpy()), t
+        action = torch.tensor([t % 3 % 2])
+        out, obs = inner.step(action), wrapped.step(action).obs
+        step = feed(manifest, out.obs[0].numpy())
+        inputs = history.start(step) if bool(out.truncated | out.terminated) else history.push(step)
 
 
 def test_a_checkpoint_holding_python_objects_is_refused_without_running_them(tmp_path, export):

@@ -113,3 +113,22 @@ def test_an_actor_trained_on_normalised_observations_needs_them(tmp_path):
                                               r"actor the file was trained with \(policy.hidden_sizes=\[64,64\], "
                                               r"policy.activation=relu\), on the same env"):
         build_components(compose_config([*PPO, init, "policy.hidden_sizes=[32,32]"]))
+
+
+def test_an_actor_trained_with_an_observation_history_starts_a_run_with_the_same_history(tmp_path):
+    from embodirl.app.build import build_components
+    from embodirl.runtime.checkpoint import load_checkpoint
+
+    history = [*PPO, "env.obs_history=3"]
+    run_training(compose_config([*history, "seed=1"]), tmp_path / "ppo")
+    path = tmp_path / "ppo" / "checkpoints" / "last.pt"
+    built = build_components(compose_config([*history, "seed=2", f"policy.init_from={path}"])).policy
+    for name, value in load_checkpoint(path)["policy"].items():
+        assert torch.equal(built.state_dict()[name], value)
+    assert built.actor[0].weight.shape == (64, 12)  # the 3 observations of CartPole's [4] side by side
+    # Without the history the actor reads [4]: the fix names the history the file was trained with
+    with pytest.raises(CheckpointError, match=r"actor.0.weight is \[64, 12\] in the file and \[64, 4\] here. Fix: "
+                                              r"build the actor the file was trained with \(policy.hidden_sizes=\[64,"
+                                              r"64\], policy.activation=relu\), on the same env with "
+                                              r"env.obs_history=3 and env.frame_stack=1$"):
+        build_components(compose_config([*PPO, "seed=2", f"policy.init_from={path}"]))
