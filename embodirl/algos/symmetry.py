@@ -43,8 +43,9 @@ __all__ = ["Mirror", "augment", "check_mirror", "load_mirror", "mirror_loss"]
 Mirror = Callable[[TensorDict, Tensor], tuple[TensorDict, Tensor]]
 
 KEY = "algo.symmetry.mirror"
-FIX = (f"pass {KEY}=embodirl.envs.push_cube.symmetry.mirror (push_cube), {KEY}=embodirl.envs.cartpole_symmetry.mirror "
-       "(cartpole), or the import path of your own function (obs, action) -> (obs, action)")
+FIX = (f"pass {KEY}=embodirl.envs.cartpole_symmetry.mirror (env=cartpole; env=push_cube with obs_mode=state: "
+       "embodirl.envs.push_cube.symmetry.mirror; another env: the import path of its reflection, a function "
+       "(obs, action) -> (obs, action))")
 
 
 def load_mirror(cfg: SymmetryConfig, policy: Policy) -> Mirror | None:

@@ -88,8 +88,9 @@ class SymmetryConfig(Schema):
     def check(self) -> None:
         if self.mirror is None and (self.augment or self.loss_coef > 0):
             raise ConfigError("mirror", None, "the import path of a mirror function with augment=true or "
-                              "loss_coef > 0", "pass mirror=embodirl.envs.push_cube.symmetry.mirror (push_cube) or "
-                              "mirror=embodirl.envs.cartpole_symmetry.mirror (cartpole)")
+                              "loss_coef > 0", "pass mirror=embodirl.envs.cartpole_symmetry.mirror (env=cartpole; "
+                              "env=push_cube: embodirl.envs.push_cube.symmetry.mirror; another env: the import path "
+                              "of its reflection, a function (obs, action) -> (obs, action))")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,11 +23,16 @@ def mirror(obs: TensorDict, action: Tensor) -> tuple[TensorDict, Tensor]:
     ``[B]`` (``0``: push left, ``1``: push right).
 
     Raises:
-        ValueError: An observation with keys other than ``"state"`` (not CartPole's).
+        ValueError: Observations or actions that are not CartPole's: keys other than ``"state"``, another width,
+            or actions that are not integers.
     """
     keys = sorted(str(k) for k in obs.keys())  # noqa: SIM118 (iterating a TensorDict walks its batch)
     if keys != [STATE_KEY]:
         raise ValueError(f"CartPole's mirror reads its observation, the key 'state'; got keys {keys}")
+    width = obs.get(STATE_KEY).shape[-1]
+    if width not in (2, 4) or action.is_floating_point():
+        raise ValueError(f"CartPole's mirror reads 4 (hide_velocities: 2) state columns and integer actions; got "
+                         f"{width} columns and {action.dtype} actions: the env is not CartPole")
     mirrored = obs.copy()  # a shallow copy: the caller's TensorDict keeps its leaves
     mirrored.set(STATE_KEY, -obs.get(STATE_KEY))
     return mirrored, 1 - action
