@@ -23,6 +23,7 @@ reaches it (evaluation builds no algorithm, and a resume composes the command li
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
@@ -123,7 +124,7 @@ def augment(batch: TensorDict, mirror: Mirror) -> TensorDict:
     mirrored = batch.copy()  # a shallow copy: the other entries are the original's tensors
     mirrored.set("obs", obs)
     mirrored.set("action", action)
-    return torch.cat([batch, mirrored])
+    return cast(TensorDict, torch.cat([batch, mirrored]))  # torch.cat of TensorDicts is a TensorDict
 
 
 def mirror_loss(mean: Tensor, mirrored_obs_mean: Tensor, obs: TensorDict, weight: Tensor, mirror: Mirror) -> Tensor:
