@@ -17,6 +17,7 @@ from torch import Tensor
 
 from embodirl.accel.compile import Acceleration
 from embodirl.algos import functional as F
+from embodirl.algos import symmetry
 from embodirl.algos.base import EAGER, OnPolicyAlgorithm
 from embodirl.algos.reward_scaling import RewardScaler
 from embodirl.collect.collector import CollectPlan
@@ -42,8 +43,8 @@ class PPO(OnPolicyAlgorithm):
     """
 
     cfg: PPOConfig
-    metric_names = ("loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
-                    "diag/explained_variance", "diag/epochs")
+    metric_names: tuple[str, ...] = ("loss/policy", "loss/value", "loss/entropy", "diag/approx_kl",
+                                     "diag/clip_fraction", "diag/explained_variance", "diag/epochs")
 
     def __init__(self, cfg: PPOConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
                  accel: Acceleration = EAGER) -> None:
@@ -57,6 +58,9 @@ class PPO(OnPolicyAlgorithm):
                   f"pass algo.seq_len=8 or another divisor of {cfg.num_steps}")
         self.seq_len = cfg.seq_len if policy.is_recurrent else 1
         self.reward_scaler = RewardScaler(cfg.gamma, self.device) if cfg.normalize_rewards else None
+        self.mirror = symmetry.load_mirror(cfg.symmetry, policy)  # None unless algo.symmetry is on
+        if self.mirror is not None and cfg.symmetry.loss_coef > 0:
+            self.metric_names = (*self.metric_names, "loss/symmetry")
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         rollout, size = env.num_envs * self.cfg.num_steps, self.cfg.minibatch_size
@@ -64,6 +68,8 @@ class PPO(OnPolicyAlgorithm):
             log.warning("algo.minibatch_size=%d exceeds the rollout of %d transitions (env.num_envs=%d x "
                         "algo.num_steps=%d): each epoch is one minibatch of %d", size, rollout, env.num_envs,
                         self.cfg.num_steps, rollout)
+        if self.mirror is not None:
+            symmetry.check_mirror(self.mirror, str(self.cfg.symmetry.mirror), env, self.policy.dist.action_dtype)
         return CollectPlan(num_steps=self.cfg.num_steps)
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
@@ -95,8 +101,12 @@ class PPO(OnPolicyAlgorithm):
         return {"diag/explained_variance": F.explained_variance(samples["value"], samples["returns"])}
 
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
-        """Clipped surrogate + ``vf_coef`` x value loss - ``ent_coef`` x entropy, weighted means over the batch."""
-        cfg, weight, old_log_prob = self.cfg, batch["weight"], batch["sample_log_prob"]
+        """Clipped surrogate + ``vf_coef`` x value loss - ``ent_coef`` x entropy, weighted means over the batch;
+        with ``algo.symmetry``, over the batch and its mirror image, plus ``loss_coef`` x the mirror loss."""
+        cfg, size = self.cfg, batch.batch_size[0]  # the original samples: the first `size` of an augmented batch
+        if self.mirror is not None and cfg.symmetry.augment:
+            batch = symmetry.augment(batch, self.mirror)
+        weight, old_log_prob = batch["weight"], batch["sample_log_prob"]
         if self.policy.is_recurrent:
             log_prob, entropy, value = self.policy.evaluate(batch["obs"], batch["action"], batch["policy_state"][:, 0],
                                                             batch["reset"])
@@ -106,13 +116,28 @@ class PPO(OnPolicyAlgorithm):
                                                   cfg.dual_clip_coef)
         pg_loss = F.weighted_mean(pg_loss, weight)
         v_loss = F.value_loss(value, batch["value"], batch["returns"], cfg.clip_value_coef, weight)
-        entropy = F.weighted_mean(entropy, weight)
+        # Entropy and the approx-KL rules read the original samples only, as without symmetry (rsl_rl does the same).
+        original = weight[:size]
+        entropy = F.weighted_mean(entropy[:size], original)
         with torch.no_grad():
-            kl = F.approx_kl(log_prob, old_log_prob, weight)
-            clip_fraction = F.clip_fraction(ratio, cfg.clip_coef, weight)
-        return {"loss": pg_loss + cfg.vf_coef * v_loss - self.ent_coef * entropy, "loss/policy": pg_loss,
-                "loss/value": v_loss, "loss/entropy": entropy, "diag/approx_kl": kl,
-                "diag/clip_fraction": clip_fraction}
+            kl = F.approx_kl(log_prob[:size], old_log_prob[:size], original)
+            clip_fraction = F.clip_fraction(ratio[:size], cfg.clip_coef, original)
+        terms = {"loss": pg_loss + cfg.vf_coef * v_loss - self.ent_coef * entropy, "loss/policy": pg_loss,
+                 "loss/value": v_loss, "loss/entropy": entropy, "diag/approx_kl": kl,
+                 "diag/clip_fraction": clip_fraction}
+        if self.mirror is not None and cfg.symmetry.loss_coef > 0:
+            terms["loss/symmetry"] = self.mirror_loss(batch, size)
+            terms["loss"] = terms["loss"] + cfg.symmetry.loss_coef * terms["loss/symmetry"]
+        return terms
+
+    def mirror_loss(self, batch: TensorDict, size: int) -> Tensor:
+        """:func:`~embodirl.algos.symmetry.mirror_loss` of the first ``size`` samples of ``batch`` (an augmented
+        batch holds their mirrored observations after them)."""
+        assert self.mirror is not None
+        obs = batch["obs"][:size]
+        mirrored = batch["obs"][size:] if batch.batch_size[0] > size else self.mirror(obs, batch["action"])[0]
+        mean = self.policy.dist.mode(self.policy.action_params(torch.cat([obs, mirrored])))  # type: ignore[attr-defined]
+        return symmetry.mirror_loss(mean[:size], mean[size:], obs, batch["weight"][:size], self.mirror)
 
     def state_dict(self) -> dict:
         state = super().state_dict()

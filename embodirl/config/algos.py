@@ -18,7 +18,7 @@ from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
 __all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "FastTD3Config", "GRPOConfig", "OffPolicyConfig",
-           "OnPolicyConfig", "PPOConfig", "SACConfig", "TeacherConfig"]
+           "OnPolicyConfig", "PPOConfig", "SACConfig", "SymmetryConfig", "TeacherConfig"]
 
 _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
@@ -72,6 +72,28 @@ class OnPolicyConfig(Schema):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SymmetryConfig(Schema):
+    """``algo.symmetry``: a mirror map of the env's observations and actions, used to augment every minibatch with
+    mirrored samples and/or to pull the policy towards a mirror-symmetric one (rsl_rl's symmetry extension)."""
+
+    mirror: str | None = key(None, doc="import path of a function (obs, action) -> (mirrored obs, mirrored action) "
+                             "that reflects the env (a map applied twice gives back its input); code you name on the "
+                             "command line, like a _target_; null = off",
+                             example="embodirl.envs.push_cube.symmetry.mirror")
+    augment: bool = key(False, doc="append the mirrored copy of each minibatch (the original's advantage, return, "
+                        "value and log-prob) to the policy and value losses")
+    loss_coef: float = key(0.0, ge=0, doc="weight of the mirror loss: mean squared difference between the policy's "
+                           "mean action on mirrored observations and the mirrored mean action (Box actions); 0 = off")
+
+    def check(self) -> None:
+        if self.mirror is None and (self.augment or self.loss_coef > 0):
+            raise ConfigError("mirror", None, "the import path of a mirror function with augment=true or "
+                              "loss_coef > 0", "pass mirror=embodirl.envs.cartpole_symmetry.mirror (env=cartpole; "
+                              "env=push_cube: embodirl.envs.push_cube.symmetry.mirror; another env: the import path "
+                              "of its reflection, a function (obs, action) -> (obs, action))")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PPOConfig(OnPolicyConfig):
     """PPO: clipped surrogate + (optionally clipped) value loss + entropy bonus, GAE with truncation bootstrap."""
 
@@ -92,6 +114,7 @@ class PPOConfig(OnPolicyConfig):
                                   "(SB3 VecNormalize reward scaling)")
     seq_len: int = key(16, ge=1, doc="recurrent policies: training sequence length (truncated BPTT); divides "
                        "num_steps")
+    symmetry: SymmetryConfig = key(factory=SymmetryConfig, doc="mirror augmentation and mirror loss (off by default)")
 
 
 @dataclass(frozen=True, kw_only=True)
