@@ -21,16 +21,17 @@ from typing import Any, TypeVar
 
 import torch
 from hydra.utils import get_class
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from embodirl.accel.allocator import keep_freed_memory
 from embodirl.accel.compile import Acceleration, Stopwatch, configure_cache, resolve_acceleration
 from embodirl.algos.base import Algorithm
 from embodirl.collect.collector import Collector
 from embodirl.collect.evaluator import Evaluator
-from embodirl.config.envs import WRAPPER_KEYS, WrapperConfig, recipes_for, threshold_source
-from embodirl.config.instantiate import check_finite_values, instantiate, to_node
-from embodirl.config.schema import NO_MATCH, Node, Schema, conform, parse
+from embodirl.config.envs import EnvNode, EnvSetupConfig, recipes_for, threshold_source
+from embodirl.config.instantiate import instantiate, to_node
+from embodirl.config.policies import PolicyNode, PolicySetupConfig
+from embodirl.config.schema import NO_MATCH, Node, Schema, conform
 from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
@@ -44,7 +45,6 @@ from embodirl.training.stopping import goal_note
 from embodirl.training.trainer import Trainer
 
 __all__ = [
-    "ENV_BUILD_KEYS",
     "Components",
     "RunSettings",
     "allocation_guard",
@@ -129,52 +129,45 @@ def configure_torch(seed: int, num_threads: int) -> None:
 
 
 # --- components ---------------------------------------------------------------------------------------
-def build_env(env_cfg: DictConfig, device: torch.device, seed: int, num_envs: int | None = None,
+def build_env(env_cfg: Any, device: torch.device, seed: int, num_envs: int | None = None,
               render: bool = False) -> BatchedEnv:
-    """Instantiate an env from the ``env`` group, optionally overriding ``num_envs`` (eval envs).
+    """The env an ``env`` node names (a parsed :class:`EnvNode`, or a ``DictConfig`` or mapping, parsed here),
+    optionally with another ``num_envs`` (eval envs), inside the wrappers its setup keys turn on.
 
     ``render=True`` (videos requested) passes ``render_mode="rgb_array"`` to envs whose class takes a
-    ``render_mode`` (gymnasium ids); the native envs always draw.
-
-    ``env.solved_metric`` and ``env.solved_threshold``, which every env accepts through the config, replace
-    the class's own :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null. The
-    wrapper keys (``env.obs_noise``, ``env.action_delay``, ``env.action_noise``, ``env.action_repeat``,
-    ``env.frame_stack``), which every env accepts too, wrap the env (:func:`embodirl.envs.wrapping.wrap_env`).
+    ``render_mode`` (gymnasium ids); the native envs always draw. The setup keys (:class:`EnvSetupConfig`) are
+    applied here: ``env.solved_metric`` and ``env.solved_threshold`` replace the class's own
+    :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null, and the wrapper keys wrap
+    the env (:func:`embodirl.envs.wrapping.wrap_env`).
     """
-    node = env_cfg.copy()
-    if num_envs is not None:
-        node.num_envs = num_envs
-    with open_dict(node):
-        solved = {key: node.pop(key, None) for key in ENV_BUILD_KEYS}
-        wrapper_keys = {key: node.pop(key) for key in WRAPPER_KEYS if key in node}
-    _check_solved(**solved)
-    wrappers = parse(WrapperConfig, {k: OmegaConf.to_object(v) if isinstance(v, DictConfig | ListConfig) else v
-                                     for k, v in wrapper_keys.items()}, "env.")
+    node = to_node(env_cfg, "env.", EnvNode)
+    if num_envs is not None and num_envs != node.values.get("num_envs"):
+        node = to_node({**node.written(), "num_envs": num_envs}, "env.", EnvNode)
+    setup = node.setup
+    assert isinstance(setup, EnvSetupConfig)  # an EnvNode's setup_schema
     runtime: dict[str, Any] = {"device": device, "seed": seed}
-    if render and _takes_render_mode(node):
+    if render and _takes_render_mode(node.target):
         runtime["render_mode"] = "rgb_array"
     env = instantiate(node, "env.", **runtime)
-    for key, value in solved.items():
-        if value is not None:
-            setattr(env, key, float(value) if key == "solved_threshold" else value)
+    env.override_solved(setup.solved_metric, setup.solved_threshold)
     try:
-        return wrap_env(env, wrappers, seed)
+        return wrap_env(env, setup, seed)
     except ConfigError as exc:
         env.close()
         raise exc.with_prefix("env.") from None
 
 
-def build_eval_env(env_cfg: DictConfig, evaluation: EvalConfig, device: torch.device, seed: int) -> BatchedEnv:
+def build_eval_env(env_cfg: Any, evaluation: EvalConfig, device: torch.device, seed: int) -> BatchedEnv:
     """The periodic-evaluation env: ``eval.num_envs`` copies of ``env`` with ``eval.env_overrides`` applied, each
     checked like an env key (errors name ``eval.env_overrides.<key>``); it renders when videos are on."""
     overrides = evaluation.env_overrides or {}
-    node = env_cfg.copy()
-    with open_dict(node):
-        for key, value in overrides.items():
-            check(key not in ("num_envs", "_target_", "_partial_"), f"eval.env_overrides.{key}", value,
-                  "an env key other than num_envs and _target_", "set the number with eval.num_envs; "
-                  "evaluate another env with embodirl-eval", absolute=True)
-            node[key] = value
+    node = env_cfg.written() if isinstance(env_cfg, Node) else OmegaConf.to_container(env_cfg, resolve=True) \
+        if isinstance(env_cfg, DictConfig) else dict(env_cfg)
+    for key, value in overrides.items():
+        check(key not in ("num_envs", "_target_", "_partial_"), f"eval.env_overrides.{key}", value,
+              "an env key other than num_envs and _target_", "set the number with eval.num_envs; "
+              "evaluate another env with embodirl-eval", absolute=True)
+        node[key] = value
     try:
         return build_env(node, device, seed, num_envs=evaluation.num_envs, render=evaluation.video)
     except ConfigError as exc:
@@ -186,41 +179,26 @@ def build_eval_env(env_cfg: DictConfig, evaluation: EvalConfig, device: torch.de
                           absolute=True) from None
 
 
-def _takes_render_mode(node: DictConfig) -> bool:
+def _takes_render_mode(target: str) -> bool:
     try:
-        return "render_mode" in inspect.signature(get_class(node._target_)).parameters
+        return "render_mode" in inspect.signature(get_class(target)).parameters
     except Exception:  # a bad _target_ is reported by instantiate
         return False
 
 
-def _check_solved(solved_metric: Any, solved_threshold: Any) -> None:
-    check(solved_metric is None or (isinstance(solved_metric, str) and solved_metric.startswith("eval/")),
-          "env.solved_metric", solved_metric, "null (the env's own) or an evaluation metric such as eval/return_mean",
-          "pass env.solved_metric=eval/return_mean (or eval/success_rate for envs that report success)", absolute=True)
-    check(solved_threshold is None or conform(solved_threshold, float) is not NO_MATCH, "env.solved_threshold",
-          solved_threshold, "null (the env's own) or a number", "pass e.g. env.solved_threshold=400", absolute=True)
-    check_finite_values("env.solved_threshold", solved_threshold, 400)
-
-
-def build_policy(policy_cfg: DictConfig, env: BatchedEnv, device: torch.device) -> Policy:
-    """Instantiate the policy for ``env``'s spaces on ``device``; then apply ``policy.init_from`` (pretrained
-    weights) and ``policy.freeze`` (parameter patterns), which any policy class accepts through the config."""
-    node = policy_cfg.copy()
-    with open_dict(node):
-        init_from = node.pop("init_from", None)
-        patterns = node.pop("freeze", [])
-    check(init_from is None or isinstance(init_from, str), "policy.init_from", init_from,
-          "null or the path of a checkpoint or state_dict file", "pass policy.init_from=<run_dir>/checkpoints/last.pt",
-          absolute=True)
-    patterns = list(patterns) if isinstance(patterns, ListConfig | list) else patterns
-    check(isinstance(patterns, list) and all(isinstance(p, str) for p in patterns), "policy.freeze", patterns,
-          "a list of fnmatch patterns over parameter names", "pass policy.freeze=['encoders.*']", absolute=True)
+def build_policy(policy_cfg: Any, env: BatchedEnv, device: torch.device) -> Policy:
+    """The policy a ``policy`` node names (a parsed :class:`PolicyNode`, or a ``DictConfig`` or mapping, parsed here)
+    for ``env``'s spaces on ``device``; then its setup keys: ``policy.init_from`` (pretrained weights) and
+    ``policy.freeze`` (parameter patterns)."""
+    node = to_node(policy_cfg, "policy.", PolicyNode)
+    setup = node.setup
+    assert isinstance(setup, PolicySetupConfig)  # a PolicyNode's setup_schema
     policy = instantiate(node, "policy.", observation_space=env.observation_space,
-                                 action_space=env.action_space).to(device)
-    if init_from is not None:
-        log.info("%s", load_pretrained(policy, init_from))
-    if patterns:
-        log.info("frozen policy parameters: %s", ", ".join(freeze(policy, patterns)))
+                         action_space=env.action_space).to(device)
+    if setup.init_from is not None:
+        log.info("%s", load_pretrained(policy, setup.init_from))
+    if setup.freeze:
+        log.info("frozen policy parameters: %s", ", ".join(freeze(policy, setup.freeze)))
     return policy
 
 
@@ -233,8 +211,6 @@ EVAL_SEED_OFFSET = 7_919_000_017
 MAX_SEED = 2**62
 SEED_RANGE = "an int in [-2^62, 2^62] (evaluation and other ranks add offsets to it, which must fit in 64 bits)"
 
-# Keys every env option accepts besides its class's arguments; build_env applies them to the built env.
-ENV_BUILD_KEYS = ("solved_metric", "solved_threshold")
 TOP_LEVEL_KEYS = ("policy", "algo", "env", "trainer", "logger", "eval", "seed", "device", "num_threads",
                   "num_update_threads", "objective", "compile", "cuda_graphs")
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from embodirl.config import algos, training
+from embodirl.config.envs import EnvNode
+from embodirl.config.policies import PolicyNode
 from embodirl.config.randomize import SweepConfig
 from embodirl.config.schema import Node, Schema, key, parse
 from embodirl.config.training import VideoConfig
@@ -47,9 +49,9 @@ class RunConfig(Schema):
                                           "true | false | auto (on CUDA only)")
     cuda_graphs: bool | Literal["auto"] = key("auto", doc="replay those steps as CUDA graphs: true | false | auto "
                                               "(on CUDA with one process)")
-    policy: Node = key(doc="the policy (config group policy)")
+    policy: PolicyNode = key(doc="the policy (config group policy)")
     algo: Node = key(doc="the algorithm (config group algo)")
-    env: Node = key(doc="the training env (config group env)")
+    env: EnvNode = key(doc="the training env (config group env)")
     trainer: Node = key(doc="the training loop: budget, stop conditions, checkpoints (config group trainer)")
     logger: Node = key(doc="where metrics go besides metrics.jsonl (config group logger)")
     eval: Node = key(doc="the periodic evaluation and its videos")

@@ -154,7 +154,6 @@ class CartPole(BatchedEnv):
         self._host = (self._state.numpy(), self._steps.numpy(), self._limits.numpy(), self._force_right.numpy(),
                       self._force_left.numpy()) if dev.type == "cpu" and n <= HOST_MAX_ENVS and \
             self.randomization is None else None
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
     @property
