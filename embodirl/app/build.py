@@ -1,12 +1,12 @@
 """The composition root: config -> a ready :class:`~embodirl.training.trainer.Trainer` (:func:`build`).
 
-:func:`build` reads as the pipeline: check the top-level keys and parse the nodes of the run (trainer, eval,
-logger) by their schemas, build the env, the evaluation env, the policy, the algorithm, the collector and the
-evaluator (:func:`build_components`, which also dry-runs the envs and compiles the hot steps), then the periodic
-evaluation, the loggers and the trainer. Every configured component is built by
-:func:`embodirl.config.instantiate.instantiate` from its node; what exists only at run time (the device, seeds,
-spaces, the policy, the other components) is passed here in code. The checks that need run-time facts live here:
-the device, allocations that cannot fit, the dry run, videos on an env that renders.
+:func:`build` takes the typed config that :func:`embodirl.config.run.check_run_config` made before torch was
+imported (every key checked there, once, by its schema) and reads as the pipeline: build the env, the evaluation
+env, the policy, the algorithm, the collector and the evaluator (:func:`build_components`, which also dry-runs the
+envs and compiles the hot steps), then the periodic evaluation, the loggers and the trainer. Every configured
+component is built by :func:`embodirl.config.instantiate.instantiate` from its node; what exists only at run time
+(the device, seeds, spaces, the policy, the other components) is passed here in code. The checks that need run-time
+facts live here, and only they: the device, allocations that cannot fit, the dry run, videos on an env that renders.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from hydra.utils import get_class
@@ -31,8 +31,9 @@ from embodirl.collect.evaluator import Evaluator
 from embodirl.config.envs import EnvNode, EnvSetupConfig, recipes_for, threshold_source
 from embodirl.config.instantiate import instantiate, to_node
 from embodirl.config.policies import PolicyNode, PolicySetupConfig
-from embodirl.config.schema import NO_MATCH, Node, Schema, conform
-from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
+from embodirl.config.run import RunConfig, check_run_config
+from embodirl.config.schema import Node
+from embodirl.config.training import EvalConfig, VideoConfig
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.observations import as_tensordict, check_observation, observation_spec
 from embodirl.envs.wrapping import wrap_env
@@ -46,18 +47,16 @@ from embodirl.training.trainer import Trainer
 
 __all__ = [
     "Components",
-    "RunSettings",
     "allocation_guard",
     "build",
     "build_components",
     "build_env",
     "build_eval_env",
     "build_policy",
-    "check_top_level",
     "check_video",
+    "checked",
     "configure_torch",
     "eval_seed",
-    "parse_node",
     "rank_seed",
     "resolve_device",
     "resolved_config",
@@ -65,9 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-S = TypeVar("S", bound=Schema)
-
 
 @dataclass
 class Components:
@@ -80,12 +76,9 @@ class Components:
     collector: Collector
     evaluator: Evaluator
     device: torch.device
-    settings: RunSettings
+    run: RunConfig  # the checked config; build() builds its trainer, eval and logger nodes
     accel: Acceleration
     compile_s: float
-    trainer: Node  # the nodes build() builds, each checked by its schema (TrainerConfig, EvalConfig, LoggerConfig)
-    eval: Node
-    logger: Node
 
 
 def wants_cuda(device: str) -> bool:
@@ -94,24 +87,17 @@ def wants_cuda(device: str) -> bool:
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; anything else must exist on this machine.
+    """``auto`` -> CUDA when available, else CPU; a CUDA device must exist on this machine (its spelling, ``auto``,
+    ``cpu``, ``cuda`` or ``cuda:N``, is the schema's rule: :func:`embodirl.config.run.check_device`).
 
     In a multi-process run ``auto``/``cuda`` mean this process's GPU, ``cuda:<local_rank>``.
     """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N", "pass device=auto") from exc
+    dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "a device present on this machine (no CUDA device is visible)",
                           "pass device=cpu (or device=auto)")
-    if dev.type not in ("cpu", "cuda"):
-        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N", "pass device=auto")
-    if dev.type == "cpu" and dev.index not in (None, 0):
-        raise ConfigError("device", device, "auto, cpu, cuda or cuda:N (the CPU is one device: it takes no index)",
-                          "pass device=cpu")
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", local_rank if local_rank else torch.cuda.current_device())
     return dev
@@ -119,12 +105,9 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
 
 def configure_torch(seed: int, num_threads: int) -> None:
     """Seed torch, cap intra-op threads (small nets on small machines run fastest on one) and keep freed memory
-    in the process (:mod:`embodirl.accel.allocator`)."""
-    num_threads = _int_at_least("num_threads", num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
-    converted = conform(seed, int)
-    check(converted is not NO_MATCH and abs(converted) <= MAX_SEED, "seed", seed, SEED_RANGE, "pass seed=0")
+    in the process (:mod:`embodirl.accel.allocator`); both values are checked by the config's schema."""
     torch.set_num_threads(num_threads)
-    torch.manual_seed(converted)
+    torch.manual_seed(seed)
     keep_freed_memory()
 
 
@@ -207,12 +190,6 @@ def build_policy(policy_cfg: Any, env: BatchedEnv, device: torch.device) -> Poli
 # from the states of some rank's training episodes.
 RANK_SEED_STRIDE = 1_000_003
 EVAL_SEED_OFFSET = 7_919_000_017
-# Seeds plus these offsets must stay int64 (torch and numpy seeds); 2^62 leaves room for any number of ranks.
-MAX_SEED = 2**62
-SEED_RANGE = "an int in [-2^62, 2^62] (evaluation and other ranks add offsets to it, which must fit in 64 bits)"
-
-TOP_LEVEL_KEYS = ("policy", "algo", "env", "trainer", "logger", "eval", "seed", "device", "num_threads",
-                  "num_update_threads", "objective", "compile", "cuda_graphs")
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -223,32 +200,6 @@ def rank_seed(seed: int, rank: int) -> int:
 def eval_seed(seed: int) -> int:
     """Seed of the evaluation envs of a run seeded with ``seed``."""
     return seed + EVAL_SEED_OFFSET
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The checked top-level keys of a training config."""
-
-    seed: int
-    device: str
-    num_threads: int
-    num_update_threads: int | None
-
-
-def check_top_level(cfg: DictConfig) -> RunSettings:
-    """Refuse unknown top-level keys (``+foo=1``) and check the top-level scalars; integral floats accepted."""
-    for key in map(str, cfg):
-        if key not in TOP_LEVEL_KEYS:
-            raise ConfigError(key, cfg[key], f"a known top-level key (one of: {', '.join(TOP_LEVEL_KEYS)})",
-                              f"remove +{key}=... or correct its spelling")
-    seed = conform(cfg.seed, int)
-    check(seed is not NO_MATCH and abs(seed) <= MAX_SEED, "seed", cfg.seed,
-          "an int" if seed is NO_MATCH else SEED_RANGE, "pass seed=0")
-    check(isinstance(cfg.device, str), "device", cfg.device, "auto, cpu, cuda or cuda:N", "pass device=auto")
-    threads = _int_at_least("num_threads", cfg.num_threads, 1, "pass num_threads=1 (best for small nets on CPU)")
-    update_threads = None if cfg.num_update_threads is None else _int_at_least(
-        "num_update_threads", cfg.num_update_threads, 1, "pass num_update_threads=null (same as num_threads)")
-    return RunSettings(seed, cfg.device, threads, update_threads)
 
 
 @contextlib.contextmanager
@@ -264,13 +215,6 @@ def allocation_guard(key: str, value: Any, fix: str):
         raise
 
 
-def _int_at_least(key: str, value: Any, minimum: int, fix: str) -> int:
-    """An int value (integral floats accepted) of at least ``minimum``, or a :class:`ConfigError`."""
-    converted = conform(value, int)
-    check(converted is not NO_MATCH and converted >= minimum, key, value, f"an int >= {minimum}", fix)
-    return converted
-
-
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     """The composed config as plain dicts and lists, interpolations resolved (stored in checkpoints)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -279,76 +223,76 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     return {str(k): v for k, v in resolved.items()}
 
 
-def parse_node(node: Any, prefix: str, schema: type[S]) -> tuple[Node, S]:
-    """A node checked by its class's schema, which must be ``schema`` or extend it (the run reads its keys)."""
-    parsed = to_node(node, prefix)
-    if not isinstance(parsed.cfg, schema):
-        raise ConfigError(f"{prefix}_target_", parsed.target, f"a class whose constructor takes a {schema.__name__}",
-                          f"pass {prefix}_target_={schema.target}, or a subclass of it", absolute=True)
-    return parsed, parsed.cfg
+def checked(cfg: RunConfig | DictConfig) -> RunConfig:
+    """The typed config: ``cfg`` itself when checked already (``embodirl-train`` checks it before importing torch),
+    else a composed config checked now (:func:`embodirl.config.run.check_run_config`)."""
+    return cfg if isinstance(cfg, RunConfig) else check_run_config(cfg)
 
 
-def build(cfg: DictConfig, run_dir: str | Path, config: dict | None = None, run_name: tuple[str, str] = ("", ""),
-          dist: DistInfo | None = None) -> Trainer:
+def build(cfg: RunConfig | DictConfig, run_dir: str | Path, config: dict | None = None,
+          run_name: tuple[str, str] = ("", ""), dist: DistInfo | None = None) -> Trainer:
     """A ready trainer for ``cfg`` writing into ``run_dir``: components, periodic evaluation, loggers, trainer.
 
     Args:
-        cfg: The composed config.
+        cfg: The checked config (or a composed one, checked here).
         run_dir: The run directory (checkpoints, metrics, videos).
-        config: The resolved config saved with checkpoints and sent to wandb (default: ``cfg`` resolved).
+        config: The resolved config saved with checkpoints and sent to wandb (default: a composed ``cfg``
+            resolved; required with a checked one).
         run_name: Default wandb ``(name, group)``.
         dist: This process's rank layout (None: a single process).
     """
+    if config is None:
+        if isinstance(cfg, RunConfig):
+            raise TypeError("build(RunConfig) needs the resolved config it was checked from (config=...)")
+        config = resolved_config(cfg)
     run_dir, dist = Path(run_dir), dist or DistInfo()
     parts = build_components(cfg, dist.rank, dist.local_rank, dist.world_size)
-    config = resolved_config(cfg) if config is None else config
-    seed, (_, trainer_cfg) = parts.settings.seed, parse_node(parts.trainer, "trainer.", TrainerConfig)
-    evaluation = instantiate(parts.eval, "eval.", evaluator=parts.evaluator, run_dir=run_dir, seed=eval_seed(seed),
+    run, trainer_cfg = parts.run, parts.run.trainer_config()
+    evaluation = instantiate(run.eval, "eval.", evaluator=parts.evaluator, run_dir=run_dir, seed=eval_seed(run.seed),
                              is_solved=parts.env.is_solved)
     goal = StopGoal(trainer_cfg.total_env_steps, parts.env.solved_metric, parts.env.solved_threshold,
                     trainer_cfg.stop_on_solved, trainer_cfg.max_wall_time_s)
     if dist.is_main:  # how the run stops, and where its threshold comes from (or the recipes, when it has none)
-        log.log(*goal_note(goal, env_label(parts.env), threshold_source(cfg.env), recipes_for(cfg.env)))
-    loggers = instantiate(parts.logger, "logger.", run_dir=run_dir, config=config, goal=goal, run_name=run_name,
+        env_node = run.env.written()
+        log.log(*goal_note(goal, env_label(parts.env), threshold_source(env_node), recipes_for(env_node)))
+    loggers = instantiate(run.logger, "logger.", run_dir=run_dir, config=config, goal=goal, run_name=run_name,
                           enabled=dist.is_main)  # only rank 0 writes metrics, TensorBoard and wandb
-    trainer = instantiate(parts.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluation=evaluation,
-                          loggers=loggers, run_dir=run_dir, config=config, seed=rank_seed(seed, dist.rank),
-                          num_update_threads=parts.settings.num_update_threads, compile_s=parts.compile_s)
+    trainer = instantiate(run.trainer, "trainer.", collector=parts.collector, algo=parts.algo, evaluation=evaluation,
+                          loggers=loggers, run_dir=run_dir, config=config, seed=rank_seed(run.seed, dist.rank),
+                          num_update_threads=run.num_update_threads, compile_s=parts.compile_s)
     log.info("training %s with %s on %s (%d envs x %d ranks, device %s, compile %s, CUDA graphs %s); run dir %s",
              type(parts.policy).__name__, type(parts.algo).__name__, env_label(parts.env),
              parts.env.num_envs, dist.world_size, parts.device, parts.accel.compile, parts.accel.cuda_graphs, run_dir)
     return trainer
 
 
-def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Components:
-    """Build env, eval env, policy, algorithm, collector and evaluator from a composed config; dry-run them.
+def build_components(cfg: RunConfig | DictConfig, rank: int = 0, local_rank: int = 0,
+                     world_size: int = 1) -> Components:
+    """Build env, eval env, policy, algorithm, collector and evaluator from a checked config; dry-run them.
 
     Every rank builds the same policy (same seed, then rank 0's weights broadcast) and the same algorithm
     networks (critics); envs and action sampling get per-rank seeds. With ``compile`` on, the hot steps are
     compiled here by a warm-up (:func:`warm_up`), whose time is ``compile_s``.
     """
-    top = check_top_level(cfg)
-    # The nodes built last are checked first: a bad key fails before anything is built (or compiled).
-    trainer_node, trainer_cfg = parse_node(cfg.trainer, "trainer.", TrainerConfig)
-    eval_node, evaluation = parse_node(cfg.eval, "eval.", EvalConfig)
-    logger_node, _ = parse_node(cfg.logger, "logger.", LoggerConfig)
-    configure_torch(top.seed, top.num_threads)
-    device = resolve_device(top.device, local_rank)
-    accel = resolve_acceleration(cfg.compile, cfg.cuda_graphs, device, world_size)
-    num_envs = cfg.env.get("num_envs")
+    run = checked(cfg)
+    evaluation = run.eval_config()
+    configure_torch(run.seed, run.num_threads)
+    device = resolve_device(run.device, local_rank)
+    accel = resolve_acceleration(run.compile, run.cuda_graphs, device, world_size)
+    num_envs = run.env.values.get("num_envs")
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs"):
-        env = build_env(cfg.env, device, rank_seed(top.seed, rank))
+        env = build_env(run.env, device, rank_seed(run.seed, rank))
     with allocation_guard("eval.num_envs", evaluation.num_envs, "lower eval.num_envs"):
-        eval_env = build_eval_env(cfg.env, evaluation, device, eval_seed(top.seed))
-    policy = build_policy(cfg.policy, env, device)
+        eval_env = build_eval_env(run.env, evaluation, device, eval_seed(run.seed))
+    policy = build_policy(run.policy, env, device)
     assert isinstance(policy, torch.nn.Module)  # build_policy moved it to the device: it is a module
     broadcast_module(policy)
     # Built before the ranks' seeds part: an algorithm's own networks (SAC's critics) start equal on every rank.
-    algo = instantiate(cfg.algo, "algo.", policy=policy, device=device, total_env_steps=trainer_cfg.total_env_steps,
-                       accel=accel)
+    algo = instantiate(run.algo, "algo.", policy=policy, device=device, accel=accel,
+                       total_env_steps=run.trainer_config().total_env_steps)
     if rank:
-        torch.manual_seed(rank_seed(top.seed, rank))
-    check_objective_metric(cfg.get("objective"), algo)
+        torch.manual_seed(rank_seed(run.seed, rank))
+    check_objective_metric(run.objective, algo)
     algo.env_name = env_label(env)
     plan = algo.collect_plan(env)
     with allocation_guard("env.num_envs", num_envs, "lower env.num_envs or algo.num_steps (the rollout holds "
@@ -360,8 +304,7 @@ def build_components(cfg: DictConfig, rank: int = 0, local_rank: int = 0, world_
         with dry_run_guard(built, key):
             dry_run(built, policy)
     compile_s = warm_up(collector, algo, evaluator) if accel.compile else 0.0
-    return Components(env, eval_env, policy, algo, collector, evaluator, device, top, accel, compile_s,
-                      trainer_node, eval_node, logger_node)
+    return Components(env, eval_env, policy, algo, collector, evaluator, device, run, accel, compile_s)
 
 
 def warm_up(collector: Collector, algo: Algorithm, evaluator: Evaluator) -> float:

@@ -8,6 +8,7 @@ seconds torch takes to import.
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,7 +18,7 @@ from embodirl.config.envs import EnvNode
 from embodirl.config.policies import PolicyNode
 from embodirl.config.randomize import SweepConfig
 from embodirl.config.schema import Node, Schema, key, parse
-from embodirl.config.training import VideoConfig
+from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.errors import ConfigError
 
 __all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "EvaluateEvalConfig", "ExportConfig", "RunConfig",
@@ -58,6 +59,19 @@ class RunConfig(Schema):
 
     def check(self) -> None:
         check_device(self.device)
+        for name, schema in (("trainer", TrainerConfig), ("eval", EvalConfig), ("logger", LoggerConfig)):
+            node: Node = getattr(self, name)
+            if not isinstance(node.cfg, schema):  # the run reads these keys itself
+                raise ConfigError(f"{name}._target_", node.target, f"a class whose constructor takes a "
+                                  f"{schema.__name__}", f"pass {name}._target_={schema.target}, or a subclass of it")
+
+    def trainer_config(self) -> TrainerConfig:
+        """The trainer node's keys (the budget, the stop conditions, resuming)."""
+        return typing.cast(TrainerConfig, self.trainer.cfg)
+
+    def eval_config(self) -> EvalConfig:
+        """The eval node's keys (the periodic evaluation's cadence, sizes and videos)."""
+        return typing.cast(EvalConfig, self.eval.cfg)
 
 
 def check_device(device: str) -> None:
