@@ -144,7 +144,7 @@ def build_eval_env(env_cfg: Any, evaluation: EvalConfig, device: torch.device, s
     """The periodic-evaluation env: ``eval.num_envs`` copies of ``env`` with ``eval.env_overrides`` applied, each
     checked like an env key (errors name ``eval.env_overrides.<key>``); it renders when videos are on."""
     overrides = evaluation.env_overrides or {}
-    node = env_cfg.written() if isinstance(env_cfg, Node) else OmegaConf.to_container(env_cfg, resolve=True) \
+    node: dict[str, Any] = env_cfg.written() if isinstance(env_cfg, Node) else resolved_config(env_cfg) \
         if isinstance(env_cfg, DictConfig) else dict(env_cfg)
     for key, value in overrides.items():
         check(key not in ("num_envs", "_target_", "_partial_"), f"eval.env_overrides.{key}", value,
