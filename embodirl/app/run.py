@@ -12,9 +12,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from embodirl.accel.garbage import free_finished_run, setup_objects_frozen
-from embodirl.app.build import build, parse_node, resolved_config, wants_cuda
+from embodirl.app.build import build, checked, resolved_config, wants_cuda
 from embodirl.app.resume import check_resume_config
-from embodirl.config.training import TrainerConfig
+from embodirl.config.run import RunConfig
 from embodirl.errors import ConfigError
 from embodirl.runtime.checkpoint import load_checkpoint
 from embodirl.runtime.distributed import init_distributed, shutdown
@@ -110,7 +110,8 @@ def _checkpoint_config(run_dir: Path, resume: str | None) -> tuple[Any, str | No
 
 
 def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str, str] | None = None,
-                 run_name: tuple[str, str] = ("", ""), locked: bool = False) -> dict[str, Any]:
+                 run_name: tuple[str, str] = ("", ""), locked: bool = False,
+                 run: RunConfig | None = None) -> dict[str, Any]:
     """Train with ``cfg`` in ``run_dir``, continuing from its ``checkpoints/last.pt`` if present.
 
     Rank 0 holds the run directory's lock for the whole run, removes debris of interrupted writes,
@@ -125,6 +126,7 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
         run_name: Default wandb ``(name, group)`` (:func:`wandb_identity`).
         locked: The caller holds ``run_dir``'s :class:`RunDirLock` already (``embodirl-train`` takes it before
             importing torch, so that a busy directory is told at once).
+        run: ``cfg`` checked already (``embodirl-train`` checks it before importing torch); None: checked here.
 
     Returns:
         The summary also written to ``run_dir/summary.json``.
@@ -142,30 +144,31 @@ def run_training(cfg: DictConfig, run_dir: str | Path, hydra_files: Mapping[str,
     main_rank = env_rank() == 0
     with (RunDirLock(run_dir) if main_rank and not locked else contextlib.nullcontext()), StopSignals(defer=False):
         config = resolved_config(cfg)
+        run = checked(cfg) if run is None else run
         if main_rank:
-            _prepare(cfg, run_dir, config, hydra_files)
+            _prepare(run, run_dir, config, hydra_files)
         try:
-            check_objective(cfg.objective)
+            check_objective(run.objective)
             with setup_objects_frozen():  # full collections walk only what the run itself allocates
-                summary = _train(cfg, run_dir, config, run_name)
+                summary = _train(run, run_dir, config, run_name)
                 free_finished_run()  # the trainer is gone: free its buffers before a sweep's next job
         except BaseException as exc:
             if main_rank:
                 _record(run_dir, fate_of(exc), exc=exc)
             raise
         if main_rank:
-            objective = summary.get(cfg.objective)
-            _record(run_dir, "completed", objective_key=cfg.objective,
+            objective = summary.get(run.objective)
+            _record(run_dir, "completed", objective_key=run.objective,
                     objective=None if objective is None else float(objective), stop_reason=summary["stop_reason"],
                     stop_condition=summary.get("stop_condition"))
         return summary
 
 
-def _prepare(cfg: DictConfig, run_dir: Path, config: dict[str, Any], hydra_files: Mapping[str, str] | None) -> None:
+def _prepare(run: RunConfig, run_dir: Path, config: dict[str, Any], hydra_files: Mapping[str, str] | None) -> None:
     """Rank 0, before anything is built: clear debris, refuse a changed config for an existing run (before
     writing anything), write ``.hydra/`` and the ``running`` status."""
     remove_temp_files(run_dir)
-    _, trainer = parse_node(cfg.trainer, "trainer.", TrainerConfig)  # the run lifecycle's keys live there
+    trainer = run.trainer_config()  # the run lifecycle's keys live there
     previous = _checkpoint_config(run_dir, trainer.resume)
     if previous is not None:
         changes = check_resume_config(run_dir, previous[0], config, trainer.allow_config_change, previous[1])
@@ -185,10 +188,10 @@ def _record(run_dir: Path, status: str, **fields: Any) -> None:
         log.error("could not record status %r in %s: %s", status, run_dir / "status.json", exc)
 
 
-def _train(cfg: DictConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:
-    dist = init_distributed(use_cuda=wants_cuda(cfg.device))
+def _train(run: RunConfig, run_dir: Path, config: dict, run_name: tuple[str, str]) -> dict[str, Any]:
+    dist = init_distributed(use_cuda=wants_cuda(run.device))
     try:
-        trainer = build(cfg, run_dir, config, run_name, dist)
+        trainer = build(run, run_dir, config, run_name, dist)
         try:
             return trainer.train()
         finally:

@@ -162,15 +162,15 @@ def _train(cfg: DictConfig) -> float:
     files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
              "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
     try:
-        check_run_config(cfg)  # every key against its schema, before torch is imported
+        run = check_run_config(cfg)  # every key against its schema, once, before torch is imported
         with _run_dir_lock(run_dir):  # before torch too: a busy run directory is told in a fraction of a second
             from embodirl.app.run import experiment_env, run_training, wandb_identity  # imports torch
 
             sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
-            names = wandb_identity(hydra_cfg.runtime.choices, cfg.get("seed"), sweep, cfg.env,
+            names = wandb_identity(hydra_cfg.runtime.choices, run.seed, sweep, cfg.env,
                                    experiment_env(hydra_cfg.job.config_name or "train",
                                                   list(hydra_cfg.overrides.task)))
-            summary = run_training(cfg, run_dir, files, names, locked=True)
+            summary = run_training(cfg, run_dir, files, names, locked=True, run=run)
     except Exception as exc:
         if multirun and not isinstance(exc, PreemptedError):
             return _job_failed(exc, hydra_cfg, run_dir, files)
@@ -189,7 +189,7 @@ def _train(cfg: DictConfig) -> float:
             interrupted(PROG, f"training had not begun (nothing was kept); start it again with: "
                               f"{shlex.join([PROG, *sys.argv[1:]])}")
         stopped(exc, hydra_cfg, run_dir, 130)
-    objective = summary.get(cfg.objective)
+    objective = summary.get(run.objective)
     if env_rank() == 0:
         print_summary(summary)
     return math.nan if objective is None else float(objective)

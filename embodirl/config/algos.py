@@ -206,6 +206,8 @@ class DistillConfig(OnPolicyConfig):
     num_steps: int = key(16, ge=1, doc="rollout length T per env (batch = env.num_envs x num_steps)")
     num_epochs: int = key(2, ge=1, doc="passes over each rollout per update")
     minibatch_size: int | None = key(1024, ge=1, doc="transitions per minibatch; null = the whole rollout")
+    max_grad_norm: float = key(1.0, gt=0, doc="global gradient-norm clip (experiment=distill_push_cube_rgb was "
+                               "tuned with 1.0)")
     loss: Literal["mse", "huber"] = key("mse", doc="regression of Box actions on the teacher's: mse | huber "
                                         "(Discrete actions: cross-entropy)")
 
@@ -267,6 +269,8 @@ class FastTD3Config(OffPolicyConfig):
     target = "embodirl.algos.fasttd3.FastTD3"
     learning_rate: float = key(3e-4, gt=0, doc="the actor's learning rate")
     critic_learning_rate: float = key(3e-4, gt=0, doc="the critics' learning rate")
+    n_step: int = key(3, ge=1, doc="transitions summed into each sampled return (computed when sampling; FastTD3: 3)")
+    tau: float = key(0.1, gt=0, le=1, doc="Polyak step of the target networks after each critic step (FastTD3: 0.1)")
     critic_hidden_sizes: list[int] = key(factory=lambda: [256, 256], ge=1, doc="hidden layers of each Q critic")
     policy_frequency: int = key(2, ge=1, doc="critic steps per actor step (delayed actor)")
     policy_noise: float = key(0.2, ge=0, doc="target policy smoothing: std of the noise added to the next action "

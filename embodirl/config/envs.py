@@ -1,6 +1,7 @@
 """Schemas of the envs (``env=cartpole|push_cube|push_cube_arm|gym|gym_vector|torch_vector|playground|genesis``).
 
-The keys every env takes (how many copies, and what counts as solved) are declared once in :class:`EnvConfig`.
+The key every env class takes (how many copies) is declared once in :class:`EnvConfig`; the keys of every ``env``
+node that the build applies around the env (what counts as solved, the wrappers) once in :class:`EnvSetupConfig`.
 Rules that need the device or the simulator (a CUDA-only engine, a gymnasium id's spaces) stay in the envs'
 constructors; everything else is checked here, before torch is imported.
 """
@@ -16,12 +17,12 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
-from embodirl.config.schema import Schema, check_finite_values, key
+from embodirl.config.schema import Node, Schema, check_finite_values, key
 from embodirl.errors import ConfigError, is_int
 
-__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig",
-           "GenesisConfig", "GymConfig", "GymVectorConfig", "PlaygroundConfig", "PushCubeArmConfig", "PushCubeConfig",
-           "TorchVectorConfig", "WrapperConfig", "recipes_for", "threshold_source"]
+__all__ = ["CUBE_SPAWN", "TIP_SPAWN_HIGH", "TIP_SPAWN_LOW", "WRAPPER_KEYS", "CartPoleConfig", "EnvConfig", "EnvNode",
+           "EnvSetupConfig", "GenesisConfig", "GymConfig", "GymVectorConfig", "PlaygroundConfig", "PushCubeArmConfig",
+           "PushCubeConfig", "TorchVectorConfig", "WrapperConfig", "recipes_for", "threshold_source"]
 
 RewardMode = Literal["normalized_dense", "dense", "sparse"]
 Pair = tuple[float, float]
@@ -83,20 +84,36 @@ WRAPPER_KEYS = ("obs_noise", "action_delay", "action_noise", "action_repeat", "f
 
 
 @dataclass(frozen=True, kw_only=True)
-class EnvConfig(WrapperConfig):
-    """What every env takes: its number of copies, what counts as solved, and the observation and action wrappers."""
+class EnvSetupConfig(WrapperConfig):
+    """The keys of every env node that the build applies around the env it made: what counts as solved, and the
+    observation and action wrappers; the env class never sees them."""
 
-    num_envs: int = key(256, ge=1, doc="parallel envs on the device")
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own, e.g. "
                                     "eval/return_mean or eval/success_rate)", example="eval/return_mean")
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own)",
+    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: CartPole "
+                                         "475, push_cube 0.9 success, a gymnasium id's reward_threshold)",
                                          example=400)
 
     def check(self) -> None:
+        super().check()
         if self.solved_metric is not None and not self.solved_metric.startswith("eval/"):
             raise ConfigError("solved_metric", self.solved_metric, "null (the env's own) or an evaluation metric "
                               "such as eval/return_mean", "pass solved_metric=eval/return_mean (or eval/success_rate "
                               "for envs that report success)")
+
+
+class EnvNode(Node):
+    """An ``env`` node: the env class's keys, and the setup keys (:class:`EnvSetupConfig`) the build applies."""
+
+    setup_schema = EnvSetupConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig(Schema):
+    """What every env class takes: its number of copies (the setup keys of :class:`EnvSetupConfig` are the
+    build's)."""
+
+    num_envs: int = key(256, ge=1, doc="parallel envs on the device")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,10 +202,6 @@ class PushCubeConfig(EnvConfig):
         "goal_offset": ("goal_offset, m from the cube's start", False),
         "actuator_gain": ("multiplier of max_speed (ee mode) or max_joint_delta (joint mode), nominal 1", False),
     }
-    solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
-                                    "eval/success_rate)", example="eval/success_rate")
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
-                                         example=0.9)
 
     @property
     def substep_dt(self) -> float:
@@ -299,10 +312,6 @@ class PushCubeArmConfig(EnvConfig):
                           "below x1 nothing changes)", True),
         "joint_damping": ("the damping of the arm's 6 joints", True),
     }
-    solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
-                                    "eval/success_rate)", example="eval/success_rate")
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the env's own: 0.9)",
-                                         example=0.9)
 
     def check(self) -> None:
         super().check()
@@ -328,8 +337,6 @@ class GymConfig(EnvConfig):
     vectorization_mode: Literal["sync", "async"] = key("sync", doc="sync (in this process) | async (a subprocess "
                                                        "per copy)")
     max_episode_steps: int | None = key(None, ge=1, doc="time limit; null = the id's registered limit", example=1000)
-    solved_threshold: float | None = key(None, doc="its value that counts as solved (null = the id's registered "
-                                         "reward_threshold)", example=400)
     env_kwargs: dict[str, Any] = key(factory=dict, doc="extra keyword arguments for gymnasium.make")
     info_metrics: list[str] = key(factory=list, doc="info keys logged as episode/metrics/<key> and eval/metrics/<key> "
                                   "(each episode's value on its last step; numbers or bools per env); each must be in "
@@ -381,8 +388,6 @@ class TorchVectorConfig(EnvConfig):
     num_envs: int = key(16, ge=1, doc="parallel envs, passed to the constructor as num_envs")
     max_episode_steps: int | None = key(None, ge=1, doc="null = the simulator's limit (spec.max_episode_steps, or "
                                         "Isaac Lab's max_episode_length)", example=1000)
-    solved_threshold: float | None = key(None, doc="null = success rate 0.9 when the simulator reports success, "
-                                         "else spec.reward_threshold", example=0.9)
     success_key: str | None = key("success", doc="info key of per-env success flags (ManiSkill3: success); null = no "
                                   "success notion")
     final_obs: Literal["info", "acted_on"] = key("info", doc="info (ManiSkill3, gymnasium: info[\"final_observation\"]"
@@ -449,8 +454,6 @@ class GenesisConfig(EnvConfig):
     dt: float = key(0.02, gt=0, doc="seconds per physics step")
     substeps: int = key(1, ge=1, doc="physics steps per action")
     max_episode_steps: int = key(500, ge=1, doc="time limit (truncation)")
-    solved_threshold: float | None = key(475.0, doc="evaluation return that counts as solved (the example "
-                                         "cart-pole's: 475, as CartPole-v1)", example=475)
 
     def check(self) -> None:
         super().check()

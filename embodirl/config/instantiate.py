@@ -36,8 +36,9 @@ def keywords(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-def to_node(node: Any, prefix: str) -> Node:
-    """A parsed :class:`Node` from a Hydra ``DictConfig``, a plain mapping or a :class:`Node`."""
+def to_node(node: Any, prefix: str, kind: type[Node] = Node) -> Node:
+    """A parsed :class:`Node` (of ``kind``, which splits off the setup keys) from a Hydra ``DictConfig``, a plain
+    mapping or a :class:`Node`."""
     if isinstance(node, Node):
         return node
     from omegaconf import DictConfig, OmegaConf
@@ -47,7 +48,7 @@ def to_node(node: Any, prefix: str) -> Node:
         raise ConfigError(prefix.rstrip("."), values, "a node naming a class with _target_",
                           f"select an option of its config group, or set {prefix}_target_=<module.Class>",
                           absolute=True)
-    return parse_node({str(k): v for k, v in values.items()}, prefix)
+    return parse_node({str(k): v for k, v in values.items()}, prefix, kind)
 
 
 def instantiate(node: Any, prefix: str, **runtime: Any) -> Any:

@@ -1,7 +1,8 @@
 """Schemas of the policies (``policy=actor_only|actor_critic|actor_critic_rnn``), their encoders
 (``policy/encoder``) and action distributions (``policy/distribution``).
 
-The keys every policy takes are declared once in :class:`PolicyConfig`; a policy holds its encoders and its
+The keys every policy class takes are declared once in :class:`PolicyConfig`, those the build applies to any policy
+(``init_from``, ``freeze``) in :class:`PolicySetupConfig`; a policy holds its encoders and its
 distribution as nodes (``_target_`` and their own keys), each checked by that class's schema.
 """
 
@@ -24,6 +25,8 @@ __all__ = [
     "FlattenEncoderConfig",
     "MLPEncoderConfig",
     "PolicyConfig",
+    "PolicyNode",
+    "PolicySetupConfig",
     "StateDependentGaussianConfig",
     "TanhGaussianConfig",
 ]
@@ -54,14 +57,28 @@ class PolicyConfig(Schema):
     encoders: dict[str, Node] = key(factory=dict, doc="observation key -> encoder node; unlisted keys: images get "
                                     "a CNN, vectors are used as they are")
     actor_keys: list[str] | None = key(None, doc="observation keys the actor sees; null = all", example=["state"])
+
+    def check(self) -> None:
+        _check_log_std(self.log_std_min, self.log_std_max)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySetupConfig(Schema):
+    """The keys of every policy node that the build applies to the policy it made: the weights it starts from and
+    the parameters kept fixed; the policy class never sees them."""
+
     init_from: str | None = key(None, doc="start from these weights: an embodirl checkpoint or a state_dict file "
                                 "(loaded weights_only; applied by the build)",
                                 example="<run_dir>/checkpoints/last.pt")
     freeze: list[str] = key(factory=list, doc="fnmatch patterns of parameters to keep fixed, e.g. ['encoders.*', "
                             "'actor.0.*'] (applied by the build)", example=["encoders.*"])
 
-    def check(self) -> None:
-        _check_log_std(self.log_std_min, self.log_std_max)
+
+class PolicyNode(Node):
+    """A ``policy`` node: the policy class's keys, and the setup keys (:class:`PolicySetupConfig`) the build
+    applies."""
+
+    setup_schema = PolicySetupConfig
 
 
 @dataclass(frozen=True, kw_only=True)

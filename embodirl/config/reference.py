@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.resources
 import re
 import sys
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING
 from pathlib import Path
@@ -38,7 +39,14 @@ def documented_keys(config: Mapping[str, Any]) -> dict[str, KeyDoc]:
     for name, value in config.items():
         if isinstance(value, Mapping):
             rows.update(_node_keys(value, f"{name}."))
+            setup = _setup_schema(str(name))
+            rows.update({row.path: row for row in key_docs(setup, f"{name}.")} if setup else {})
     return rows
+
+
+def _setup_schema(group: str) -> type[Schema] | None:
+    """The schema of the keys every option of a group holds for the build (``env``: solved criterion, wrappers)."""
+    return getattr(typing.get_type_hints(RunConfig).get(group), "setup_schema", None)
 
 
 def _node_keys(node: Mapping[str, Any], prefix: str) -> dict[str, KeyDoc]:
@@ -99,8 +107,12 @@ def reference_markdown() -> str:
         schema = schema_for(target)
         if schema is None or (group, target) in seen:
             continue
-        seen.add((group, target))
         prefix = group.replace("/", ".") + "."
+        setup = _setup_schema(group)
+        if setup is not None and group not in {g for g, _ in seen}:
+            lines += ["", f"## Keys of every `{group}` option", "", " ".join((setup.__doc__ or "").split()), "",
+                      *_table(setup, prefix)]
+        seen.add((group, target))
         lines += ["", f"## `{group}={option}`: `{target}`", "", (schema.__doc__ or "").strip().splitlines()[0], "",
                   *_table(schema, prefix)]
     return "\n".join(lines) + "\n"

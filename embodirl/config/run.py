@@ -8,14 +8,17 @@ seconds torch takes to import.
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from embodirl.config import algos, training
+from embodirl.config.envs import EnvNode
+from embodirl.config.policies import PolicyNode
 from embodirl.config.randomize import SweepConfig
 from embodirl.config.schema import Node, Schema, key, parse
-from embodirl.config.training import VideoConfig
+from embodirl.config.training import EvalConfig, LoggerConfig, TrainerConfig, VideoConfig
 from embodirl.errors import ConfigError
 
 __all__ = ["MAX_SEED", "MOVED_KEYS", "EvaluateConfig", "EvaluateEvalConfig", "ExportConfig", "RunConfig",
@@ -47,15 +50,28 @@ class RunConfig(Schema):
                                           "true | false | auto (on CUDA only)")
     cuda_graphs: bool | Literal["auto"] = key("auto", doc="replay those steps as CUDA graphs: true | false | auto "
                                               "(on CUDA with one process)")
-    policy: Node = key(doc="the policy (config group policy)")
+    policy: PolicyNode = key(doc="the policy (config group policy)")
     algo: Node = key(doc="the algorithm (config group algo)")
-    env: Node = key(doc="the training env (config group env)")
+    env: EnvNode = key(doc="the training env (config group env)")
     trainer: Node = key(doc="the training loop: budget, stop conditions, checkpoints (config group trainer)")
     logger: Node = key(doc="where metrics go besides metrics.jsonl (config group logger)")
     eval: Node = key(doc="the periodic evaluation and its videos")
 
     def check(self) -> None:
         check_device(self.device)
+        for name, schema in (("trainer", TrainerConfig), ("eval", EvalConfig), ("logger", LoggerConfig)):
+            node: Node = getattr(self, name)
+            if not isinstance(node.cfg, schema):  # the run reads these keys itself
+                raise ConfigError(f"{name}._target_", node.target, f"a class whose constructor takes a "
+                                  f"{schema.__name__}", f"pass {name}._target_={schema.target}, or a subclass of it")
+
+    def trainer_config(self) -> TrainerConfig:
+        """The trainer node's keys (the budget, the stop conditions, resuming)."""
+        return typing.cast(TrainerConfig, self.trainer.cfg)
+
+    def eval_config(self) -> EvalConfig:
+        """The eval node's keys (the periodic evaluation's cadence, sizes and videos)."""
+        return typing.cast(EvalConfig, self.eval.cfg)
 
 
 def check_device(device: str) -> None:

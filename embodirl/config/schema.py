@@ -127,24 +127,41 @@ class Schema:
 class Node:
     """A checked config node that names a class with ``_target_`` (an env, a policy, an optimizer, a callback).
 
+    A kind of node whose keys include some that the build applies around the class it builds (``env.frame_stack``,
+    ``policy.init_from``) is a subclass naming their schema in ``setup_schema``: those keys are parsed by it alone,
+    and the class never sees them.
+
     Attributes:
         target: The class's import path.
         cfg: Its keys parsed by the class's schema; None for a class without one (its keys are then checked
             against its signature when it is built).
-        values: The node's own keys as written (structural keys left out).
+        values: The node's own keys as written (structural keys and the setup keys left out).
         flags: Its structural keys other than ``_target_`` (``_partial_``, ``_recursive_``, ...), which tell Hydra
             how to build a class without a schema.
+        setup: The setup keys parsed by ``setup_schema`` (None for a kind of node without one).
+        setup_values: The setup keys as written.
     """
 
+    setup_schema: ClassVar[type[Schema] | None] = None
     target: str
     cfg: Schema | None
     values: Mapping[str, Any]
     flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    setup: Schema | None = None
+    setup_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def written(self) -> dict[str, Any]:
+        """The node as the config writes it (``_target_``, flags, the class's keys and the setup keys)."""
+        return {"_target_": self.target, **self.flags, **self.values, **self.setup_values}
 
 
 # --- types -------------------------------------------------------------------------------------------------
 def _is_schema(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, Schema)
+
+
+def _is_node_type(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, Node)
 
 
 def _is_node_value(value: Any) -> bool:
@@ -183,7 +200,7 @@ def conform(value: Any, annotation: Any) -> Any:
         return value if isinstance(value, str) else NO_MATCH
     if _is_schema(annotation):
         return value if isinstance(value, Mapping) else NO_MATCH
-    if annotation is Node:
+    if _is_node_type(annotation):
         return value if _is_node_value(value) else NO_MATCH
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
         return _conform_items(value, typing.get_args(annotation))
@@ -230,7 +247,7 @@ def describe_type(annotation: Any) -> str:
         return names[annotation]
     if _is_schema(annotation):
         return f"a mapping ({annotation.__name__})"
-    if annotation is Node:
+    if _is_node_type(annotation):
         return "a node naming a class with _target_"
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
         args = typing.get_args(annotation)
@@ -281,7 +298,7 @@ def suggest(name: str, choices: Sequence[str]) -> str | None:
     return found[0] if found else None
 
 
-def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigError:
+def _unknown(cls: type[Schema], name: str, value: Any, prefix: str, also: Sequence[str] = ()) -> ConfigError:
     if name in cls.refused:
         expected, fix = cls.refused[name]
         return ConfigError(prefix + name, value, expected, fix, absolute=True)
@@ -289,7 +306,7 @@ def _unknown(cls: type[Schema], name: str, value: Any, prefix: str) -> ConfigErr
         new = cls.moved[name] if name in cls.moved else prefix + cls.renamed[name]
         return ConfigError(prefix + name, value, f"no key of this name: it was renamed to {new}",
                            f"pass {new}={cli_text(value)} instead", absolute=True)
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [*(f.name for f in dataclasses.fields(cls)), *also]
     close = suggest(name, names)
     hint = f"did you mean {prefix}{close}? " if close else ""
     where = f"a key of {prefix.rstrip('.')}" if prefix else "a top-level key"
@@ -325,7 +342,7 @@ def _field_value(cls: type[Schema], f: dataclasses.Field, value: Any, prefix: st
     if converted is NO_MATCH and typing.get_origin(annotation) is list and isinstance(value, list | tuple):
         item = typing.get_args(annotation)[0]
         i = next(i for i, v in enumerate(value) if conform(v, item) is NO_MATCH)  # name the entry that is wrong
-        example = ", e.g. {_target_: mypkg.MyClass}" if item is Node else ""
+        example = ", e.g. {_target_: mypkg.MyClass}" if _is_node_type(item) else ""
         raise ConfigError(f"{prefix}{f.name}[{i}]", value[i], describe_type(item),
                           f"pass a value of that type{example}", absolute=True)
     if converted is NO_MATCH or not _in_bounds(converted, bounds):
@@ -372,32 +389,36 @@ def _nested(annotation: Any, value: Any, path: str) -> Any:
     for arg in (annotation, *(typing.get_args(annotation) if union else ())):
         if _is_schema(arg) and isinstance(value, Mapping):
             return parse(arg, value, f"{path}.")
-        if arg is Node and _is_node_value(value):
-            return parse_node(value, f"{path}.")
+        if _is_node_type(arg) and _is_node_value(value):
+            return parse_node(value, f"{path}.", arg)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     item = args[-1] if args else None
-    if origin in (list, tuple, Sequence) and args and (_is_schema(args[0]) or args[0] is Node):
+    if origin in (list, tuple, Sequence) and args and (_is_schema(args[0]) or _is_node_type(args[0])):
         return [_nested(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin in (dict, Mapping) and len(args) == 2 and (_is_schema(item) or item is Node):
+    if origin in (dict, Mapping) and len(args) == 2 and (_is_schema(item) or _is_node_type(item)):
         return {k: _nested(item, v, f"{path}.{k}") for k, v in value.items()}
     return value
 
 
-def parse_node(values: Mapping[str, Any], prefix: str = "") -> Node:
-    """A ``_target_`` node checked by its class's schema (:func:`schema_for`); a class without a schema keeps
-    its keys unchecked until it is built."""
+def parse_node(values: Mapping[str, Any], prefix: str = "", kind: type[Node] = Node) -> Node:
+    """A ``_target_`` node checked by its class's schema (:func:`schema_for`), and its setup keys by ``kind``'s
+    ``setup_schema``; a class without a schema keeps its keys unchecked until it is built."""
     target = values["_target_"]
     schema = schema_for(target)
     if schema is None and isinstance(target, str) and not target.startswith("embodirl."):
         _check_module_imports(target, prefix)
-    own = {k: v for k, v in values.items() if k not in STRUCTURAL_KEYS}
+    setup_keys = [f.name for f in dataclasses.fields(kind.setup_schema)] if kind.setup_schema else []
+    own = {k: v for k, v in values.items() if k not in STRUCTURAL_KEYS and k not in setup_keys}
     flags = {k: v for k, v in values.items() if k in STRUCTURAL_KEYS and k != "_target_"}
+    written = {k: v for k, v in values.items() if k in setup_keys}
+    setup = parse(kind.setup_schema, written, prefix) if kind.setup_schema else None
     if schema is None:  # its own keys wait for the class; the nodes in it are checked by their schemas now
         for name, value in own.items():
             if _is_node_value(value):
                 parse_node(value, f"{prefix}{name}.")
-    return Node(target, None if schema is None else parse(schema, own, prefix), own, flags)
+    cfg = None if schema is None else parse(schema, own, prefix, setup_keys)
+    return kind(target, cfg, own, flags, setup, written)
 
 
 def _check_module_imports(target: str, prefix: str) -> None:
@@ -414,13 +435,14 @@ def _check_module_imports(target: str, prefix: str) -> None:
                           absolute=True) from None
 
 
-def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S:
+def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "", also: Sequence[str] = ()) -> S:
     """``values`` checked against schema ``cls``: unknown keys, types, bounds, nested schemas, cross-key rules.
 
     Args:
         cls: The schema.
         values: Plain mapping of the node (structural keys such as ``_target_`` are skipped).
         prefix: The node's dotted path with a trailing dot (``"algo."``), for messages.
+        also: The other keys the node may hold (its setup keys), listed beside ``cls``'s for an unknown key.
 
     Raises:
         ConfigError: Naming the full key, the value, what is valid and a fix.
@@ -432,7 +454,7 @@ def parse(cls: type[S], values: Mapping[str, Any] | None, prefix: str = "") -> S
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for name, value in values.items():
         if name not in fields and name not in STRUCTURAL_KEYS:
-            raise _unknown(cls, str(name), value, prefix)
+            raise _unknown(cls, str(name), value, prefix, also)
     kwargs = {}
     for name, f in fields.items():
         if name in values:

@@ -138,7 +138,6 @@ class CartPole(BatchedEnv):
         self._steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps into the current episode
         self._resets = ResetStream(n, dev, seed)  # seed and episode counters of the reset stream
         self.starts = StartDraws(self._resets, self._draw_starts)  # each auto-reset's start state, drawn then
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
     @property

@@ -5,12 +5,11 @@ import pytest
 from embodirl.app.build import (
     EVAL_SEED_OFFSET,
     RANK_SEED_STRIDE,
-    TOP_LEVEL_KEYS,
     allocation_guard,
-    check_top_level,
     eval_seed,
     rank_seed,
 )
+from embodirl.config.run import check_run_config
 from embodirl.config.schema import NO_MATCH, conform
 from embodirl.errors import ConfigError
 from tests.conftest import compose_config
@@ -23,19 +22,23 @@ def test_evaluation_seeds_never_equal_a_ranks_training_seed():
 
 
 def test_top_level_keys_are_exactly_the_composed_config_keys():
-    assert set(compose_config([])) == set(TOP_LEVEL_KEYS)
+    import dataclasses
+
+    from embodirl.config.run import RunConfig
+
+    assert set(compose_config([])) == {f.name for f in dataclasses.fields(RunConfig)}
 
 
 def test_unknown_top_level_key_is_refused():
-    with pytest.raises(ConfigError, match=r"foo=1 is invalid.*remove \+foo=\.\.\."):
-        check_top_level(compose_config(["+foo=1"]))
+    with pytest.raises(ConfigError, match=r"foo=1 is invalid.*top-level key.*remove it with ~foo"):
+        check_run_config(compose_config(["+foo=1"]))
 
 
 def test_integral_floats_are_accepted_as_ints():
     assert conform(1e5, int) == 100_000 and isinstance(conform(1e5, int), int)
     assert conform(1.5, int) is NO_MATCH and conform(True, int) is NO_MATCH
     assert conform([6.4e1, 64], list[int]) == [64, 64]
-    assert check_top_level(compose_config(["seed=3.0"])).seed == 3
+    assert check_run_config(compose_config(["seed=3.0"])).seed == 3
 
 
 def test_an_impossible_allocation_is_a_config_error():
@@ -49,12 +52,11 @@ def test_an_impossible_allocation_is_a_config_error():
 def _eval_env(overrides):
     import torch
 
-    from embodirl.app.build import build_eval_env, parse_node
-    from embodirl.config.training import EvalConfig
+    from embodirl.app.build import build_eval_env
 
     cfg = compose_config(overrides)
-    _, evaluation = parse_node(cfg.eval, "eval.", EvalConfig)
-    return cfg, build_eval_env(cfg.env, evaluation, torch.device("cpu"), seed=0)
+    run = check_run_config(cfg)
+    return cfg, build_eval_env(run.env, run.eval_config(), torch.device("cpu"), seed=0)
 
 
 def test_eval_env_overrides_apply_to_the_evaluation_env_only():

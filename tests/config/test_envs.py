@@ -13,6 +13,8 @@ from embodirl.config.envs import (
     WRAPPER_KEYS,
     CartPoleConfig,
     EnvConfig,
+    EnvNode,
+    EnvSetupConfig,
     GenesisConfig,
     GymConfig,
     GymVectorConfig,
@@ -21,7 +23,7 @@ from embodirl.config.envs import (
     PushCubeConfig,
     TorchVectorConfig,
 )
-from embodirl.config.schema import Schema, key_docs, parse
+from embodirl.config.schema import Schema, key_docs, parse, parse_node
 from embodirl.errors import ConfigError
 
 OPTIONS = {"cartpole": CartPoleConfig, "push_cube": PushCubeConfig, "push_cube_arm": PushCubeArmConfig,
@@ -42,23 +44,30 @@ def as_yaml(value):
     return [as_yaml(v) for v in value] if isinstance(value, list | tuple) else value
 
 
+# Setup values an option file sets apart from EnvSetupConfig's defaults: the example task's threshold.
+OPTION_SETUP = {"genesis": {"solved_threshold": 475.0}}
+
+
 @pytest.mark.parametrize("name", OPTIONS)
 def test_each_env_option_holds_its_schemas_keys_with_their_defaults(name):
     node, schema = option("env", name), OPTIONS[name]
     assert node["_target_"] == schema.target and issubclass(schema, EnvConfig)
     values = {k: v for k, v in node.items() if not k.startswith("_")}
-    assert values == {k: as_yaml(v) for k, v in defaults(schema).items()}
-    parsed = parse(schema, values)
-    assert {k: as_yaml(getattr(parsed, k)) for k in values} == values
+    setup = {**defaults(EnvSetupConfig), **OPTION_SETUP.get(name, {})}
+    assert values == {k: as_yaml(v) for k, v in {**defaults(schema), **setup}.items()}
+    parsed = parse_node(node, "env.", EnvNode)
+    assert {k: as_yaml(getattr(parsed.cfg, k)) for k in parsed.values} == {k: values[k] for k in parsed.values}
+    assert {k: as_yaml(getattr(parsed.setup, k)) for k in setup} == {k: values[k] for k in setup}
 
 
-def test_every_env_key_has_a_one_line_doc_and_the_shared_keys_are_declared_once():
-    for schema in OPTIONS.values():
+def test_every_env_key_has_a_one_line_doc_and_each_key_has_one_owner():
+    for schema in (*OPTIONS.values(), EnvSetupConfig):
         for row in key_docs(schema):
             assert row.doc and "\n" not in row.doc, (schema.__name__, row.path)
-    shared = {f.name for f in dataclasses.fields(EnvConfig)}
-    assert shared == {"num_envs", "solved_metric", "solved_threshold", *WRAPPER_KEYS}
-    assert all(shared <= {f.name for f in dataclasses.fields(s)} for s in OPTIONS.values())
+    setup = {f.name for f in dataclasses.fields(EnvSetupConfig)}
+    assert setup == {"solved_metric", "solved_threshold", *WRAPPER_KEYS}
+    assert {f.name for f in dataclasses.fields(EnvConfig)} == {"num_envs"}
+    assert all(not setup & {f.name for f in dataclasses.fields(s)} for s in OPTIONS.values())
 
 
 @pytest.mark.parametrize(("values", "key", "fix"), [
@@ -68,7 +77,6 @@ def test_every_env_key_has_a_one_line_doc_and_the_shared_keys_are_declared_once(
     ({"max_speed": 1.2, "substeps": 20}, None, None),
     ({"control_mode": "joint_delta_pos", "max_joint_delta": 0.2}, "max_joint_delta", "raise substeps"),
     ({"cube_half_size": 0.07}, "cube_half_size", "cube_half_size=0.02"),
-    ({"solved_metric": "success_rate"}, "solved_metric", "solved_metric=eval/return_mean"),
 ])
 def test_push_cube_rules_across_keys_name_the_key_and_the_fix(values, key, fix):
     if key is None:
@@ -111,9 +119,22 @@ def test_the_arm_needs_one_noise_per_joint():
 
 
 def test_a_config_solved_criterion_replaces_the_envs_own():
-    from embodirl.envs.cartpole import CartPole
-    from embodirl.envs.push_cube.env import PushCube
+    import torch
 
-    assert CartPole(CartPoleConfig(num_envs=1)).solved_threshold == 475.0
-    env = PushCube(PushCubeConfig(num_envs=1, solved_metric="eval/return_mean", solved_threshold=20))
+    from embodirl.app.build import build_env
+
+    cpu = torch.device("cpu")
+    assert build_env({"_target_": CartPoleConfig.target, "num_envs": 1}, cpu, 0).solved_threshold == 475.0
+    env = build_env({"_target_": PushCubeConfig.target, "num_envs": 1, "solved_metric": "eval/return_mean",
+                     "solved_threshold": 20}, cpu, 0)
     assert (env.solved_metric, env.solved_threshold) == ("eval/return_mean", 20.0)
+
+
+def test_the_setup_keys_are_checked_for_an_env_class_of_ones_own_and_never_reach_it():
+    node = parse_node({"_target_": "collections.OrderedDict", "frame_stack": 2, "size": 3}, "env.", EnvNode)
+    assert node.values == {"size": 3} and node.setup == EnvSetupConfig(frame_stack=2)
+    with pytest.raises(ConfigError, match=r"^env.solved_metric='success_rate' .*Fix: pass env.solved_metric=eval/ret"):
+        parse_node({"_target_": PushCubeConfig.target, "solved_metric": "success_rate"}, "env.", EnvNode)
+    with pytest.raises(ConfigError, match=r"^env.frame_stak=2 .*one of: num_envs, .*, frame_stack.* did you mean "
+                       r"env.frame_stack\?"):
+        parse_node({"_target_": CartPoleConfig.target, "frame_stak": 2}, "env.", EnvNode)

@@ -18,6 +18,7 @@ from embodirl.config.policies import (
     FlattenEncoderConfig,
     MLPEncoderConfig,
     PolicyConfig,
+    PolicySetupConfig,
     StateDependentGaussianConfig,
     TanhGaussianConfig,
 )
@@ -38,7 +39,8 @@ def test_each_option_holds_its_schemas_keys_with_their_defaults(where):
     node, schema = option(*where), OPTIONS[where]
     assert node["_target_"] == schema.target
     values = {k: v for k, v in node.items() if not k.startswith("_")}
-    expected = {k: as_yaml(v) for k, v in defaults(schema).items()}
+    setup = defaults(PolicySetupConfig) if where[0] == "policy" else {}
+    expected = {k: as_yaml(v) for k, v in {**defaults(schema), **setup}.items()}
     interpolated = {k for k, v in values.items() if isinstance(v, str) and v.startswith("${")}
     assert values.keys() == expected.keys()
     assert {k: v for k, v in values.items() if k not in interpolated} == {
@@ -49,7 +51,9 @@ def test_each_option_holds_its_schemas_keys_with_their_defaults(where):
 
 def test_the_policy_keys_are_declared_once():
     shared = {f.name for f in dataclasses.fields(PolicyConfig)}
-    assert len(shared) == 11 and {"init_from", "freeze", "encoders", "distribution"} <= shared
+    assert len(shared) == 9 and {"encoders", "distribution"} <= shared
+    assert {f.name for f in dataclasses.fields(PolicySetupConfig)} == {"init_from", "freeze"}
+    assert not {"init_from", "freeze"} & shared
     for schema in (ActorOnlyConfig, ActorCriticConfig, ActorCriticRNNConfig):
         assert shared <= {f.name for f in dataclasses.fields(schema)}
     assert "critic_keys" not in {f.name for f in dataclasses.fields(ActorOnlyConfig)}  # no critic to read them

@@ -153,9 +153,10 @@ def test_a_dict_observation_is_one_input_per_key():
 
     cfg = compose_config(["device=cpu", "policy=actor_only", "policy.hidden_sizes=[8]"])
     obs_space = spaces.Dict({"agent": spaces.Dict({"qpos": spaces.Box(-1, 1, (3,))}), "goal": spaces.Box(-1, 1, (2,))})
-    from embodirl.config.instantiate import instantiate
+    from embodirl.config.instantiate import instantiate, to_node
+    from embodirl.config.policies import PolicyNode
 
-    policy = instantiate(cfg.policy, "policy.", observation_space=obs_space,
+    policy = instantiate(to_node(cfg.policy, "policy.", PolicyNode), "policy.", observation_space=obs_space,
                          action_space=spaces.Box(-0.5, 0.5, (2,))).eval()
     actor = DeterministicActor(policy, obs_space, spaces.Box(-0.5, 0.5, (2,)))
     assert [(s.name, s.shape) for s in actor.inputs] == [("obs.agent.qpos", (3,)), ("obs.goal", (2,))]

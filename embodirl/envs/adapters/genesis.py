@@ -122,8 +122,6 @@ class GenesisEnv(BatchedEnv):
               f"a function returning [num_envs={self.num_envs}, obs_dim] (it returned {list(first.shape)})",
               "return one row per env")
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (first.shape[1],), np.float32)
-        self.solved_threshold = cfg.solved_threshold
-        self.override_solved(cfg.solved_metric, None)
 
     def _dofs_of(self, joints: list[str]) -> list[int]:
         """The local dof index of each named joint (one dof each), refused in one line when a name is unknown."""

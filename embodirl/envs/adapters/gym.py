@@ -206,7 +206,6 @@ class GymEnv(BatchedEnv):
             box = typing.cast(gym.spaces.Box, act_space)
             self.action_space = box
             self._action_low, self._action_high, self._action_shape = box.low, box.high, box.shape
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.info_metrics = tuple(cfg.info_metrics)
         self._unseen_info = set(self.info_metrics)  # named keys not yet in an info: refused after the first step
         self.seed = seed

@@ -166,7 +166,6 @@ class PlaygroundEnv(BatchedEnv):
                  cfg.id, self.num_envs, (cfg.jax_cache_dir or default_cache_dir()) if cfg.jax_cache else "no cache")
         first = self.reset(seed)
         self.observation_space = _space(first)
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
 
     def reset(self, seed: int | None = None, group_size: int = 1) -> Tensor | TensorDict:
         """Reset every env (see :meth:`BatchedEnv.reset`); the envs of one group share a jax key, so one start.

@@ -190,7 +190,6 @@ class TorchVectorEnv(BatchedEnv):
         spec = _attribute(self._sim, "spec")
         default = DEFAULT_SUCCESS_THRESHOLD if self._reports_success else getattr(spec, "reward_threshold", None)
         self.solved_threshold = default
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
 
     def _read_simulator(self, max_episode_steps: int | None) -> None:
         """Spaces, episode limit and auto-reset from the simulator, each refused with a fix when unusable."""

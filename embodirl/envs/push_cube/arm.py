@@ -110,7 +110,6 @@ class PushCubeArm(BatchedEnv):
         self._resets = ResetStream(num_envs, self.device, seed)  # keys, counters and seed of the resets
         self._renderer: Any = None  # MuJoCo's renderer once made; False when no OpenGL context can be made
         self._set_randomization(cfg)
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
     # --- resets --------------------------------------------------------------------------------------

@@ -121,7 +121,6 @@ class PushCube(BatchedEnv):
                     self._view.background, self._view.offsets)
         if self.randomization is not None:
             mark_static(dev, self.randomization.values, self.randomization.low, self.randomization.high)
-        self.override_solved(cfg.solved_metric, cfg.solved_threshold)
         self.reset(seed=seed)
 
     def _set_physics(self, cfg: PushCubeConfig) -> None:
