@@ -279,8 +279,13 @@ def second_env(cfg: DictConfig) -> tuple[DictConfig, str] | None:
         return None
     from hydra.core.hydra_config import HydraConfig
 
-    choice = HydraConfig.get().runtime.choices.get("env") if HydraConfig.initialized() else None
-    return cfg.env.copy(), env_label(cfg.env, choice)
+    if not HydraConfig.initialized():
+        return cfg.env.copy(), env_label(cfg.env)
+    hydra_cfg = HydraConfig.get()
+    # The keys changed on the command line tell two second envs of one option apart (env.table_friction=0.6).
+    changed = [o for o in hydra_cfg.overrides.task if o.lstrip("+").startswith("env.") and not o.startswith("env.id=")
+               and not o.startswith("env.num_envs=")]
+    return cfg.env.copy(), " ".join([env_label(cfg.env, hydra_cfg.runtime.choices.get("env")), *changed])
 
 
 def _episodes(env: BatchedEnv, policy: Policy | ExportedPolicy, cfg: DictConfig) -> dict[str, Any]:

@@ -58,11 +58,13 @@ def test_a_second_env_gets_a_third_row_and_the_report_says_which_interval(cli, t
     rows = json.loads((tmp_path / "eval.json").read_text())["rows"]
     assert [(r["policy"], r["env"]) for r in rows] == [("checkpoint", "PushCube (training)"),
                                                        ("export (torchscript)", "PushCube (training)"),
-                                                       ("export (torchscript)", "push_cube")]
+                                                       ("export (torchscript)", "push_cube env.substeps=10")]
     lines = result.out.splitlines()
-    assert any(line.split("│")[1:3] == [" export (torchscript) ", " push_cube           "] for line in lines)
+    assert any([c.strip() for c in line.split("│")[1:3]] == ["export (torchscript)", "push_cube env.substeps=10"]
+               for line in lines)
     assert "success rate [95 % Wilson]" in result.out
-    assert sum(line.startswith("export in push_cube vs in the training env: eval/") for line in lines) == 2
+    second = "export in push_cube env.substeps=10 vs in the training env: eval/"
+    assert sum(line.startswith(second) for line in lines) == 2
     assert sum(line.startswith("export vs checkpoint in the training env: eval/") for line in lines) == 2
 
 
