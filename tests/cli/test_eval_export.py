@@ -178,3 +178,17 @@ def test_a_moved_export_runs_beside_the_checkpoint_run_names(cli, tmp_path, expo
     assert result.code == 0, result.err
     rows = json.loads((tmp_path / "eval" / "eval.json").read_text())["rows"]
     assert rows[1]["eval/return_mean"] == pytest.approx(rows[0]["eval/return_mean"], rel=1e-5)
+
+
+@pytest.mark.slow  # trains a second run
+def test_a_recurrent_export_carries_its_state_and_repeats_the_checkpoint(cli, tmp_path):
+    from embodirl.cli.export import export_checkpoint
+
+    run_training(compose_config([*TINY, "policy=actor_critic_rnn"]), tmp_path / "run")
+    export_checkpoint(compose_config([f"run={tmp_path / 'run'}", "format=torchscript", f"out={tmp_path / 'ts'}"],
+                                     "export"))
+    result = cli("embodirl-eval", [f"export={tmp_path / 'ts'}", *EVAL, f"hydra.run.dir={tmp_path / 'eval'}"])
+    assert result.code == 0, result.err
+    checkpoint, export = json.loads((tmp_path / "eval" / "eval.json").read_text())["rows"]
+    assert export["eval/return_mean"] == pytest.approx(checkpoint["eval/return_mean"], rel=1e-5)
+    assert export["eval/length_mean"] == checkpoint["eval/length_mean"]
