@@ -277,7 +277,8 @@ def test_the_export_guide_runs_and_its_play_loop_returns_what_embodirl_eval_repo
         pytest.skip(f"the export extra is not installed (missing: {', '.join(missing)}): pip install -e '.[export]'")
     page = DOCS / "guides" / "export.md"
     commands = embodirl_commands(page)
-    assert [argv[0] for argv in commands] == ["embodirl-train", "embodirl-export", "embodirl-export", "embodirl-eval"]
+    assert [argv[0] for argv in commands] == ["embodirl-train", "embodirl-export", "embodirl-export", "embodirl-eval",
+                                              "embodirl-eval", "embodirl-eval"]  # the last two: sim-to-sim
     monkeypatch.chdir(tmp_path)
     run_page(commands, monkeypatch, capsys)  # train (a smoke version), export ONNX and TorchScript, evaluate
     run = tmp_path / "runs" / "cartpole"

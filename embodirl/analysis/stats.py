@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from statistics import NormalDist
 from typing import overload
 
 import numpy as np
@@ -23,7 +24,7 @@ from numpy.typing import ArrayLike
 from embodirl.runtime.formatting import format_count, format_estimate, format_interval, format_number
 
 __all__ = ["finite", "format_count", "format_estimate", "format_interval", "format_number", "iqm",
-           "stratified_bootstrap_ci"]
+           "mean_difference_interval", "rate_difference_interval", "stratified_bootstrap_ci", "wilson_interval"]
 
 
 def finite(value: object) -> float | None:
@@ -117,6 +118,53 @@ def stratified_bootstrap_ci(
     low, high = np.percentile(estimates, [tail, 100.0 - tail])
     point = statistic(np.concatenate(arrays)[None, :], axis=1)[0]
     return float(point), float(low), float(high)
+
+
+# --- two evaluations compared --------------------------------------------------------------------------
+def _z(confidence: float) -> float:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r} is invalid: expected a float in (0, 1), e.g. 0.95")
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval of a success rate ``successes / n`` (Wilson 1927): unlike the normal
+    approximation it stays inside [0, 1] and has width at 0 and 1 successes out of ``n``.
+
+    Raises:
+        ValueError: ``n < 1`` or ``successes`` outside ``[0, n]``.
+    """
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= n and n >= 1, got {successes} of {n}")
+    z, p = _z(confidence), successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate_difference_interval(successes_a: int, n_a: int, successes_b: int, n_b: int,
+                             confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, his method 10) of the difference of two independent success
+    rates ``a - b``, from each one's :func:`wilson_interval`."""
+    p_a, p_b = successes_a / n_a, successes_b / n_b
+    low_a, high_a = wilson_interval(successes_a, n_a, confidence)
+    low_b, high_b = wilson_interval(successes_b, n_b, confidence)
+    d = p_a - p_b
+    return d - math.hypot(p_a - low_a, high_b - p_b), d + math.hypot(high_a - p_a, p_b - low_b)
+
+
+def mean_difference_interval(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int,
+                             confidence: float = 0.95) -> tuple[float, float]:
+    """Welch's normal interval of the difference of two means ``a - b`` from independent samples, given each
+    sample's population standard deviation (what an evaluation reports) and size: ``d +- z * se`` with
+    ``se^2 = s_a^2 / (n_a - 1) + s_b^2 / (n_b - 1)`` (the sample variances over n). A normal, not a t,
+    quantile: evaluations have tens to hundreds of episodes."""
+    if n_a < 2 or n_b < 2:
+        raise ValueError(f"mean_difference_interval needs two or more episodes per side, got {n_a} and {n_b}")
+    z = _z(confidence)
+    se = math.sqrt(std_a * std_a / (n_a - 1) + std_b * std_b / (n_b - 1))
+    d = mean_a - mean_b
+    return d - z * se, d + z * se
 
 
 # --- formatting ----------------------------------------------------------------------------------------

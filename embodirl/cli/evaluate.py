@@ -7,14 +7,20 @@ video) into ``RUN_DIR/eval/<date>_<time>/`` when the checkpoint belongs to a run
 ``outputs/eval/<date>/<time>/`` (``hydra.run.dir`` overrides both). The checkpoint is data: it is loaded with
 ``weights_only=True`` and its config may only name classes embodirl ships (or ``trusted_targets`` given on the
 command line); see :mod:`embodirl.config.trust`.
+
+``embodirl-eval export=DIR [env=NAME env.KEY=VALUE ...]`` is the sim-to-sim check of an ``embodirl-export``
+directory: the exported file itself (:mod:`embodirl.app.exported`) runs the same seeded episodes as the checkpoint
+it came from, in the training env and in the second env ``env=NAME`` chooses, and the rows are reported side by
+side with every gap beyond noise named (:mod:`embodirl.analysis.sim2sim`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -26,6 +32,7 @@ from embodirl.errors import CheckpointError, ConfigError
 if TYPE_CHECKING:  # the command line imports torch only once the config is checked
     import torch
 
+    from embodirl.app.exported import ExportedPolicy
     from embodirl.envs.base import BatchedEnv
     from embodirl.policies.base import Policy
 
@@ -194,6 +201,12 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     from embodirl.training.video import record_episode, save_video
 
     video = parse(EvaluateEvalConfig, plain_dict(cfg.eval), "eval.")
+    second = second_env(cfg)
+    if second is not None:  # env=NAME chose a whole env: the second env of export=
+        raise ConfigError("env", second[1], "keys of the checkpoint's env (env.num_envs=8, +env.KEY=VALUE); a second "
+                          "env, env=NAME, is for an export's sim-to-sim check",
+                          f"drop env={second[1]} (or set a key, e.g. env.num_envs=8), or pass export=<run>/export/onnx "
+                          f"to run the run's export in {second[1]}", absolute=True)
     path, state, train_cfg, overrides = _checkpoint_config(cfg, video.conditions)
     if not isinstance(cfg.num_episodes, int) or isinstance(cfg.num_episodes, bool) or cfg.num_episodes < 1:
         raise ConfigError("num_episodes", cfg.num_episodes, "an int >= 1", "pass num_episodes=100")
@@ -229,6 +242,102 @@ def evaluate_checkpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "env": train_cfg.env._target_,
             "num_envs": env.num_envs, "env_steps_trained": trained if isinstance(trained, int) else None, **metrics,
             "solved_metric": env.solved_metric, "solved_threshold": env.solved_threshold, "solved": solved, **extra}
+
+
+def _checkpoint_of(cfg: DictConfig, policy: ExportedPolicy) -> tuple[Any, Any]:
+    """``(run, checkpoint)``: the command line's ``run=`` (and ``checkpoint=``), else the manifest's checkpoint."""
+    if cfg.run is not None:
+        return cfg.run, cfg.checkpoint
+    named = policy.manifest.get("checkpoint")
+    if not isinstance(named, str) or not Path(named).is_file():
+        raise ConfigError("export", str(cfg.export), f"an export whose checkpoint is present (its manifest names "
+                          f"{named!r}, not a file here)", "pass run=<the run dir> checkpoint=<last|best|step_*.pt> "
+                          "beside export=, the checkpoint the export was written from")
+    return None, named
+
+
+def _refuse_unsupported(cfg: DictConfig) -> None:
+    """An export is the deterministic actor, evaluated without a video or a sweep."""
+    for key, value, expected in (("eval.deterministic", cfg.eval.deterministic, True),
+                                 ("eval.video", cfg.eval.video, False),
+                                 ("eval.sweep.param", cfg.eval.sweep.param, None)):
+        if value != expected:
+            raise ConfigError(key, value, f"{str(expected).lower() if expected is not None else 'null'} with "
+                              "export= (an export is the deterministic actor; films and sweeps evaluate checkpoints)",
+                              f"drop {key}, or evaluate the checkpoint without export=", absolute=True)
+
+
+def env_label(node: DictConfig, choice: str | None = None) -> str:
+    """An env in words: its ``conf/env`` option (or class name), with its gymnasium/Playground id."""
+    name = choice or str(node.get("_target_", "?")).rsplit(".", 1)[-1]
+    return f"{name} id={node.id}" if node.get("id") is not None else name
+
+
+def second_env(cfg: DictConfig) -> tuple[DictConfig, str] | None:
+    """The env ``env=NAME`` chose (a whole ``conf/env`` node, ``_target_`` included) and its label, else None."""
+    if cfg.env.get("_target_") is None:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return cfg.env.copy(), env_label(cfg.env)
+    hydra_cfg = HydraConfig.get()
+    # The keys changed on the command line tell two second envs of one option apart (env.table_friction=0.6).
+    changed = [o for o in hydra_cfg.overrides.task if o.lstrip("+").startswith("env.") and not o.startswith("env.id=")
+               and not o.startswith("env.num_envs=")]
+    return cfg.env.copy(), " ".join([env_label(cfg.env, hydra_cfg.runtime.choices.get("env")), *changed])
+
+
+def _episodes(env: BatchedEnv, policy: Policy | ExportedPolicy, cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.num_episodes`` deterministic episodes seeded ``cfg.seed`` (an export answers the only calls the
+    evaluator makes on a policy: ``initial_state`` and ``mode``)."""
+    from embodirl.collect.evaluator import evaluate_policy
+
+    return evaluate_policy(env, cast("Policy", policy), cfg.num_episodes, seed=cfg.seed)
+
+
+def evaluate_export(cfg: DictConfig) -> dict[str, Any]:
+    """``export=DIR``: the checkpoint in its training env, the exported file there and, with ``env=NAME``, in that
+    second env, on the same seeded episodes; their comparisons (:func:`embodirl.analysis.sim2sim.compare`) and the
+    ``eval.json`` record. Every env is built and checked against the manifest before the first episode runs.
+    """
+    from embodirl.analysis.sim2sim import compare
+    from embodirl.app.build import build_env, configure_torch, resolve_device
+    from embodirl.app.exported import check_layout, load_export
+    from embodirl.cli.containers import plain_dict
+
+    _refuse_unsupported(cfg)
+    configure_torch(cfg.seed, cfg.num_threads)
+    device = resolve_device(cfg.device)
+    exported = load_export(cfg.export, device)
+    path, state, train_cfg = read_checkpoint(*_checkpoint_of(cfg, exported), cfg.trusted_targets)
+    second = second_env(cfg)
+    if cfg.eval.conditions == "nominal" and train_cfg.env.get("randomize"):
+        train_cfg.env.randomize = {}
+    if second is None:  # env.KEY=VALUE change the training env, as for a checkpoint
+        train_cfg.env = OmegaConf.merge(train_cfg.env, {k: v for k, v in plain_dict(cfg.env).items() if v is not None})
+    num_envs = cfg.env.get("num_envs") or _eval_num_envs(state["config"])
+    trained = f"{env_label(train_cfg.env)} (training)"
+    with ExitStack() as stack:
+        env = build_env(train_cfg.env, device, cfg.seed, num_envs=num_envs)
+        stack.callback(env.close)
+        check_layout(exported, env, "export", str(cfg.export))
+        envs = [(env, trained)]
+        if second is not None:
+            envs.append((build_env(second[0], device, cfg.seed, num_envs=num_envs), second[1]))
+            stack.callback(envs[1][0].close)
+            check_layout(exported, envs[1][0], "env", second[1])
+        policy = restored_policy(train_cfg.policy, env, device, state["policy"], path)
+        rows = [{"policy": "checkpoint", "env": trained, **_episodes(env, policy, cfg)}]
+        rows += [{"policy": f"export ({exported.format})", "env": label, **_episodes(e, exported, cfg)}
+                 for e, label in envs]
+    randomize = plain_dict(train_cfg.env.randomize) if train_cfg.env.get("randomize") else {}
+    comparisons = compare(rows)
+    return {"export": str(Path(cfg.export).resolve()), "format": exported.format, "checkpoint": str(path.resolve()),
+            "seed": cfg.seed, "num_episodes": cfg.num_episodes,
+            "conditions": describe_conditions(cfg.eval.conditions, randomize, state["config"]["env"].get("randomize")),
+            "eval/return_mean": rows[1]["eval/return_mean"], "rows": rows, "comparisons": comparisons,
+            "mismatches": [c["text"] for c in comparisons if c["mismatch"]]}
 
 
 def _check_sweep(sweep: SweepConfig, env_cfg: DictConfig) -> None:
@@ -304,6 +413,7 @@ EVAL_LOG = "evaluate.log"  # Hydra's job log (conf/eval.yaml)
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
+    from embodirl.analysis.sim2sim import print_sim2sim
     from embodirl.analysis.summary import print_eval
     from embodirl.cli.errors import fail
     from embodirl.cli.process import interrupted
@@ -314,7 +424,7 @@ def _evaluate(cfg: DictConfig) -> float:
     discard = _discard_if_unproduced()
     try:
         check_evaluate_config(cfg)  # every key against the schema, before torch is imported
-        result = evaluate_checkpoint(cfg, out_dir)
+        result = evaluate_export(cfg) if cfg.export is not None else evaluate_checkpoint(cfg, out_dir)
         out = out_dir / "eval.json"
         atomic_write_json(out, result)
     except KeyboardInterrupt:
@@ -324,7 +434,7 @@ def _evaluate(cfg: DictConfig) -> float:
     except Exception as exc:  # one line and an exit status for every failure
         discard()
         fail(PROG, exc)
-    print_eval(result)
+    (print_sim2sim if "rows" in result else print_eval)(result)
     log.info("wrote %s", out)
     return result["eval/return_mean"]
 

@@ -48,6 +48,8 @@ EVAL_EXAMPLES = (
     ("embodirl-eval run=<run> num_episodes=20 env.num_envs=4", "fewer episodes, on 4 env copies"),
     ("embodirl-eval run=<run> eval.video=true", "also film one episode (video.mp4 next to eval.json)"),
     ("embodirl-eval run=<run> trusted_targets=[mypkg.MyEnv]", "a run whose config names your own classes"),
+    ("embodirl-eval export=<run>/export/onnx", "the exported file beside its checkpoint (sim-to-sim check)"),
+    ("embodirl-eval export=<dir> env=gym env.id=CartPole-v1", "... and in a second env of the same layout"),
 )
 
 EXPORT_EXAMPLES = (

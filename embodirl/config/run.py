@@ -99,6 +99,8 @@ class EvaluateEvalConfig(VideoConfig):
 class EvaluateConfig(Schema):
     """The config of ``embodirl-eval`` (``eval.yaml``): which checkpoint, how many episodes, where and how to film."""
 
+    export: str | None = key(None, doc="a directory of embodirl-export: run its policy file beside the checkpoint "
+                             "it came from, and in a second env chosen with env=NAME (guides/export.md)")
     run: str | None = key(None, doc="a run directory of embodirl-train (evaluates its checkpoints/<checkpoint>.pt)")
     checkpoint: str = key("last", doc="with run: last | best | a file name in checkpoints/ (step_*.pt); without "
                           "run: a .pt path (or a run directory); last, as embodirl-export")

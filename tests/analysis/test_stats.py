@@ -117,3 +117,37 @@ def test_format_interval_to_the_half_width():
     assert format_interval(499.81, 499.5, 500.0) == "499.81 [499.50, 500.00]"  # half-width 0.25
     assert format_interval(0.9, 0.9, 0.9, 3) == "0.900 [0.900, 0.900]"
     assert format_interval(12.34567, None, None) == "12.35" and format_interval(None, 1, 2) == "-"
+
+
+def test_wilson_and_newcombe_hand_values():
+    from embodirl.analysis.stats import rate_difference_interval, wilson_interval
+
+    # Wilson, 0 of 10: centre (0 + z^2/20) / (1 + z^2/10) = 0.1388, half the same: [0, 0.2775].
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.27753), abs=1e-5)
+    assert wilson_interval(10, 10) == pytest.approx((0.72247, 1.0), abs=1e-5)
+    # Newcombe (1998), Table II, example (a): 56/70 - 48/80 = 0.2, method 10: [0.0524, 0.3339].
+    assert rate_difference_interval(56, 70, 48, 80) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+    low, high = rate_difference_interval(20, 20, 20, 20)  # equal rates at the edge: an interval around 0
+    assert low < 0 < high
+    with pytest.raises(ValueError, match="0 <= successes <= n"):
+        wilson_interval(11, 10)
+
+
+def test_wilson_equals_scipy():
+    binomtest = pytest.importorskip("scipy.stats").binomtest
+    from embodirl.analysis.stats import wilson_interval
+
+    for k, n in [(0, 5), (3, 17), (50, 100), (99, 100), (256, 256)]:
+        ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+        assert wilson_interval(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+
+
+def test_welch_interval_of_two_means():
+    from embodirl.analysis.stats import mean_difference_interval
+
+    # population std 3 of 10 episodes: sample variance 9 * 10 / 9 = 10, over 10: 1; twice: se = sqrt(2)
+    low, high = mean_difference_interval(5.0, 3.0, 10, 2.0, 3.0, 10)
+    assert (low + high) / 2 == pytest.approx(3.0) and (high - low) / 2 == pytest.approx(1.959964 * 2**0.5, abs=1e-5)
+    assert mean_difference_interval(1.0, 0.0, 4, 1.0, 0.0, 4) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="two or more episodes"):
+        mean_difference_interval(1.0, 0.0, 1, 1.0, 0.0, 4)

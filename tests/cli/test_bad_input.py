@@ -381,14 +381,15 @@ def test_a_sweep_whose_plugin_is_missing_names_the_extra(cli, tmp_path):
     assert "hydra/sweeper=basic" not in result.err  # which then failed with a ConfigKeyError
 
 
-def test_eval_says_env_is_not_an_option_there(cli, tmp_path):
+def test_eval_says_env_names_a_second_env_for_an_export_only(cli, tmp_path):
     from embodirl.config.run import check_evaluate_config
 
     result = cli("embodirl-eval", [f"run={tmp_path}", "env=push_cube"])
     line = result.err.strip()
     assert result.code == 2 and len(line.splitlines()) == 1, result.err
-    assert "embodirl-eval has no option env=" in line and "the checkpoint's env" in line
-    assert "Fix: remove env=push_cube, or set one of its keys, e.g. env.num_envs=<value>" in line
+    assert "env='push_cube' is invalid: expected keys of the checkpoint's env" in line
+    assert ("Fix: drop env=push_cube (or set a key, e.g. env.num_envs=8), or pass export=<run>/export/onnx to run "
+            "the run's export in push_cube") in line
     check_evaluate_config(compose_config([f"run={tmp_path}", "env.num_envs=2"], "eval"))  # the fix, followed
 
 
