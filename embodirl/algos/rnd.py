@@ -97,10 +97,13 @@ class RND:
         batch = obs.batch_size
         return torch.cat([obs.get(k).reshape(*batch, -1).float() for k in self.keys], dim=-1)
 
+    def normalize(self, x: Tensor) -> Tensor:
+        """Features ``x`` normalised with the current observation statistics (as they are without them)."""
+        return self.obs_normalizer(x) if self.obs_normalizer is not None else x
+
     def error(self, x: Tensor) -> Tensor:
-        """The predictor's error on features ``x`` ``[B, D]`` (normalised with the current statistics): ``[B]``."""
-        if self.obs_normalizer is not None:
-            x = self.obs_normalizer(x)
+        """The predictor's error on features ``x`` ``[B, D]``: ``[B]``."""
+        x = self.normalize(x)
         return prediction_error(self.predictor(x), self.target(x))
 
     def weight(self, env_step: int, total_env_steps: int) -> float:
@@ -120,12 +123,14 @@ class RND:
     def fit(self, next_obs: TensorDict, num_epochs: int, minibatch_size: int | None) -> Tensor:
         """Train the predictor on ``next_obs`` (any batch shape): ``num_epochs`` passes of shuffled minibatches of
         ``minibatch_size`` (None: all of them); its mean loss over the steps (a device scalar, no host sync)."""
-        x = self.features(next_obs).flatten(0, -2)
+        with torch.no_grad():  # the inputs and the fixed target's embeddings, once for every step
+            x = self.normalize(self.features(next_obs).flatten(0, -2))
+            goal = self.target(x)
         size = x.shape[0] if minibatch_size is None else min(minibatch_size, x.shape[0])
         total, steps = torch.zeros((), device=x.device), 0
         for _ in range(num_epochs):
             for idx in torch.randperm(x.shape[0], device=x.device).split(size):
-                loss = self.error(x[idx]).mean()
+                loss = prediction_error(self.predictor(x[idx]), goal[idx]).mean()
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 allreduce_grads(list(self.predictor.parameters()))

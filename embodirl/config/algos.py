@@ -83,9 +83,9 @@ class RNDConfig(Schema):
     weight_schedule_kind: ScheduleKind = key("step", doc="how a list weight_schedule is read: step | interp")
     learning_rate: float = key(1e-3, gt=0, doc="the predictor's learning rate (Adam; trained on each rollout with "
                                "algo.num_epochs x algo.minibatch_size)")
-    hidden_sizes: list[int] = key(factory=lambda: [256, 256], ge=1, doc="hidden layers of the target and the "
+    hidden_sizes: list[int] = key(factory=lambda: [64, 64], ge=1, doc="hidden layers of the target and the "
                                   "predictor network")
-    embedding_size: int = key(64, ge=1, doc="outputs of the target and the predictor network")
+    embedding_size: int = key(16, ge=1, doc="outputs of the target and the predictor network")
     activation: Activation = key("elu", doc="activation of their hidden layers")
     normalize_obs: bool = key(True, doc="running normalisation of their input observations (clipped to +-5)")
     normalize_bonus: bool = key(True, doc="divide the bonus by the running std of its discounted return")
