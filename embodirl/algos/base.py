@@ -130,7 +130,7 @@ class OnPolicyAlgorithm(ABC):
             episode-long rollouts, which would compile slowly).
     """
 
-    metric_names: ClassVar[tuple[str, ...]] = ()
+    metric_names: tuple[str, ...] = ()  # an instance may extend it (PPO with curiosity)
     compile_prepare: ClassVar[bool] = True
 
     def __init__(self, cfg: OnPolicyConfig, *, policy: Policy, device: torch.device, total_env_steps: int,

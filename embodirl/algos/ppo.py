@@ -45,8 +45,8 @@ class PPO(OnPolicyAlgorithm):
     """
 
     cfg: PPOConfig
-    metric_names = ("loss/policy", "loss/value", "loss/entropy", "diag/approx_kl", "diag/clip_fraction",
-                    "diag/explained_variance", "diag/epochs")
+    metric_names: tuple[str, ...] = ("loss/policy", "loss/value", "loss/entropy", "diag/approx_kl",
+                                     "diag/clip_fraction", "diag/explained_variance", "diag/epochs")
 
     def __init__(self, cfg: PPOConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
                  accel: Acceleration = EAGER) -> None:

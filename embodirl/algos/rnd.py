@@ -81,13 +81,10 @@ class RND:
         self.keys = rnd_input_keys(obs_spec, cfg.weight)
         dim = sum(math.prod(obs_spec[k][0]) for k in self.keys)
         layers = (dim, cfg.embedding_size, cfg.hidden_sizes, cfg.activation, 1.0, "algo.rnd.hidden_sizes")
-        self.networks = nn.ModuleDict({"target": build_mlp(*layers).requires_grad_(False),
-                                       "predictor": build_mlp(*layers)})
-        if cfg.normalize_obs:
-            self.networks["obs_normalizer"] = RunningNormalizer((dim,), clip=OBS_CLIP)
-        self.networks.to(device)
-        self.target, self.predictor = self.networks["target"], self.networks["predictor"]
-        self.obs_normalizer = self.networks["obs_normalizer"] if cfg.normalize_obs else None
+        self.target, self.predictor = build_mlp(*layers).requires_grad_(False), build_mlp(*layers)
+        self.obs_normalizer = RunningNormalizer((dim,), clip=OBS_CLIP) if cfg.normalize_obs else None
+        named = {"target": self.target, "predictor": self.predictor, "obs_normalizer": self.obs_normalizer}
+        self.networks = nn.ModuleDict({k: m for k, m in named.items() if m is not None}).to(device)
         self.bonus_scaler = RewardScaler(gamma, device) if cfg.normalize_bonus else None
         self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=cfg.learning_rate)
         self.schedule = cfg.schedule()
