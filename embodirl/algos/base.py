@@ -130,7 +130,7 @@ class OnPolicyAlgorithm(ABC):
             episode-long rollouts, which would compile slowly).
     """
 
-    metric_names: tuple[str, ...] = ()  # an algorithm may extend it per instance (PPO with algo.symmetry.loss_coef)
+    metric_names: tuple[str, ...] = ()  # an algorithm may extend it per instance (PPO's symmetry loss, curiosity)
     compile_prepare: ClassVar[bool] = True
 
     def __init__(self, cfg: OnPolicyConfig, *, policy: Policy, device: torch.device, total_env_steps: int,

@@ -1,7 +1,8 @@
 """Proximal Policy Optimization over the shared ``[N, T+1]`` rollout.
 
 ``prepare``: GAE advantages (truncation-aware, normalised over the rollout) and returns, optionally on rewards
-scaled by the running std of the discounted return (``normalize_rewards``). ``loss``: the clipped surrogate
+scaled by the running std of the discounted return (``normalize_rewards``), after adding a curiosity bonus
+(``rnd.weight > 0``, :mod:`embodirl.algos.rnd`). ``loss``: the clipped surrogate
 (optionally dual-clipped), the (optionally clipped) value loss and the entropy bonus. A recurrent policy trains on
 sequences of ``seq_len`` steps (truncated backpropagation through time) that start from the state stored in the
 rollout and restart it after each episode end.
@@ -18,12 +19,14 @@ from torch import Tensor
 from embodirl.accel.compile import Acceleration
 from embodirl.algos import functional as F
 from embodirl.algos import symmetry
-from embodirl.algos.base import EAGER, OnPolicyAlgorithm
+from embodirl.algos.base import EAGER, OnPolicyAlgorithm, finish_metrics
 from embodirl.algos.reward_scaling import RewardScaler
+from embodirl.algos.rnd import RND
 from embodirl.collect.collector import CollectPlan
 from embodirl.config.algos import PPOConfig
 from embodirl.envs.base import BatchedEnv
-from embodirl.errors import check
+from embodirl.envs.observations import ObsSpec
+from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
 
 __all__ = ["PPO"]
@@ -61,6 +64,18 @@ class PPO(OnPolicyAlgorithm):
         self.mirror = symmetry.load_mirror(cfg.symmetry, policy)  # None unless algo.symmetry is on
         if self.mirror is not None and cfg.symmetry.loss_coef > 0:
             self.metric_names = (*self.metric_names, "loss/symmetry")
+        self.rnd = RND(cfg.rnd, self._obs_spec(), cfg.gamma, self.device) if cfg.rnd.enabled else None
+        if self.rnd is not None:
+            self.metric_names = (*self.metric_names, "diag/rnd_bonus", "diag/rnd_loss")
+
+    def _obs_spec(self) -> ObsSpec:
+        """The policy's observation spec, which sizes RND's networks."""
+        spec = getattr(self.policy, "obs_spec", None)
+        if spec is None:
+            raise ConfigError("rnd.weight", self.cfg.rnd.weight, f"0 with {type(self.policy).__name__}, a policy "
+                              "without an obs_spec (which sizes RND's networks)", "pass algo.rnd.weight=0, or use "
+                              "policy=actor_critic")
+        return spec
 
     def collect_plan(self, env: BatchedEnv) -> CollectPlan:
         rollout, size = env.num_envs * self.cfg.num_steps, self.cfg.minibatch_size
@@ -73,11 +88,26 @@ class PPO(OnPolicyAlgorithm):
         return CollectPlan(num_steps=self.cfg.num_steps)
 
     def update(self, rollout: TensorDict) -> dict[str, float]:
+        curiosity: dict[str, float] = {}
+        if self.rnd is not None:
+            rollout, curiosity = self.add_curiosity(rollout, self.rnd)
         if self.reward_scaler is not None:  # its running statistics change with every rollout: kept out of prepare
             reward, done = rollout["reward"], rollout["done"]
             scaled = self.reward_scaler(reward[:, :-1], done[:, :-1])
             rollout = rollout.copy().set("reward", torch.cat([scaled, reward[:, -1:]], dim=1))  # the env's stay
-        return super().update(rollout)
+        return {**super().update(rollout), **curiosity}
+
+    def add_curiosity(self, rollout: TensorDict, rnd: RND) -> tuple[TensorDict, dict[str, float]]:
+        """The rollout with the weighted bonus of ``rnd`` added to its rewards (a new TensorDict: the collector's
+        stay), after which the predictor trains on the same next observations; the metrics to log."""
+        next_obs = rollout["next_obs"][:, :-1] if "next_obs" in rollout.keys() else rollout["obs"][:, 1:]  # noqa: SIM118
+        weight = rnd.weight(self.env_steps_seen, self.total_env_steps)
+        bonus = weight * rnd.bonus(next_obs, rollout["done"][:, :-1])
+        reward = rollout["reward"]
+        rollout = rollout.copy().set("reward", torch.cat([reward[:, :-1] + bonus, reward[:, -1:]], dim=1))
+        loss = rnd.fit(next_obs, self.cfg.num_epochs, self.cfg.minibatch_size)
+        metrics = finish_metrics(["diag/rnd_bonus", "diag/rnd_loss"], torch.stack([bonus.mean(), loss]))
+        return rollout, {**metrics, "train/rnd_weight": weight}
 
     @torch.no_grad()
     def prepare(self, rollout: TensorDict) -> TensorDict:
@@ -139,13 +169,24 @@ class PPO(OnPolicyAlgorithm):
         mean = self.policy.dist.mode(self.policy.action_params(torch.cat([obs, mirrored])))  # type: ignore[attr-defined]
         return symmetry.mirror_loss(mean[:size], mean[size:], obs, batch["weight"][:size], self.mirror)
 
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {**super().optimizers(), **({"rnd_optimizer": self.rnd.optimizer} if self.rnd is not None else {})}
+
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """RND's target and predictor, where curiosity is on."""
+        return {"rnd": self.rnd.networks} if self.rnd is not None else {}
+
     def state_dict(self) -> dict:
         state = super().state_dict()
         if self.reward_scaler is not None:
             state["reward_scaler"] = self.reward_scaler.state_dict()
+        if self.rnd is not None:
+            state["rnd"] = self.rnd.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         if self.reward_scaler is not None and "reward_scaler" in state:
             self.reward_scaler.load_state_dict(state["reward_scaler"])
+        if self.rnd is not None:
+            self.rnd.load_state_dict(state["rnd"])

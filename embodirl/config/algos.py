@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from embodirl.config.policies import Activation
 from embodirl.config.schedule import Schedule, ScheduleKind, ScheduleSpec, parse_schedule
 from embodirl.config.schema import Node, Schema, key
 from embodirl.errors import ConfigError
 
 __all__ = ["MOVED_KEYS", "A2CConfig", "DistillConfig", "FastTD3Config", "GRPOConfig", "OffPolicyConfig",
-           "OnPolicyConfig", "PPOConfig", "SACConfig", "SymmetryConfig", "TeacherConfig"]
+           "OnPolicyConfig", "PPOConfig", "RNDConfig", "SACConfig", "SymmetryConfig", "TeacherConfig"]
 
 _RENAMED = {"n_epochs": "num_epochs", "batch_size": "minibatch_size",
             "accumulate_grad_batches": "accumulate_minibatches", "adam_eps": "optimizer.eps"}
@@ -94,6 +95,38 @@ class SymmetryConfig(Schema):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RNDConfig(Schema):
+    """``algo.rnd``: curiosity from random network distillation (:mod:`embodirl.algos.rnd`); off at weight 0."""
+
+    weight: float = key(0.0, ge=0, doc="weight of the normalised curiosity bonus added to the env's reward (the "
+                        "start of a linear/cosine weight_schedule); 0 = off")
+    weight_schedule: ScheduleSpec = key("constant", doc="constant | linear | cosine (weight -> 0 over "
+                                        "trainer.total_env_steps) | [[env_step, weight], ...]")
+    weight_schedule_kind: ScheduleKind = key("step", doc="how a list weight_schedule is read: step | interp")
+    learning_rate: float = key(1e-3, gt=0, doc="the predictor's learning rate (Adam; trained on each rollout with "
+                               "algo.num_epochs x algo.minibatch_size)")
+    hidden_sizes: list[int] = key(factory=lambda: [64, 64], ge=1, doc="hidden layers of the target and the "
+                                  "predictor network")
+    embedding_size: int = key(16, ge=1, doc="outputs of the target and the predictor network")
+    activation: Activation = key("elu", doc="activation of their hidden layers")
+    normalize_obs: bool = key(True, doc="running normalisation of their input observations (clipped to +-5)")
+    normalize_bonus: bool = key(True, doc="divide the bonus by the running std of its discounted return")
+
+    def check(self) -> None:
+        self.schedule()
+
+    def schedule(self) -> Schedule:
+        """The weight's schedule."""
+        return parse_schedule("weight_schedule", self.weight_schedule, self.weight_schedule_kind, self.weight)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the weight is above 0 anywhere in its schedule (else no network is built: plain PPO)."""
+        schedule = self.schedule()
+        return any(v > 0 for _, v in schedule.points) if schedule.shape == "points" else self.weight > 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class PPOConfig(OnPolicyConfig):
     """PPO: clipped surrogate + (optionally clipped) value loss + entropy bonus, GAE with truncation bootstrap."""
 
@@ -115,6 +148,7 @@ class PPOConfig(OnPolicyConfig):
     seq_len: int = key(16, ge=1, doc="recurrent policies: training sequence length (truncated BPTT); divides "
                        "num_steps")
     symmetry: SymmetryConfig = key(factory=SymmetryConfig, doc="mirror augmentation and mirror loss (off by default)")
+    rnd: RNDConfig = key(factory=RNDConfig, doc="curiosity from random network distillation (weight 0 = off)")
 
 
 @dataclass(frozen=True, kw_only=True)

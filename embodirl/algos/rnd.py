@@ -1,0 +1,150 @@
+"""Curiosity from random network distillation (``algo.rnd.*``; Burda et al. 2018, as rsl_rl's RND extension).
+
+A fixed, randomly initialised target network ``f`` and a trained predictor ``f_hat`` both map an observation to an
+embedding of ``embedding_size``. The bonus of a transition is the predictor's error on the observation it led to,
+
+    ``e(s') = mean_k (f_hat(x)_k - f(x)_k)^2``,  ``x = clamp((s' - mu) / sqrt(var + 1e-8), -5, 5)``,
+
+which stays high where the predictor has seen few such observations: novel states pay. ``mu`` and ``var`` are the
+running statistics of the observations the bonus was computed on (``normalize_obs``; Burda et al.'s input
+normalisation). The bonus is divided by the running std of its own discounted return (``normalize_bonus``;
+rsl_rl's ``EmpiricalDiscountedVariationNormalization``, here :class:`~embodirl.algos.reward_scaling.RewardScaler`),
+so its scale does not drift as the predictor learns, then weighted (``weight`` and its ``weight_schedule`` over env
+steps) and added to the env's reward before the advantages, with one critic for the sum (as rsl_rl does).
+
+The next observation of transition ``t`` is ``obs[:, t + 1]`` of the rollout (after an episode end: the next
+episode's first observation, which rsl_rl reads too), or ``next_obs`` where the collector wrote it. The predictor
+trains on the same observations after the bonus is computed: ``num_epochs`` passes of shuffled minibatches of
+``minibatch_size``, its own Adam. This runs eagerly, outside the compiled and captured steps: like
+``normalize_rewards``, it rewrites the rollout's rewards with statistics that change every rollout, before
+``prepare``, and its optimizer is not the policy's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from embodirl.algos.reward_scaling import RewardScaler
+from embodirl.config.algos import RNDConfig
+from embodirl.envs.observations import ObsKey, ObsSpec, key_name
+from embodirl.errors import ConfigError
+from embodirl.policies.encoders import is_image
+from embodirl.policies.networks import build_mlp
+from embodirl.policies.normalizer import RunningNormalizer
+from embodirl.runtime.distributed import allreduce_grads
+
+__all__ = ["RND", "prediction_error", "rnd_input_keys"]
+
+OBS_CLIP = 5.0  # Burda et al. clip the normalised observations to [-5, 5]
+
+
+def prediction_error(predicted: Tensor, target: Tensor) -> Tensor:
+    """``mean_k (predicted_k - target_k)^2`` per sample: ``[B, K]`` embeddings in, ``[B]`` out."""
+    return (predicted - target).pow(2).mean(dim=-1)
+
+
+def rnd_input_keys(obs_spec: ObsSpec, weight: float = 0.0) -> list[ObsKey]:
+    """The observation keys RND reads: every key but images (uint8 ``[H, W, C]``), flattened and concatenated.
+
+    Raises:
+        ConfigError: The observations are images only (key ``rnd.weight``, relative to ``algo.``).
+    """
+    keys = [k for k, (shape, dtype) in obs_spec.items() if not is_image(shape, dtype)]
+    if not keys:
+        names = ", ".join(key_name(k) for k in obs_spec)
+        raise ConfigError("rnd.weight", weight, f"0 where the observations are images only ({names}): RND reads "
+                          "vector observations", "pass algo.rnd.weight=0, or an env with a state vector "
+                          "(push_cube: env.obs_mode=state_rgb)")
+    return keys
+
+
+class RND:
+    """The target, the predictor, their input normaliser, the bonus scaler and the predictor's optimizer.
+
+    Args:
+        cfg: The keys of ``algo.rnd`` (:class:`~embodirl.config.algos.RNDConfig`).
+        obs_spec: The env's observations (the policy's ``obs_spec``).
+        gamma: Discount of the bonus's running return (the algorithm's ``gamma``).
+        device: Device of the rollouts.
+
+    Attributes:
+        networks: ``target``, ``predictor`` and (with ``normalize_obs``) ``obs_normalizer``, one module (what the
+            ranks must hold alike).
+    """
+
+    def __init__(self, cfg: RNDConfig, obs_spec: ObsSpec, gamma: float, device: torch.device) -> None:
+        self.keys = rnd_input_keys(obs_spec, cfg.weight)
+        dim = sum(math.prod(obs_spec[k][0]) for k in self.keys)
+        layers = (dim, cfg.embedding_size, cfg.hidden_sizes, cfg.activation, 1.0, "algo.rnd.hidden_sizes")
+        self.target, self.predictor = build_mlp(*layers).requires_grad_(False), build_mlp(*layers)
+        self.obs_normalizer = RunningNormalizer((dim,), clip=OBS_CLIP) if cfg.normalize_obs else None
+        named = {"target": self.target, "predictor": self.predictor, "obs_normalizer": self.obs_normalizer}
+        self.networks = nn.ModuleDict({k: m for k, m in named.items() if m is not None}).to(device)
+        self.bonus_scaler = RewardScaler(gamma, device) if cfg.normalize_bonus else None
+        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=cfg.learning_rate)
+        self.schedule = cfg.schedule()
+
+    def features(self, obs: TensorDict) -> Tensor:
+        """The network input of ``obs`` (batch ``[*B]``): its keys flattened and concatenated, ``[*B, D]`` float."""
+        batch = obs.batch_size
+        return torch.cat([obs.get(k).reshape(*batch, -1).float() for k in self.keys], dim=-1)
+
+    def normalize(self, x: Tensor) -> Tensor:
+        """Features ``x`` normalised with the current observation statistics (as they are without them)."""
+        return self.obs_normalizer(x) if self.obs_normalizer is not None else x
+
+    def error(self, x: Tensor) -> Tensor:
+        """The predictor's error on features ``x`` ``[B, D]``: ``[B]``."""
+        x = self.normalize(x)
+        return prediction_error(self.predictor(x), self.target(x))
+
+    def weight(self, env_step: int, total_env_steps: int) -> float:
+        """The bonus weight in effect after ``env_step`` of ``total_env_steps``."""
+        return self.schedule.value(env_step, total_env_steps)
+
+    @torch.no_grad()
+    def bonus(self, next_obs: TensorDict, done: Tensor) -> Tensor:
+        """The normalised (unweighted) bonus of ``[N, T]`` transitions that led to ``next_obs`` and ended episodes
+        where ``done``; updates the observation and bonus statistics with them first."""
+        x = self.features(next_obs)
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.update(x)
+        error = self.error(x.flatten(0, 1)).view(done.shape)
+        return self.bonus_scaler(error, done) if self.bonus_scaler is not None else error
+
+    def fit(self, next_obs: TensorDict, num_epochs: int, minibatch_size: int | None) -> Tensor:
+        """Train the predictor on ``next_obs`` (any batch shape): ``num_epochs`` passes of shuffled minibatches of
+        ``minibatch_size`` (None: all of them); its mean loss over the steps (a device scalar, no host sync)."""
+        with torch.no_grad():  # the inputs and the fixed target's embeddings, once for every step
+            x = self.normalize(self.features(next_obs).flatten(0, -2))
+            goal = self.target(x)
+        size = x.shape[0] if minibatch_size is None else min(minibatch_size, x.shape[0])
+        total, steps = torch.zeros((), device=x.device), 0
+        for _ in range(num_epochs):
+            for idx in torch.randperm(x.shape[0], device=x.device).split(size):
+                loss = prediction_error(self.predictor(x[idx]), goal[idx]).mean()
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                allreduce_grads(list(self.predictor.parameters()))
+                self.optimizer.step()
+                total, steps = total + loss.detach(), steps + 1
+        return total / steps
+
+    def state_dict(self) -> dict[str, Any]:
+        """The networks and the observation statistics, the optimizer, the bonus scaler."""
+        state = {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.bonus_scaler is not None:
+            state["bonus_scaler"] = self.bonus_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.networks.load_state_dict(state["networks"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.bonus_scaler is not None:
+            self.bonus_scaler.load_state_dict(state["bonus_scaler"])

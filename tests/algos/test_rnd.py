@@ -1,0 +1,166 @@
+"""Curiosity (RND): hand values of the error, the normalisers and the bonus; PPO's hook; off at weight 0; state."""
+
+import copy
+import json
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from embodirl.algos.rnd import RND, prediction_error
+from embodirl.app.run import run_training
+from embodirl.config.algos import PPOConfig, RNDConfig
+from embodirl.config.schema import parse
+from embodirl.errors import ConfigError
+from embodirl.runtime.checkpoint import load_checkpoint
+from tests.conftest import algo_on_cartpole, compose_config
+
+STATE = {("state",): ((1,), torch.float32)}
+
+
+def _rnd(**keys) -> RND:
+    return RND(parse(RNDConfig, {"weight": 1.0, **keys}), STATE, gamma=0.5, device=torch.device("cpu"))
+
+
+def _set_nets(rnd: RND) -> None:
+    """hidden_sizes=[1], embedding_size=1, relu: target(x) = relu(x), predictor(x) = 0."""
+    with torch.no_grad():
+        for layer in rnd.target:
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.fill_(1.0)
+                layer.bias.zero_()
+        for p in rnd.predictor.parameters():
+            p.zero_()
+
+
+def _obs(values) -> TensorDict:
+    state = torch.tensor(values, dtype=torch.float32).unsqueeze(-1)
+    return TensorDict({"state": state}, batch_size=state.shape[:-1])
+
+
+def test_prediction_error_hand_values():
+    # mean over the embedding of the squared differences: (1 + 4) / 2 and 0.
+    assert prediction_error(torch.tensor([[1.0, 2.0], [0.5, 0.5]]),
+                            torch.tensor([[0.0, 0.0], [0.5, 0.5]])).tolist() == [2.5, 0.0]
+
+
+def test_bonus_hand_values_with_both_normalisers():
+    rnd = _rnd(hidden_sizes=[1], embedding_size=1, activation="relu")
+    _set_nets(rnd)
+    # Two envs, one step, observations 0 and 2: the normaliser's statistics become mean 1, var 1 (its prior count
+    # is 0), so the inputs are -1 and 1; the target gives relu(-1) = 0 and relu(1) = 1, the predictor 0: errors
+    # 0 and 1. The discounted returns (gamma 0.5, none carried in) are the errors themselves: population variance
+    # 0.25, std 0.5, so the bonuses are 0 / 0.5 = 0 and 1 / 0.5 = 2.
+    bonus = rnd.bonus(_obs([[0.0], [2.0]]), torch.zeros(2, 1, dtype=torch.bool))
+    assert float(rnd.obs_normalizer.mean) == pytest.approx(1.0) and float(rnd.obs_normalizer.var) == pytest.approx(1.0)
+    torch.testing.assert_close(bonus, torch.tensor([[0.0], [2.0]]), atol=1e-6, rtol=1e-6)
+    # Without the normalisers the error is the target's output itself: relu(0) = 0 and relu(2)^2 = 4.
+    raw = _rnd(hidden_sizes=[1], embedding_size=1, activation="relu", normalize_obs=False, normalize_bonus=False)
+    _set_nets(raw)
+    assert raw.bonus(_obs([[0.0], [2.0]]), torch.zeros(2, 1, dtype=torch.bool)).tolist() == [[0.0], [4.0]]
+
+
+def test_input_clip_and_the_bonus_return_reset_at_episode_ends():
+    rnd = _rnd(hidden_sizes=[1], embedding_size=1, activation="relu", normalize_bonus=False)
+    _set_nets(rnd)
+    rnd.obs_normalizer.update(torch.tensor([[0.0], [2.0]]))  # mean 1, var 1
+    # An observation of 101 normalises to 100 and is clipped to 5 (Burda et al.'s clip): error 25.
+    assert rnd.error(torch.tensor([[101.0]])).tolist() == pytest.approx([25.0])
+    scaled = _rnd(normalize_obs=False)
+    scaled.bonus(_obs([[1.0, 1.0]]), torch.tensor([[False, True]]))
+    assert scaled.bonus_scaler.running_return.tolist() == [0.0]  # the episode ended at the last step
+
+
+def test_fit_lowers_the_error_and_leaves_the_target_alone():
+    torch.manual_seed(0)
+    rnd = _rnd(hidden_sizes=[32], embedding_size=8, learning_rate=1e-2)
+    obs = _obs(torch.randn(64, 4).tolist())
+    rnd.obs_normalizer.update(rnd.features(obs))
+    target = copy.deepcopy(rnd.target.state_dict())
+    before = float(rnd.error(rnd.features(obs).flatten(0, 1)).mean().detach())
+    losses = [float(rnd.fit(obs, num_epochs=4, minibatch_size=64)) for _ in range(10)]
+    assert losses[-1] < 0.5 * before and losses[-1] < losses[0]
+    assert all(torch.equal(target[k], v) for k, v in rnd.target.state_dict().items())
+
+
+def test_weight_schedules_and_bad_ones():
+    assert _rnd(weight=0.5, weight_schedule="linear").weight(250, 1000) == pytest.approx(0.375)
+    points = _rnd(weight_schedule=[[0, 1.0], [100, 0.0]], weight_schedule_kind="interp")
+    assert points.weight(25, 1000) == pytest.approx(0.75) and points.weight(500, 1000) == 0.0
+    assert not parse(RNDConfig, {"weight": 0.0}).enabled
+    assert parse(RNDConfig, {"weight": 0.0, "weight_schedule": [[0, 0.0], [10, 0.1]]}).enabled
+    assert not parse(RNDConfig, {"weight": 1.0, "weight_schedule": [[0, 0.0]]}).enabled
+    with pytest.raises(ConfigError, match=r"algo.rnd.weight_schedule='exp' is invalid: .*constant, linear, cosine"):
+        parse(PPOConfig, {"rnd": {"weight": 0.1, "weight_schedule": "exp"}}, "algo.")
+    with pytest.raises(ConfigError, match=r"algo.rnd.weight=-1 is invalid"):
+        parse(PPOConfig, {"rnd": {"weight": -1}}, "algo.")
+
+
+def test_weight_zero_is_plain_ppo_bit_for_bit():
+    # weight 0 builds no network and draws no random number: the same updates as the config without algo.rnd keys.
+    plain, plain_collector = algo_on_cartpole("ppo")
+    off, off_collector = algo_on_cartpole("ppo", "algo.rnd.weight=0", "algo.rnd.hidden_sizes=[8]",
+                                          "algo.rnd.learning_rate=0.5")
+    assert off.rnd is None and off.networks() == {} and set(off.optimizers()) == {"optimizer"}
+    for _ in range(2):
+        torch.manual_seed(1)
+        a = plain.update(plain_collector.collect())
+        torch.manual_seed(1)
+        b = off.update(off_collector.collect())
+        assert a == b and not any(k.startswith(("diag/rnd", "train/rnd")) for k in b)
+
+
+def test_ppo_adds_the_weighted_bonus_to_the_rewards_and_logs_it():
+    algo, collector = algo_on_cartpole("ppo", "algo.rnd.weight=0.5")
+    rollout = collector.collect()
+    reference = copy.deepcopy(algo.rnd)  # what the bonus is computed with, before the hook trains the predictor
+    env_reward = rollout["reward"].clone()
+    changed, metrics = algo.add_curiosity(rollout, algo.rnd)
+    bonus = 0.5 * reference.bonus(rollout["obs"][:, 1:], rollout["done"][:, :-1])
+    torch.testing.assert_close(changed["reward"][:, :-1], env_reward[:, :-1] + bonus)
+    assert torch.equal(rollout["reward"], env_reward)  # the collector's rollout keeps the env's rewards
+    assert metrics["diag/rnd_bonus"] == pytest.approx(float(bonus.mean()), rel=1e-5)
+    assert metrics["train/rnd_weight"] == 0.5 and metrics["diag/rnd_loss"] > 0
+    logged = algo.update(collector.collect())
+    assert {k for k in logged if k.startswith(("loss/", "diag/"))} == set(algo.metric_names)
+    assert {"diag/rnd_bonus", "diag/rnd_loss", "train/rnd_weight"} <= set(logged)
+
+
+def test_state_round_trip_continues_exactly():
+    algo, collector = algo_on_cartpole("ppo", "algo.rnd.weight=0.5", "algo.rnd.weight_schedule=linear")
+    for _ in range(2):
+        algo.update(collector.collect())
+    restored, _ = algo_on_cartpole("ppo", "algo.rnd.weight=0.5", "algo.rnd.weight_schedule=linear")
+    restored.policy.load_state_dict(algo.policy.state_dict())
+    restored.load_state_dict(copy.deepcopy(algo.state_dict()))
+    rollout = collector.collect()
+    torch.manual_seed(7)
+    a = algo.update(rollout.clone())
+    torch.manual_seed(7)
+    b = restored.update(rollout.clone())
+    assert a == b
+    for (name, x), (_, y) in zip(algo.rnd.networks.state_dict().items(), restored.rnd.networks.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_image_only_observations_are_refused_with_the_key():
+    image = {("rgb",): ((8, 8, 3), torch.uint8)}
+    with pytest.raises(ConfigError, match=r"rnd.weight=1.0 is invalid: .*images only \(rgb\).*algo.rnd.weight=0"):
+        RND(parse(RNDConfig, {"weight": 1.0}), image, gamma=0.9, device=torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_resumed_run_with_curiosity_equals_an_uninterrupted_one(tmp_path, tiny):
+    common = [*tiny, "trainer.total_env_steps=512", "trainer.checkpoint_every_env_steps=128",
+              "trainer.keep_checkpoints=10", "algo.rnd.weight=0.5", "algo.rnd.hidden_sizes=[16]", "seed=3"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run_training(compose_config(common), full)
+    run_training(compose_config([*common, f"trainer.resume={full / 'checkpoints' / 'step_000000000256.pt'}"]),
+                 resumed)
+    a, b = (load_checkpoint(d / "checkpoints" / "last.pt")["algo"]["rnd"]["networks"] for d in (full, resumed))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    records = [[json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()] for d in (full, resumed)]
+    for x, y in zip(records[0][2:], records[1], strict=True):
+        assert (x["diag/rnd_bonus"], x["diag/rnd_loss"], x["loss/value"]) == (
+            y["diag/rnd_bonus"], y["diag/rnd_loss"], y["loss/value"])
