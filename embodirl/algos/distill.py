@@ -33,10 +33,13 @@ from embodirl.algos import functional as F
 from embodirl.algos.base import EAGER, OnPolicyAlgorithm
 from embodirl.collect.collector import CollectPlan
 from embodirl.config.algos import DistillConfig, TeacherConfig
-from embodirl.config.instantiate import instantiate
+from embodirl.config.envs import EnvNode, EnvSetupConfig
+from embodirl.config.instantiate import instantiate, to_node
+from embodirl.config.policies import PolicyNode
 from embodirl.config.trust import check_config_from_file, with_moved_targets
 from embodirl.envs.base import BatchedEnv
 from embodirl.envs.observations import ObsSpec, key_name, observation_spec
+from embodirl.envs.wrapping import wrap_env
 from embodirl.errors import CheckpointError, ConfigError
 from embodirl.policies.base import Policy
 from embodirl.runtime.checkpoint import load_checkpoint
@@ -86,13 +89,14 @@ def load_teacher(cfg: TeacherConfig, device: torch.device) -> tuple[Policy, gym.
     state = load_checkpoint(path, key="algo.teacher.checkpoint")
     config = with_moved_targets(state["config"])
     check_config_from_file(config, where, cfg.trusted_targets)
-    env_node = {**config["env"], "num_envs": 1}
+    env_node = to_node({**config["env"], "num_envs": 1}, "algo.teacher.env.", EnvNode)
     env = instantiate(env_node, "algo.teacher.env.", device=torch.device("cpu"), seed=0)
-    try:
+    try:  # the spaces the teacher's policy saw: its env inside the wrappers its run turned on
+        env = wrap_env(env, typing.cast(EnvSetupConfig, env_node.setup), seed=0)
         obs_space, action_space = env.observation_space, env.action_space
     finally:
         env.close()
-    policy_node = {**config["policy"], "init_from": None, "freeze": []}
+    policy_node = to_node(config["policy"], "algo.teacher.policy.", PolicyNode)  # its init_from/freeze split off
     teacher = instantiate(policy_node, "algo.teacher.policy.", observation_space=obs_space, action_space=action_space)
     try:
         teacher.load_state_dict(state["policy"])

@@ -188,3 +188,14 @@ def test_a_student_of_a_teacher_still_training_says_so(cli, tmp_path):
     out = _student(cli, teacher, tmp_path / "student", 128)
     assert out.code == 0, out.err
     assert f"the teacher {teacher} is still training (its status.json says running" in out.out + out.err
+
+
+def test_a_teacher_trained_inside_wrappers_teaches_a_student_in_the_same_wrappers(cli, tmp_path):
+    # The teacher's policy reads what its env's wrappers gave it (here 2 observations of history): its weights
+    # are built for those spaces, not the bare env's (which refused them as "weights that do not fit").
+    wrapped = [*PUSH, "env.obs_history=2"]
+    teacher = _teacher(cli, tmp_path / "teacher", *wrapped)
+    out = cli("embodirl-train", [*QUIET, *wrapped, "algo=distill", f"algo.teacher.run={teacher}",
+                                 "algo.teacher.checkpoint=last", "policy=actor_only", "trainer=debug",
+                                 "trainer.total_env_steps=2048", f"hydra.run.dir={tmp_path / 'student'}"])
+    assert out.code == 0, out.err
