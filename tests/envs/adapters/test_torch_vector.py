@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from embodirl.app.build import build_env
 from embodirl.config.envs import TorchVectorConfig
 from embodirl.config.schema import parse
 from embodirl.envs.adapters.torch_vector import TorchVectorEnv
@@ -108,7 +109,9 @@ def test_success_comes_from_the_finished_step_where_an_episode_ended():
     step = env.step(torch.zeros(3, 2))  # the time limit: every env resets inside the step
     assert step.truncated.all() and step.info["success"].tolist() == [False, True, True]
     assert not sim.get_info()["success"][1:].any(), "the reset states are not successes"
-    quiet = make_env(num_envs=2, adapter={"success_key": None, "solved_threshold": 5.0})
+    # env.solved_threshold is a setup key: the build applies it over the adapter's own criterion
+    quiet = build_env({"_target_": "embodirl.envs.adapters.torch_vector.TorchVectorEnv", "make": {"_target_": FAKE},
+                       "num_envs": 2, "success_key": None, "solved_threshold": 5.0}, CPU, seed=0)
     assert "success" not in quiet.step(torch.zeros(2, 2)).info
     assert quiet.solved_metric == "eval/return_mean" and quiet.solved_threshold == 5.0
 
