@@ -464,7 +464,7 @@ def dry_run(env: BatchedEnv, policy: Policy) -> None:
     obs = env.reset(seed=0)
     check_observation(f"{name}.reset() observation", obs, spec, n, env.device)
     action, _, _, _ = policy.act(as_tensordict(obs, n), policy.initial_state(n))
-    step = env.step(action)
+    step = env.step(action[:, 0] if policy.dist.action_chunk > 1 else action)  # a chunk's first action
     if not isinstance(step, StepResult):
         raise TypeError(f"{name}.step must return embodirl.envs.StepResult, got {type(step).__name__}")
     check_observation(f"{name}.step().obs", step.obs, spec, n, env.device)
