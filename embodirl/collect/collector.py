@@ -18,6 +18,7 @@ from embodirl.collect.rollout import allocate_rollout
 from embodirl.envs.base import BatchedEnv, StepResult, env_mode
 from embodirl.envs.observations import ObsKey, allocate, as_tensordict, observation_spec
 from embodirl.policies.base import Policy
+from embodirl.policies.distributions import Chunked
 
 __all__ = ["CollectPlan", "Collector", "chunk_step", "env_step"]
 
@@ -138,7 +139,7 @@ class Collector:
                                         initial if self.recurrent else None, next_obs=plan.next_obs)
         self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
         # A chunked policy's slot t is a decision of k env steps; the episode statistics count env steps.
-        self.chunked = policy.dist.action_chunk > 1
+        self.chunked = isinstance(policy.dist, Chunked)
         self.execute = policy.dist.chunk_execute
         if self.chunked and (self.recurrent or plan.next_obs):
             raise ValueError("action chunks (policy.action_chunk > 1) need a feedforward policy and an on-policy "
