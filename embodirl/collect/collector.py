@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -69,7 +68,7 @@ def env_step(env: BatchedEnv, action: Tensor, next_state: TensorDict,
 
 def _select(mask: Tensor, a: TensorDict, b: TensorDict) -> TensorDict:
     """``a`` where ``mask`` ``[N]``, else ``b`` (leaf by leaf)."""
-    return a.apply(lambda x, y: torch.where(mask.view(-1, *[1] * (x.dim() - 1)), x, y), b)
+    return cast(TensorDict, a.apply(lambda x, y: torch.where(mask.view(-1, *[1] * (x.dim() - 1)), x, y), b))
 
 
 def chunk_step(env: BatchedEnv, chunk: Tensor, execute: int,
@@ -105,7 +104,7 @@ def chunk_step(env: BatchedEnv, chunk: Tensor, execute: int,
         stats.extend_record(out.info, record)
         records.append(record)
     steps = {key: torch.stack([record[key] for record in records], dim=1) for key in records[0]}
-    decision = StepResult(out.obs, reward, terminated, truncated, typing.cast(TensorDict, final_obs), out.info)
+    decision = StepResult(out.obs, reward, terminated, truncated, cast(Tensor, final_obs), out.info)
     return decision, ended, steps
 
 
