@@ -49,7 +49,7 @@ def test_each_option_holds_its_schemas_keys_with_their_defaults(where):
 
 def test_the_policy_keys_are_declared_once():
     shared = {f.name for f in dataclasses.fields(PolicyConfig)}
-    assert len(shared) == 11 and {"init_from", "freeze", "encoders", "distribution"} <= shared
+    assert len(shared) == 13 and {"init_from", "freeze", "encoders", "distribution", "action_chunk"} <= shared
     for schema in (ActorOnlyConfig, ActorCriticConfig, ActorCriticRNNConfig):
         assert shared <= {f.name for f in dataclasses.fields(schema)}
     assert "critic_keys" not in {f.name for f in dataclasses.fields(ActorOnlyConfig)}  # no critic to read them
