@@ -85,7 +85,8 @@ class GRPO(OnPolicyAlgorithm):
                               "envs from their reset state (CartPole and PushCube can, without observation or action "
                               "wrappers)",
                               "pass algo.restart_finished=false", absolute=True)
-        return CollectPlan(num_steps=cfg.num_steps or env.max_episode_steps,
+        per_decision = self.policy.dist.chunk_execute  # env steps per rollout slot (k of an action chunk)
+        return CollectPlan(num_steps=cfg.num_steps or -(-env.max_episode_steps // per_decision),
                            reset_every_rollout=cfg.reset_every_rollout,
                            group_size=cfg.group_size if cfg.group_shared_reset else 1,
                            first_episode_only=cfg.first_episode_only, restart_finished=cfg.restart_finished)

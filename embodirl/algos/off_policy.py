@@ -83,6 +83,10 @@ class OffPolicyAlgorithm(ABC):
 
     def __init__(self, cfg: OffPolicyConfig, *, policy: Policy, device: torch.device, total_env_steps: int,
                  accel: Acceleration = EAGER) -> None:
+        if policy.dist.action_chunk > 1:  # a replay buffer of single steps and a critic of one action
+            raise ConfigError("policy.action_chunk", policy.dist.action_chunk, "1 with an off-policy algorithm (action "
+                              "chunks are trained by the on-policy ones: ppo, a2c, grpo)",
+                              "pass policy.action_chunk=1, or algo=ppo", absolute=True)
         self.cfg, self.policy = cfg, policy
         self.device = torch.device(device)
         self.total_env_steps = total_env_steps

@@ -40,6 +40,7 @@ from embodirl.envs.observations import as_tensordict, check_observation, observa
 from embodirl.envs.wrapping import wrap_env
 from embodirl.errors import ConfigError, check
 from embodirl.policies.base import Policy
+from embodirl.policies.distributions import Chunked
 from embodirl.policies.pretrained import freeze, load_pretrained
 from embodirl.runtime.distributed import DistInfo, broadcast_module
 from embodirl.training.console import StopGoal
@@ -384,7 +385,7 @@ def dry_run(env: BatchedEnv, policy: Policy) -> None:
     obs = env.reset(seed=0)
     check_observation(f"{name}.reset() observation", obs, spec, n, env.device)
     action, _, _, _ = policy.act(as_tensordict(obs, n), policy.initial_state(n))
-    step = env.step(action)
+    step = env.step(action[:, 0] if isinstance(policy.dist, Chunked) else action)  # a chunk's first action
     if not isinstance(step, StepResult):
         raise TypeError(f"{name}.step must return embodirl.envs.StepResult, got {type(step).__name__}")
     check_observation(f"{name}.step().obs", step.obs, spec, n, env.device)

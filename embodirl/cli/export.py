@@ -100,6 +100,7 @@ def manifest(actor: DeterministicActor, *, fmt: str, file: str, checkpoint: Path
             "state": state,
             "outputs": [action, *(s.as_json() for s in actor.outputs[1:])],
             "action": action, "control_dt": float(control_dt) if control_dt else None,
+            "action_chunk": actor.action_chunk, "chunk_execute": actor.chunk_execute,
             "normalizer": "inside: feed raw observations", "recurrent": bool(actor.state)}
 
 

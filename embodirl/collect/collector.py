@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from tensordict import TensorCollection, TensorDict
@@ -17,8 +17,9 @@ from embodirl.collect.rollout import allocate_rollout
 from embodirl.envs.base import BatchedEnv, StepResult, env_mode
 from embodirl.envs.observations import ObsKey, allocate, as_tensordict, observation_spec
 from embodirl.policies.base import Policy
+from embodirl.policies.distributions import Chunked
 
-__all__ = ["CollectPlan", "Collector", "env_step"]
+__all__ = ["CollectPlan", "Collector", "chunk_step", "env_step"]
 
 _CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
 _TRANSITION = (  # the keys padded after an early stop
@@ -65,6 +66,48 @@ def env_step(env: BatchedEnv, action: Tensor, next_state: TensorDict,
     return out, done, {"obs": out.obs, "state": next_state}
 
 
+def _select(mask: Tensor, a: TensorDict, b: TensorDict) -> TensorDict:
+    """``a`` where ``mask`` ``[N]``, else ``b`` (leaf by leaf)."""
+    return cast(TensorDict, a.apply(lambda x, y: torch.where(mask.view(-1, *[1] * (x.dim() - 1)), x, y), b))
+
+
+def chunk_step(env: BatchedEnv, chunk: Tensor, execute: int,
+               stats: EpisodeStats) -> tuple[StepResult, Tensor, dict[str, Tensor]]:
+    """Execute the first ``execute`` actions of ``chunk`` ``[N, H, ...]``, one env step each: one decision.
+
+    The decision's reward is the plain sum of the rewards of its steps, up to and including the step that ends the
+    episode (an episode ending mid-chunk ends the decision there: its flags and true final observation are that
+    step's). Batched envs step together and auto-reset, so an env whose episode ended runs the rest of the chunk in
+    its next episode: those steps belong to that episode's statistics, not to the decision.
+
+    Returns:
+        ``(out, done, steps)``: the decision as one :class:`StepResult` (``obs`` to act on next, summed ``reward``,
+        ``terminated``/``truncated``/``final_obs`` of the episode it acted in, the last step's ``info``); where its
+        episode ended; and what :class:`EpisodeStats` needs of each env step (``reward``, ``done``, and what
+        :meth:`EpisodeStats.extend_record` adds), each ``[N, execute, ...]``.
+    """
+    n = env.num_envs
+    running = torch.ones(n, dtype=torch.bool, device=chunk.device)  # the decision's episode has not ended yet
+    reward, ended = torch.zeros(n, device=chunk.device), torch.zeros_like(running)
+    terminated, truncated = torch.zeros_like(running), torch.zeros_like(running)
+    final_obs: TensorDict | None = None
+    records: list[dict[str, Any]] = []
+    for i in range(execute):
+        out = env.step(chunk[:, i])
+        done = out.terminated | out.truncated
+        reward = reward + torch.where(running, out.reward, torch.zeros_like(out.reward))
+        terminated, truncated = terminated | (running & out.terminated), truncated | (running & out.truncated)
+        final = as_tensordict(out.final_obs, n)
+        final_obs = final if final_obs is None else _select(running, final, final_obs)
+        ended, running = ended | (running & done), running & ~done
+        record: dict[str, Any] = {"reward": out.reward, "done": done}
+        stats.extend_record(out.info, record)
+        records.append(record)
+    steps = {key: torch.stack([record[key] for record in records], dim=1) for key in records[0]}
+    decision = StepResult(out.obs, reward, terminated, truncated, cast(Tensor, final_obs), out.info)
+    return decision, ended, steps
+
+
 class Collector:
     """Fills one rollout per :meth:`collect` call, continuing episodes across calls.
 
@@ -94,20 +137,32 @@ class Collector:
         self.rollout = allocate_rollout(n, t, spec, policy.dist.action_shape, policy.dist.action_dtype, dev,
                                         initial if self.recurrent else None, next_obs=plan.next_obs)
         self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
-        # What slot t records besides the rollout: for the episode statistics, and the true final observation of a
-        # transition for the critic's bootstrap after the loop (recurrent critics bootstrap inside the step).
-        stats = self.episode_stats
-        self.extras = TensorDict({"success": torch.zeros(n, t, dtype=torch.bool, device=dev),
-                                  "info": torch.zeros(n, t, len(stats.info.keys), dtype=torch.float64, device=dev),
-                                  "reward_terms": torch.zeros(n, t, len(stats.reward_terms), dtype=torch.float64,
-                                                              device=dev)}, batch_size=[n, t], device=dev)
+        # A chunked policy's slot t is a decision of k env steps; the episode statistics count env steps.
+        self.chunked = isinstance(policy.dist, Chunked)
+        self.execute = policy.dist.chunk_execute
+        if self.chunked and (self.recurrent or plan.next_obs):
+            raise ValueError("action chunks (policy.action_chunk > 1) need a feedforward policy and an on-policy "
+                             "algorithm (ppo, a2c, grpo): pass policy.action_chunk=1")
+        # What slot t records besides the rollout: for the episode statistics (per env step of a chunk: [N, T, k]),
+        # and the true final observation of a transition for the critic's bootstrap after the loop (recurrent
+        # critics bootstrap inside the step).
+        stats, per_step = self.episode_stats, ((self.execute,) if self.chunked else ())
+        self.extras = TensorDict({"success": torch.zeros(n, t, *per_step, dtype=torch.bool, device=dev),
+                                  "info": torch.zeros(n, t, *per_step, len(stats.info.keys), dtype=torch.float64,
+                                                      device=dev),
+                                  "reward_terms": torch.zeros(n, t, *per_step, len(stats.reward_terms),
+                                                              dtype=torch.float64, device=dev)},
+                                 batch_size=[n, t], device=dev)
+        if self.chunked:
+            self.extras.set("step_reward", torch.zeros(n, t, self.execute, device=dev))
+            self.extras.set("step_done", torch.zeros(n, t, self.execute, dtype=torch.bool, device=dev))
         self.bootstraps_final_obs = policy.has_critic and not self.recurrent
         if self.bootstraps_final_obs:
             self.extras.set("final_obs", allocate(spec, (n, t), dev))
         carry = {"obs": allocate(spec, (n,), dev), "state": initial}
         records = {**dict(self.rollout.items()), **dict(self.extras.items())}
-        self.loop = StepLoop(self.step, carry, records, dim=1, accel=accel, device=dev,
-                             name="collection_step")
+        self.loop = StepLoop(self.chunk_step if self.chunked else self.step, carry, records, dim=1, accel=accel,
+                             device=dev, name="collection_step")
         self.started = False
 
     def step(self, carry: Carry) -> tuple[Values, Values]:
@@ -129,6 +184,20 @@ class Collector:
                 record["final_value"] = torch.where(out.truncated & ~out.terminated, final, torch.zeros_like(final))
         self.episode_stats.extend_record(out.info, record)
         return record, next_carry
+
+    def chunk_step(self, carry: Carry) -> tuple[Values, Values]:
+        """One decision of a chunked policy: act, execute the chunk's first ``k`` actions (:func:`chunk_step`), and
+        return what rollout slot ``t`` records (the whole chunk as the action) and the next carry."""
+        obs = carry["obs"]
+        chunk, log_prob, value, next_state = self.policy.act(obs, carry["state"])
+        out, done, steps = chunk_step(self.env, chunk, self.execute, self.episode_stats)
+        record: dict[str, Tensor | TensorCollection] = {
+            "obs": obs, "action": chunk, "sample_log_prob": log_prob, "value": value, "reward": out.reward,
+            "terminated": out.terminated, "truncated": out.truncated, "done": done,
+            "step_reward": steps.pop("reward"), "step_done": steps.pop("done"), **steps}
+        if self.bootstraps_final_obs:
+            record["final_obs"] = out.final_obs
+        return record, {"obs": out.obs, "state": next_state}
 
     @env_mode()
     def collect(self) -> TensorDict:
@@ -154,11 +223,19 @@ class Collector:
             self._pad(num_steps)
         self._bootstrap(num_steps)
         self.rollout.set_non_tensor("num_steps_collected", num_steps)
+        self.rollout.set_non_tensor("num_env_steps", num_steps * self.execute)
         return self.rollout
 
     def _fold_episodes(self, num_steps: int) -> None:
         """Account the collected steps' episodes in :attr:`episode_stats` (``[N, T]`` read as ``[T, N]``)."""
         r, x, steps = self.rollout, self.extras, slice(0, num_steps)
+        if self.chunked:  # [N, T, k] env steps read as [T k, N]
+            def flat(value: Tensor) -> Tensor:
+                return value[:, steps].flatten(1, 2).transpose(0, 1)
+            self.episode_stats.add_steps(flat(x["step_reward"]), flat(x["step_done"]),
+                                         flat(x["success"]) if self.episode_stats.reports_success else None,
+                                         flat(x["info"]), flat(x["reward_terms"]))
+            return
         self.episode_stats.add_steps(r["reward"][:, steps].t(), r["done"][:, steps].t(),
                                      x["success"][:, steps].t() if self.episode_stats.reports_success else None,
                                      x["info"][:, steps].transpose(0, 1), x["reward_terms"][:, steps].transpose(0, 1))

@@ -10,11 +10,12 @@ from torch import Tensor
 
 from embodirl.accel.compile import Acceleration
 from embodirl.accel.loop import EAGER, Carry, StepLoop, Values
-from embodirl.collect.collector import env_step
+from embodirl.collect.collector import chunk_step, env_step
 from embodirl.collect.episode_stats import EpisodeStats
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
 from embodirl.policies.base import Policy
+from embodirl.policies.distributions import Chunked
 
 __all__ = ["Evaluator", "evaluate_policy"]
 
@@ -50,18 +51,21 @@ class Evaluator:
         self.episode_stats = EpisodeStats(n, dev, getattr(env, "info_metrics", ()), getattr(env, "reward_terms", ()))
         state = policy.initial_state(n)
         self.recurrent = not state.is_empty()
+        # A chunked policy's row is one decision: k env steps ([_BLOCK, k, N]), each counted by the statistics.
+        self.execute = policy.dist.chunk_execute if isinstance(policy.dist, Chunked) else 0
+        rows = (_BLOCK, self.execute) if self.execute else (_BLOCK,)
         # The steps since the last fold of the episode statistics, row by row.
-        self.block = TensorDict({"reward": torch.zeros(_BLOCK, n, dtype=torch.float64, device=dev),
-                                 "done": torch.zeros(_BLOCK, n, dtype=torch.bool, device=dev),
-                                 "success": torch.zeros(_BLOCK, n, dtype=torch.bool, device=dev),
-                                 "info": torch.zeros(_BLOCK, n, len(self.episode_stats.info.keys), dtype=torch.float64,
+        self.block = TensorDict({"reward": torch.zeros(*rows, n, dtype=torch.float64, device=dev),
+                                 "done": torch.zeros(*rows, n, dtype=torch.bool, device=dev),
+                                 "success": torch.zeros(*rows, n, dtype=torch.bool, device=dev),
+                                 "info": torch.zeros(*rows, n, len(self.episode_stats.info.keys), dtype=torch.float64,
                                                      device=dev),
-                                 "reward_terms": torch.zeros(_BLOCK, n, len(self.episode_stats.reward_terms),
+                                 "reward_terms": torch.zeros(*rows, n, len(self.episode_stats.reward_terms),
                                                              dtype=torch.float64, device=dev)},
-                                batch_size=[_BLOCK, n], device=dev)
+                                batch_size=[*rows, n], device=dev)
         carry = {"obs": allocate(observation_spec(env.observation_space), (n,), dev), "state": state}
-        self.loop = StepLoop(self.step, carry, dict(self.block.items()), dim=0, accel=accel, device=dev,
-                             name="evaluation_step")
+        self.loop = StepLoop(self.chunk_step if self.execute else self.step, carry, dict(self.block.items()), dim=0,
+                             accel=accel, device=dev, name="evaluation_step")
 
     def step(self, carry: Carry) -> tuple[Values, Values]:
         """One step of every env: what the block's row records and the next carry."""
@@ -73,6 +77,16 @@ class Evaluator:
         record: dict[str, Tensor | TensorCollection] = {"reward": out.reward, "done": done}
         self.episode_stats.extend_record(out.info, record)
         return record, next_carry
+
+    def chunk_step(self, carry: Carry) -> tuple[Values, Values]:
+        """One decision of a chunked policy: its chunk's first ``k`` actions, one env step each (the collector's
+        :func:`~embodirl.collect.collector.chunk_step`), recorded as ``k`` rows of env steps."""
+        if self.deterministic:
+            chunk, next_state = self.policy.mode(carry["obs"], carry["state"])
+        else:
+            chunk, _, _, next_state = self.policy.act(carry["obs"], carry["state"])
+        out, _, steps = chunk_step(self.env, chunk, self.execute, self.episode_stats)
+        return {key: value.transpose(0, 1) for key, value in steps.items()}, {"obs": out.obs, "state": next_state}
 
     def evaluate(self, num_episodes: int, seed: int) -> dict[str, float]:
         """Run ``num_episodes`` episodes spread evenly over the env's copies (sampled ones seeded by ``seed``).
@@ -112,7 +126,7 @@ class Evaluator:
 
     def _fold(self) -> None:
         """Fold the block's steps into the episode statistics and start a new block."""
-        block = self.block
+        block = self.block.flatten(0, 1) if self.execute else self.block  # [_BLOCK, k, N] -> [_BLOCK k, N]
         self.episode_stats.add_steps(block["reward"], block["done"],
                                      block["success"] if self.episode_stats.reports_success else None,
                                      block["info"], block["reward_terms"])

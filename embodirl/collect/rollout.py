@@ -28,6 +28,12 @@ and ``final_value = 0``. The non-tensor entry ``num_steps_collected`` (int, set 
 of steps actually simulated: less than T when the collector stopped early because every env had finished an episode
 (``CollectPlan.first_episode_only``); slots from there to T are padding with ``done = terminated = True``
 and zero reward. Algorithms may add keys (``advantage``, ``returns``) but never change these.
+
+A policy that emits action chunks (``policy.action_chunk = H > 1``) makes each slot a decision: ``action`` is the
+chunk ``[N, T+1, H, *action_shape]``, of which the collector executed the first ``k = policy.chunk_execute``, one
+env step each; ``reward`` is the plain sum of their rewards up to the step that ended the episode, if one did
+(the flags and ``final_value`` are then that step's). The non-tensor entry ``num_env_steps`` is the number of env
+steps each env simulated (``num_steps_collected * k``; without chunks the two are equal).
 """
 
 from __future__ import annotations

@@ -57,9 +57,18 @@ class PolicyConfig(Schema):
     encoders: dict[str, Node] = key(factory=dict, doc="observation key -> encoder node; unlisted keys: images get "
                                     "a CNN, vectors are used as they are")
     actor_keys: list[str] | None = key(None, doc="observation keys the actor sees; null = all", example=["state"])
+    action_chunk: int = key(1, ge=1, doc="H: actions the policy emits at once (an action chunk, one decision); "
+                            "1 = one action per step")
+    chunk_execute: int | None = key(None, ge=1, doc="k: actions of a chunk executed before the policy acts again "
+                                    "(receding horizon); null = action_chunk (open loop)", example=2)
 
     def check(self) -> None:
         _check_log_std(self.log_std_min, self.log_std_max)
+        if self.chunk_execute is not None and self.chunk_execute > self.action_chunk:
+            raise ConfigError("chunk_execute", self.chunk_execute, f"an int in [1, action_chunk={self.action_chunk}] "
+                              "(a chunk holds action_chunk actions)",
+                              f"pass chunk_execute={self.action_chunk} (open loop), or action_chunk="
+                              f"{self.chunk_execute}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +116,13 @@ class ActorCriticRNNConfig(ActorCriticConfig):
     core: Literal["gru", "lstm"] = key("gru", doc="the recurrent cell of each core")
     core_size: int = key(64, ge=1, doc="hidden size of each core")
     hidden_sizes: list[int] = key(factory=lambda: [64], ge=1, doc="actor head hidden layers (after the core)")
+
+    def check(self) -> None:
+        super().check()
+        if self.action_chunk != 1:
+            raise ConfigError("action_chunk", self.action_chunk, "1 with policy=actor_critic_rnn (a recurrent policy "
+                              "acts every step; action chunks are for feedforward policies)",
+                              "pass policy.action_chunk=1, or policy=actor_critic")
 
 
 # --- encoders ------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from embodirl.config.policies import PolicyConfig
 from embodirl.config.schema import Node
 from embodirl.envs.observations import ObsKey, key_name, observation_spec
 from embodirl.errors import ConfigError
-from embodirl.policies.distributions import ActionDistribution, make_distribution
+from embodirl.policies.distributions import ActionDistribution, Chunked, make_distribution
 from embodirl.policies.encoders import Encoder, default_encoder, is_image
 from embodirl.policies.networks import build_mlp
 from embodirl.policies.normalizer import RunningNormalizer
@@ -46,7 +46,9 @@ class ActorOnly(nn.Module):
     critic, ``critic_keys`` (may include privileged keys; None: ``actor_keys``) say what each part reads;
     ``distribution`` is an action-distribution node (e.g. :class:`~embodirl.policies.distributions.Beta`), None
     choosing by the action space (``Categorical`` for ``Discrete``, ``DiagGaussian`` with
-    ``init_log_std``/``log_std_min``/``log_std_max`` for ``Box``). ``init_from`` and ``freeze`` are applied by the
+    ``init_log_std``/``log_std_min``/``log_std_max`` for ``Box``). ``action_chunk`` (H > 1) makes one decision
+    emit H actions (:class:`~embodirl.policies.distributions.Chunked`, the actor's output H times wider), of which
+    the collector executes ``chunk_execute`` (k; None: H). ``init_from`` and ``freeze`` are applied by the
     build once the policy exists (:mod:`embodirl.policies.pretrained`).
 
     Args:
@@ -89,13 +91,16 @@ class ActorOnly(nn.Module):
     @staticmethod
     def _distribution(action_space: gym.Space, cfg: PolicyConfig) -> ActionDistribution:
         if cfg.distribution is None:
-            return make_distribution(action_space, cfg.init_log_std, cfg.log_std_min, cfg.log_std_max)
-        dist = instantiate(cfg.distribution, "", action_space=action_space)
+            dist = make_distribution(action_space, cfg.init_log_std, cfg.log_std_min, cfg.log_std_max)
+        else:
+            dist = instantiate(cfg.distribution, "", action_space=action_space)
         if not isinstance(dist, ActionDistribution):
             raise ConfigError("distribution", type(dist).__name__, "an embodirl.policies.distributions."
                               "ActionDistribution", "name one with _target_, e.g. "
                               "+policy/distribution@policy.distribution=beta")
-        return dist
+        if cfg.action_chunk == 1:
+            return dist
+        return Chunked(dist, cfg.action_chunk, cfg.chunk_execute or cfg.action_chunk)
 
     def _select(self, what: str, keys: Sequence[str] | None, default: list[str]) -> list[str]:
         if keys is None:

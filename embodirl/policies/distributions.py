@@ -29,18 +29,24 @@ from embodirl.config.policies import (
 )
 from embodirl.errors import ConfigError, check
 
-__all__ = ["ActionDistribution", "Beta", "Categorical", "DeterministicTanh", "DiagGaussian", "StateDependentGaussian",
-           "TanhGaussian", "make_distribution"]
+__all__ = ["ActionDistribution", "Beta", "Categorical", "Chunked", "DeterministicTanh", "DiagGaussian",
+           "StateDependentGaussian", "TanhGaussian", "make_distribution"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
 class ActionDistribution(nn.Module):
-    """Maps the actor's output ``params`` ``[B, num_params]`` to actions, log-probs and entropies."""
+    """Maps the actor's output ``params`` ``[B, num_params]`` to actions, log-probs and entropies.
+
+    ``action_chunk`` (H) actions come out of one sample and the collector executes the first ``chunk_execute`` (k) of
+    them before the policy acts again: 1 and 1 but for :class:`Chunked`.
+    """
 
     num_params: int
     action_shape: tuple[int, ...]
     action_dtype: torch.dtype
+    action_chunk: int = 1
+    chunk_execute: int = 1
 
     def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
         """Draw actions; return ``(action, log_prob [B])``."""
@@ -347,6 +353,56 @@ class DeterministicTanh(ActionDistribution):
 
     def entropy(self, params: Tensor) -> Tensor:
         return torch.zeros(params.shape[0], device=params.device)
+
+
+class Chunked(ActionDistribution):
+    """``H`` actions of ``base`` at once (an action chunk): ``params`` ``[B, H * P]`` are ``H`` rows of ``base``'s
+    ``P`` parameters, actions are ``[B, H, *base.action_shape]``, each drawn independently.
+
+    One chunk is one decision whose log-prob and entropy are the sums over the first ``k`` actions, the ones the
+    collector executes: those alone reach the env, so their joint density (a product: the actions are independent)
+    is the probability of what the policy did. The last ``H - k`` are re-planned before they run; counting them
+    would add score terms whose advantage they never influenced (noise in the gradient and in PPO's ratio) and
+    entropy bonuses for actions never taken. With ``k = H`` (open loop) it is the sum over the whole chunk.
+
+    Args:
+        base: The distribution of one action.
+        action_chunk: ``H``, actions per chunk.
+        chunk_execute: ``k``, actions executed before re-planning (``1 <= k <= H``).
+    """
+
+    def __init__(self, base: ActionDistribution, action_chunk: int, chunk_execute: int) -> None:
+        super().__init__()
+        check(1 <= chunk_execute <= action_chunk, "chunk_execute", chunk_execute,
+              f"an int in [1, action_chunk={action_chunk}]")
+        self.base = base
+        self.action_chunk, self.chunk_execute = action_chunk, chunk_execute
+        self.num_params = action_chunk * base.num_params
+        self.action_shape = (action_chunk, *base.action_shape)
+        self.action_dtype = base.action_dtype
+
+    def _rows(self, params: Tensor) -> Tensor:
+        return params.unflatten(-1, (self.action_chunk, self.base.num_params))
+
+    def _executed(self, per_action: Tensor) -> Tensor:
+        return per_action[..., :self.chunk_execute].sum(-1)
+
+    def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        action, log_prob = self.base.sample(self._rows(params))
+        return action, self._executed(log_prob)
+
+    def mode(self, params: Tensor) -> Tensor:
+        return self.base.mode(self._rows(params))
+
+    def log_prob(self, params: Tensor, action: Tensor) -> Tensor:
+        return self._executed(self.base.log_prob(self._rows(params), action))
+
+    def entropy(self, params: Tensor) -> Tensor:
+        return self._executed(self.base.entropy(self._rows(params)))
+
+    def log_prob_entropy(self, params: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        log_prob, entropy = self.base.log_prob_entropy(self._rows(params), action)
+        return self._executed(log_prob), self._executed(entropy)
 
 
 def make_distribution(

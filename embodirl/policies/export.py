@@ -13,6 +13,10 @@ the width the policy reads, ``[k D]`` (``[H, W, k C]``): the driver keeps the hi
 exported policies read their flattened history terms, so the file stays a function of its inputs and the env
 it was trained in (or any env wrapped alike) feeds it directly. :func:`history_inputs` says how, for the manifest.
 
+A policy that emits action chunks (``policy.action_chunk = H``) returns the chunk, ``[batch, H, *action_shape]``:
+the driver executes its first ``chunk_execute`` actions, one per control period, then calls again
+(:attr:`DeterministicActor.action_chunk` and :attr:`DeterministicActor.chunk_execute`, in the manifest).
+
 A state entry that ``mode`` passes through unchanged (the critic's memory of
 :class:`~embodirl.policies.recurrent.ActorCriticRNN`, which the actor never reads) is no input: it is the
 policy's initial state, held inside. Every tensor has a leading batch dimension of any size.
@@ -118,9 +122,12 @@ class DeterministicActor(nn.Module):
             low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
             self.register_buffer("low", low, persistent=False)
             self.register_buffer("high", high, persistent=False)
-            self.action = TensorSpec("action", tuple(action_space.shape), torch.float32)
+            self.action = TensorSpec("action", tuple(policy.dist.action_shape), torch.float32)
         else:
-            self.action = TensorSpec("action", (), torch.int64)
+            self.action = TensorSpec("action", tuple(policy.dist.action_shape), torch.int64)
+        # An action chunk: H actions per call, of which the driver executes the first k before calling again.
+        self.action_chunk = int(getattr(policy.dist, "action_chunk", 1))
+        self.chunk_execute = int(getattr(policy.dist, "chunk_execute", 1))
         self.outputs = [self.action, *(TensorSpec(f"next_{s.name}", s.shape, s.dtype) for s in self.state)]
         self.eval()  # an inference function (the policy is already in eval mode; this says so to the exporters)
 

@@ -181,7 +181,8 @@ class Trainer:
 
     def _count(self, rollout: TensorDict) -> int:
         """Env steps the rollout holds, summed over the ranks."""
-        steps = rollout.batch_size[0] * rollout.get_non_tensor("num_steps_collected")
+        steps = rollout.batch_size[0] * rollout.get_non_tensor("num_env_steps",
+                                                               rollout.get_non_tensor("num_steps_collected"))
         if self.dist.world_size > 1:
             steps = int(allreduce_sum(torch.tensor([steps], device=self.env.device)).item())
         return steps

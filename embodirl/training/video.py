@@ -19,6 +19,7 @@ from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import as_tensordict
 from embodirl.errors import ConfigError
 from embodirl.policies.base import Policy
+from embodirl.policies.distributions import Chunked
 
 __all__ = ["annotate", "record_episode", "save_video", "tile"]
 
@@ -102,9 +103,12 @@ def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, se
     frames = [tile(annotate(raw, steps, returns, success))]
     alive = np.ones(k, dtype=bool)
     state = policy.initial_state(env.num_envs)
-    for _ in range(env.max_episode_steps):
-        action, state = policy.mode(obs, state)
-        step = env.step(action)
+    # A chunked policy acts every k steps and its chunk's first k actions run one per step, as in evaluation.
+    execute = policy.dist.chunk_execute if isinstance(policy.dist, Chunked) else 0
+    for t in range(env.max_episode_steps):
+        if not execute or t % execute == 0:
+            plan, state = policy.mode(obs, state)
+        step = env.step(plan[:, t % execute] if execute else plan)
         done = (step.terminated | step.truncated)[:k].cpu().numpy()
         steps += alive
         returns += np.where(alive, step.reward[:k].double().cpu().numpy(), 0.0)

@@ -49,14 +49,16 @@ UPDATE_CASES = {"ppo": ["algo.num_steps=16", "algo.minibatch_size=96"],
                 "grpo": ["algo.kl_coef=0.02", "algo.minibatch_size=96"],
                 "a2c": ["algo.num_steps=16"],  # A2C's default: the whole rollout in one step
                 # curiosity rewrites the rewards eagerly before the compiled prepare and trains its own predictor
-                "ppo_rnd": ["algo=ppo", "algo.num_steps=16", "algo.minibatch_size=96", "algo.rnd.weight=1.0"]}
+                "ppo_rnd": ["algo.num_steps=16", "algo.minibatch_size=96", "algo.rnd.weight=1.0"],
+                "ppo_chunks": ["env=push_cube", "algo.num_steps=16", "algo.minibatch_size=96",
+                               "policy.action_chunk=4", "policy.chunk_execute=2"]}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", list(UPDATE_CASES))
 def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
-    parts = build_components(compose_config(["device=cpu", "env.num_envs=32", f"algo={algo.split('_')[0]}",
-                                             *UPDATE_CASES[algo]]))
+    overrides = ["device=cpu", "env.num_envs=32", f"algo={algo.split('_')[0]}", *UPDATE_CASES[algo]]
+    parts = build_components(compose_config(overrides))
     parts.collector.reset(seed=0)
     rollout = parts.collector.collect()
     eager_algo = parts.algo
@@ -96,6 +98,10 @@ COLLECTION_CASES = {
                              "algo.num_steps=16"],  # episodes end and restart their histories inside the graph
     "push_cube_pixels_ppo": ["env=push_cube", "env.obs_mode=state_rgb", "algo=ppo", "algo.num_steps=16",
                              "policy.actor_keys=[rgb]", "policy.critic_keys=[state]"],
+    "push_cube_ppo_chunks": ["env=push_cube", "algo=ppo", "algo.num_steps=16", "env.max_episode_steps=10",
+                             "policy.action_chunk=4", "policy.chunk_execute=3"],  # episodes end mid-chunk
+    "cartpole_grpo_chunks": ["env=cartpole", "algo=grpo", "algo.group_size=4", "env.max_episode_steps=20",
+                             "policy.action_chunk=2"],
 }
 
 
@@ -115,7 +121,8 @@ def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo", "cartpole_history_ppo"])
+@pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo", "cartpole_history_ppo", "push_cube_ppo_chunks",
+                                  "cartpole_grpo_chunks"])
 def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(case):
     """Inductor-compiled steps over several rollouts (auto-resets, group resets among them) against eager ones."""
     eager, compiled = _parts(case, compile=False), _parts(case, compile=True)

@@ -256,6 +256,14 @@ BAD_INPUTS = [
     (["env.obs_noise={state: 1e30}"], ["env.obs_noise.state=1e+30", "in [0, 100]", "Fix: pass env.obs_noise.state="]),
     (["env.action_repeat=1e6"], ["env.action_repeat=1000000.0", "in [1, 100]", "Fix:"]),
     (["env.action_delay=1e9"], ["env.action_delay=1000000000.0", "in [0, 100]", "Fix:"]),
+    (["policy.action_chunk=2", "policy.chunk_execute=3"],
+     ["policy.chunk_execute=3", "[1, action_chunk=2]", "Fix: pass policy.chunk_execute=2"]),
+    (["policy.action_chunk=2", "policy.chunk_execute=0"], ["policy.chunk_execute=0", ">= 1", "Fix:"]),
+    (["policy.action_chunk=0"], ["policy.action_chunk=0", ">= 1", "Fix: pass policy.action_chunk=1"]),
+    (["policy=actor_critic_rnn", "policy.action_chunk=4"],
+     ["policy.action_chunk=4", "feedforward", "Fix: pass policy.action_chunk=1, or policy=actor_critic"]),
+    (["algo=sac", "env=push_cube", "policy.action_chunk=4"],
+     ["policy.action_chunk=4", "off-policy", "Fix: pass policy.action_chunk=1, or algo=ppo"]),
     (["hydra.run.dir=."], ["hydra.run.dir='.'", "the current directory", "Fix: pass hydra.run.dir=outputs/my_run"]),
     (["-m", "hydra.sweep.subdir=.", "seed=1,2"],
      ["hydra.sweep.subdir='.'", "differs per job", "Fix: pass hydra.sweep.subdir='${hydra.job.num}'"]),
@@ -276,6 +284,7 @@ FAST_TIER = {
     "eval.video=true eval.video_num_envs=100", "+policy/encoder@policy.encoders.state=cnn", "-m seed=range(0)",
     "-m hydra/launcher=slurm", "env=push_cube +env.randomize.frction={range: [0.5, 2]}",
     "+trainer.curriculum.c={param: pole_length, levels: [[1, 1]], every_env_steps: 100}",
+    "policy.action_chunk=2 policy.chunk_execute=3",
 }
 CASES = [pytest.param(overrides, fragments, id=" ".join(overrides),
                       marks=() if " ".join(overrides) in FAST_TIER else pytest.mark.slow)

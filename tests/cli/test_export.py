@@ -293,3 +293,18 @@ def test_an_empty_out_is_refused_and_nothing_lands_in_the_current_directory(run_
     line = result.err.strip()
     assert "\n" not in line and "out='' is invalid" in line and "Fix: pass out=<a directory>" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_manifest_says_the_chunk_and_how_much_of_it_to_execute(tmp_path):
+    from embodirl.app.build import build_env, build_policy
+    from embodirl.policies.export import DeterministicActor
+    from tests.conftest import compose_config
+
+    cfg = compose_config(["device=cpu", "env=push_cube", "policy.action_chunk=4", "policy.chunk_execute=2"])
+    env = build_env(cfg.env, torch.device("cpu"), 0, num_envs=1)
+    actor = DeterministicActor(build_policy(cfg.policy, env, torch.device("cpu")).eval(), env.observation_space,
+                               env.action_space)
+    record = export_cli.manifest(actor, fmt="torchscript", file="policy.pt", checkpoint=tmp_path / "last.pt",
+                                 run=None, env=env, train_cfg=cfg)
+    assert (record["action_chunk"], record["chunk_execute"]) == (4, 2)
+    assert record["action"]["shape"] == [4, 2] and record["action"]["low"] == [-1.0, -1.0]

@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from embodirl.collect.collector import Collector, CollectPlan
 from embodirl.config.envs import CartPoleConfig
@@ -260,3 +261,82 @@ def test_restart_finished_runs_further_episodes_and_stops_as_without_restarts():
     assert steps == plain.get_non_tensor("num_steps_collected") == int(first_end.max()) // 8 * 8 + 8
     assert done.sum() > 8  # the faster envs ran further episodes meanwhile
     assert not rollout["done"][:, steps:-1].any()  # padding is not ended: no complete episode is made of it
+
+
+# --- action chunks ----------------------------------------------------------------------------------------------
+def chunked_collector(env: BatchedEnv, num_steps: int, chunk: int = 3, execute: int = 2) -> Collector:
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[4], action_chunk=chunk, chunk_execute=execute),
+                         observation_space=env.observation_space, action_space=env.action_space)
+    return Collector(env, policy, CollectPlan(num_steps=num_steps))
+
+
+def test_a_chunk_decision_sums_its_rewards_and_ends_where_its_episode_ends_by_hand():
+    # Chunks of 3 actions, the first 2 executed: decision d runs env steps 2d+1 and 2d+2 (1-based). Env 0 (reward
+    # 0.5) ends episodes after steps 3, 5, 9, 13, 17, 21; env 1 (reward 1.0) after 20 and 23. A decision whose
+    # episode ends at its first step gets that step's reward only and ends there; its second step is the next
+    # episode's first (counted in that episode's statistics, in no decision).
+    collector = chunked_collector(ScriptedEpisodes(), num_steps=6)
+    rollout = collector.collect()
+    assert rollout["action"].shape == (2, 7, 3) and rollout.get_non_tensor("num_env_steps") == 12
+    torch.testing.assert_close(rollout["reward"][:, :6], torch.tensor([[1.0, 0.5, 0.5, 1.0, 0.5, 1.0], [2.0] * 6]))
+    assert rollout["terminated"][:, :6].tolist() == [[False, True, True, False, True, False], [False] * 6]
+    assert torch.equal(rollout["done"], rollout["terminated"]) and not rollout["truncated"].any()
+    rollout = collector.collect()  # steps 13-24: env 0 ends after 13 (first step), 17 (first), 21 (first)
+    torch.testing.assert_close(rollout["reward"][:, :6], torch.tensor([[0.5, 1.0, 0.5, 1.0, 0.5, 1.0],
+                                                                       [2.0, 2.0, 2.0, 2.0, 2.0, 1.0]]))
+    assert rollout["terminated"][:, :6].tolist() == [[True, False, True, False, True, False],
+                                                     [False, False, False, True, False, True]]
+    # The episode statistics count env steps: the same as without chunks (the 24-step table above).
+    assert collector.pop_metrics() == pytest.approx(EPISODES_IN_24_STEPS, rel=1e-12)
+
+
+class CountingTruncation(ScriptedEpisodes):
+    """:class:`ScriptedEpisodes` whose episodes are cut by a time limit, with the global step number (1-based) as
+    every observation, so a final observation says which step it came from."""
+
+    def reset(self, seed=None, group_size=1):
+        self.count = 0
+        return super().reset(seed, group_size)
+
+    def step(self, action):
+        out = super().step(action)
+        self.count += 1
+        obs = torch.full((2, 1), float(self.count))
+        return out._replace(obs=obs, final_obs=obs, terminated=torch.zeros(2, dtype=torch.bool),
+                            truncated=out.terminated)
+
+
+def test_a_time_limit_mid_chunk_bootstraps_from_the_final_observation_of_the_step_that_cut_it():
+    env = CountingTruncation()
+    collector = chunked_collector(env, num_steps=3)
+    rollout = collector.collect()
+    # Env 0's first episode is cut at step 3, the first step of decision 1 (steps 3 and 4): V(obs = 3), not 4.
+    assert rollout["truncated"][0, :3].tolist() == [False, True, True] and not rollout["terminated"].any()
+    values = collector.policy.value(TensorDict({"state": torch.tensor([[3.0], [5.0]])}, batch_size=[2]))
+    torch.testing.assert_close(rollout["final_value"][0, 1:3], values)
+    assert rollout["final_value"][1].eq(0).all()
+    torch.testing.assert_close(rollout["obs", "state"][:, 3], torch.full((2, 1), 6.0))  # the bootstrap obs
+
+
+def test_a_chunk_of_one_collects_what_single_steps_collect_bit_for_bit():
+    """The chunk machinery with H = k = 1 (forced: policy.action_chunk=1 does not wrap the distribution) gives the
+    single-step rollout and statistics: chunks change nothing but the number of actions per decision."""
+    from embodirl.policies.distributions import Chunked
+
+    env = CartPole(CartPoleConfig(num_envs=8), seed=0)
+    single = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                         action_space=env.action_space)
+    chunked = copy.deepcopy(single)
+    chunked.dist = Chunked(chunked.dist, 1, 1)
+    rollouts, metrics = [], []
+    for policy in (single, chunked):
+        collector = Collector(CartPole(CartPoleConfig(num_envs=8), seed=0), policy, CollectPlan(num_steps=40))
+        assert collector.chunked == (policy is chunked)
+        torch.manual_seed(3)
+        rollouts.append([collector.collect().clone() for _ in range(3)])
+        metrics.append(collector.pop_metrics())
+    assert metrics[0]["episode/count"] > 0 and metrics[0] == metrics[1]
+    for want, got in zip(*rollouts, strict=True):
+        assert torch.equal(want["action"], got["action"].squeeze(-1))
+        for key in ("obs", "sample_log_prob", "value", "reward", "done", "terminated", "truncated", "final_value"):
+            assert (want[key] == got[key]).all(), key

@@ -136,3 +136,19 @@ def test_compiled_evaluation_equals_eager_for_the_mode_and_samples_reproducibly(
     sampled = Evaluator(env, policy, compiled, deterministic=False)
     first = sampled.evaluate(8, seed=1)
     assert first["eval/deterministic"] == 0.0 and sampled.evaluate(8, seed=1) == first
+
+
+@pytest.mark.parametrize("execute", [1, 2, 3])
+def test_a_chunked_policy_is_evaluated_in_env_steps_by_hand(execute):
+    # The episodes of test_metrics_of_the_first_episodes_of_each_env_by_hand, whatever the chunk: the statistics
+    # count env steps, and an episode that ends mid-chunk is recorded at its own last step.
+    env = ScriptedEpisodes()
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[4], action_chunk=3, chunk_execute=execute),
+                         observation_space=env.observation_space, action_space=env.action_space)
+    evaluator = Evaluator(env, policy)
+    assert evaluator.block["reward"].shape == (16, execute, 2)
+    metrics = evaluator.evaluate(3, seed=0)
+    assert metrics["eval/return_mean"] == pytest.approx(7.5, rel=1e-12)
+    assert metrics["eval/length_mean"] == pytest.approx(25 / 3, rel=1e-12)
+    assert metrics["eval/success_rate"] == pytest.approx(1 / 3, rel=1e-12)
+    assert metrics["eval/metrics/dist"] == pytest.approx((2 + 1 + 19) / 3, rel=1e-12)

@@ -51,7 +51,7 @@ def test_each_option_holds_its_schemas_keys_with_their_defaults(where):
 
 def test_the_policy_keys_are_declared_once():
     shared = {f.name for f in dataclasses.fields(PolicyConfig)}
-    assert len(shared) == 9 and {"encoders", "distribution"} <= shared
+    assert len(shared) == 11 and {"encoders", "distribution", "action_chunk"} <= shared
     assert {f.name for f in dataclasses.fields(PolicySetupConfig)} == {"init_from", "freeze"}
     assert not {"init_from", "freeze"} & shared
     for schema in (ActorOnlyConfig, ActorCriticConfig, ActorCriticRNNConfig):

@@ -11,7 +11,7 @@ from embodirl.config.policies import ActorCriticConfig, ActorOnlyConfig, BetaCon
 from embodirl.config.schema import parse_node
 from embodirl.errors import ConfigError
 from embodirl.policies import ActorCritic, ActorOnly
-from embodirl.policies.distributions import Beta, Categorical, DiagGaussian, StateDependentGaussian
+from embodirl.policies.distributions import Beta, Categorical, Chunked, DiagGaussian, StateDependentGaussian
 from embodirl.policies.networks import build_mlp
 
 
@@ -147,3 +147,46 @@ def test_the_state_dependent_preset_follows_the_policy_log_std_keys():
     env = build_env(cfg.env, torch.device("cpu"), 0)
     policy = build_policy(cfg.policy, env, torch.device("cpu"))
     assert isinstance(policy.dist, StateDependentGaussian) and policy.dist.init_log_std == -0.5
+
+
+def test_a_chunk_log_prob_and_entropy_are_the_sums_over_its_executed_actions_by_hand():
+    # H = 3 actions of a 1-D Gaussian (mean 0, std 1), k = 2 executed: log N(0) + log N(1); the third is re-planned.
+    dist = Chunked(DiagGaussian(1, init_log_std=0.0, log_std_min=-5, log_std_max=2), action_chunk=3, chunk_execute=2)
+    params, chunk = torch.zeros(1, 3), torch.tensor([[[0.0], [1.0], [5.0]]])
+    log_n0, log_n1 = -0.5 * math.log(2 * math.pi), -0.5 - 0.5 * math.log(2 * math.pi)
+    torch.testing.assert_close(dist.log_prob(params, chunk), torch.tensor([log_n0 + log_n1]))  # -2.3379
+    torch.testing.assert_close(dist.entropy(params), torch.tensor([2 * (0.5 + 0.5 * math.log(2 * math.pi))]))
+    # Open loop (k = H): all three count, -0.5 * 25 - 0.9189 for the third.
+    open_loop = Chunked(dist.base, action_chunk=3, chunk_execute=3)
+    torch.testing.assert_close(open_loop.log_prob(params, chunk), torch.tensor([log_n0 + log_n1 - 12.5 + log_n0]))
+    # Per-action means: row h of the actor's output is action h's mean.
+    means = torch.tensor([[1.0, 2.0, 3.0]])
+    assert torch.equal(dist.mode(means), torch.tensor([[[1.0], [2.0], [3.0]]]))
+    action, log_prob = dist.sample(means.expand(4, 3))
+    assert action.shape == (4, 3, 1) and dist.action_shape == (3, 1) and dist.num_params == 3
+    torch.testing.assert_close(log_prob, dist.log_prob(means.expand(4, 3), action))
+
+
+def test_a_chunk_of_categorical_actions_by_hand():
+    dist = Chunked(Categorical(2), action_chunk=2, chunk_execute=1)
+    logits = torch.log(torch.tensor([[0.25, 0.75, 0.5, 0.5]]))  # action 0: [0.25, 0.75], action 1: [0.5, 0.5]
+    torch.testing.assert_close(dist.log_prob(logits, torch.tensor([[1, 0]])), torch.log(torch.tensor([0.75])))
+    h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    torch.testing.assert_close(dist.entropy(logits), torch.tensor([h]))
+    assert dist.action_shape == (2,) and dist.action_dtype == torch.int64
+
+
+def test_action_chunk_widens_the_actor_and_one_keeps_the_policy_as_it_was():
+    obs_space, box = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,))
+    single = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=obs_space, action_space=box)
+    assert isinstance(single.dist, DiagGaussian)  # the same modules and state_dict names as before chunks
+    chunked = ActorCritic(ActorCriticConfig(hidden_sizes=[8], action_chunk=4, chunk_execute=2),
+                          observation_space=obs_space, action_space=box)
+    assert isinstance(chunked.dist, Chunked) and chunked.actor[-1].out_features == 8
+    assert (chunked.dist.action_chunk, chunked.dist.chunk_execute) == (4, 2)
+    action, log_prob, _, _ = chunked.act(TensorDict({"state": torch.randn(5, 3)}, batch_size=[5]))
+    assert action.shape == (5, 4, 2) and log_prob.shape == (5,)
+    open_loop = ActorOnly(ActorOnlyConfig(action_chunk=4), observation_space=obs_space, action_space=box)
+    assert open_loop.dist.chunk_execute == 4  # chunk_execute=null: the whole chunk
+    with pytest.raises(ConfigError, match=r"chunk_execute=5 is invalid.*\[1, action_chunk=4\]"):
+        ActorOnlyConfig(action_chunk=4, chunk_execute=5).check()

@@ -77,6 +77,8 @@ FEEDFORWARD = {
                                     "+policy/distribution@policy.distribution=beta"], marks=SLOW),
     "push_cube-pixels": pytest.param(["experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 through a CNN
                                      marks=SLOW),
+    "push_cube-chunks": ["env=push_cube", "policy.action_chunk=4", "policy.chunk_execute=2"],  # [batch, 4, 2]
+    "cartpole-chunks": pytest.param(["env=cartpole", "policy.action_chunk=3"], marks=SLOW),  # [batch, 3]
 }
 
 
@@ -91,11 +93,13 @@ def test_an_exported_mlp_acts_as_the_torch_policy_on_1000_observations(tmp_path,
     export(actor, tmp_path / name)
     obs = observations(actor, 1000)
     expected = torch_actions(policy, actor, obs, env.action_space)
+    chunk = next((int(o.split("=")[1]) for o in overrides if o.startswith("policy.action_chunk=")), 1)
+    assert actor.action_chunk == chunk and (chunk == 1 or expected.shape[1] == chunk)  # the export emits the chunk
     (got,) = run(tmp_path / name, actor, obs)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     if expected.dtype == torch.int64:
         assert torch.equal(got, expected)
-        assert 0 < expected.sum() < len(expected)  # both actions occur: the comparison can tell them apart
+        assert 0 < expected.sum() < expected.numel()  # both actions occur: the comparison can tell them apart
     else:
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 

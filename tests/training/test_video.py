@@ -102,3 +102,14 @@ def test_training_with_eval_video_for_cartpole_and_gym_ids(tmp_path, tiny, env):
     run_training(cfg, tmp_path)
     (video,) = (tmp_path / "videos").glob("eval_*.mp4")
     assert imageio.mimread(video)[0].shape[:2] == (32, 64)
+
+
+def test_a_chunked_policy_is_filmed_acting_every_k_steps(monkeypatch):
+    env = PushCube(PushCubeConfig(num_envs=2), seed=0)
+    policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8], action_chunk=4, chunk_execute=2),
+                         observation_space=env.observation_space, action_space=env.action_space)
+    calls, mode = [], policy.mode
+    monkeypatch.setattr(policy, "mode", lambda obs, state: calls.append(1) or mode(obs, state))
+    frames = record_episode(env, policy, num_envs=2, size=32, seed=1)
+    assert frames.shape[0] == env.max_episode_steps + 1  # every env step filmed (the 50-step limit: no early end)
+    assert len(calls) == env.max_episode_steps // 2
