@@ -96,6 +96,10 @@ class ExportedPolicy:
         device: Where the env's tensors live (onnxruntime runs on the CPU; the action is moved back).
     """
 
+    # No torch distribution: the evaluator runs it one action per step (a chunked export's [H, *A] action does not
+    # fit the env's action layout and is refused before any episode).
+    dist = None
+
     def __init__(self, directory: Path, device: torch.device) -> None:
         self.directory, self.device = Path(directory), device
         where = str(self.directory / MANIFEST)
