@@ -15,7 +15,14 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
+from embodirl.config.randomize import (
+    VISUAL_PARAMS,
+    RandomizableParams,
+    RandomizeConfig,
+    check_randomize,
+    check_visual,
+    extremes,
+)
 from embodirl.config.schema import Schema, check_finite_values, key
 from embodirl.errors import ConfigError
 
@@ -164,8 +171,9 @@ class PushCubeConfig(EnvConfig):
                           "videos' picture)")
     randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset: "
                                                 "cube_mass, table_friction, push_friction, cube_half_size, "
-                                                "pusher_radius, goal_offset, actuator_gain (guides/"
-                                                "domain-randomization.md)",
+                                                "pusher_radius, goal_offset, actuator_gain; the view's cube_color, "
+                                                "table_color, goal_color, floor_color, light, camera_shift, "
+                                                "camera_roll, camera_fov (guides/domain-randomization.md)",
                                                 example={"table_friction": {"range": [0.5, 2.0]}})
     randomizable: ClassVar[RandomizableParams] = {
         "cube_mass": ("cube_mass, kg (the inertia follows)", False),
@@ -175,6 +183,7 @@ class PushCubeConfig(EnvConfig):
         "pusher_radius": ("pusher_radius, m", False),
         "goal_offset": ("goal_offset, m from the cube's start", False),
         "actuator_gain": ("multiplier of max_speed (ee mode) or max_joint_delta (joint mode), nominal 1", False),
+        **VISUAL_PARAMS,
     }
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
                                     "eval/success_rate)", example="eval/success_rate")
@@ -216,10 +225,14 @@ class PushCubeConfig(EnvConfig):
             raise ConfigError("cube_half_size", half, f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube "
                               "and tip never overlap at the start)", "pass cube_half_size=0.02 (the default)")
         check_randomize(self.randomize, self.randomizable, {name: self.nominal(name) for name in self.randomizable})
+        check_visual(self.randomize)
         self._check_randomized_geometry(clearance)
 
     def nominal(self, name: str) -> float:
-        """The nominal value of randomizable parameter ``name`` (its config key; 1 for the gain)."""
+        """The nominal value of randomizable parameter ``name`` (its config key; 1 for the gain, the light and the
+        field of view; 0 for a colour, whose channels have their own, and for the camera's moves)."""
+        if name in VISUAL_PARAMS:
+            return 1.0 if name in ("light", "camera_fov") else 0.0
         return 1.0 if name == "actuator_gain" else float(getattr(self, name))
 
     def randomized_extremes(self, name: str) -> tuple[float, float]:

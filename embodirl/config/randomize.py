@@ -24,8 +24,8 @@ from typing import Literal
 from embodirl.config.schema import Schema, key, suggest
 from embodirl.errors import ConfigError
 
-__all__ = ["MAX_FACTOR", "RandomizableParams", "RandomizeConfig", "SweepConfig", "check_randomize", "extremes",
-           "range_problem"]
+__all__ = ["COLOR_PARAMS", "MAX_FACTOR", "VISUAL_PARAMS", "RandomizableParams", "RandomizeConfig", "SweepConfig",
+           "check_randomize", "check_visual", "extremes", "range_problem"]
 
 #: An env's randomizable parameters: name -> (one-line doc, whether 0 is a valid value). Values must be >= 0
 #: (or > 0 when 0 is not valid): every shipped parameter is a mass, a length, a coefficient or a gain.
@@ -34,6 +34,21 @@ RandomizableParams = Mapping[str, tuple[str, bool]]
 #: The largest value a randomized parameter may take, as a multiple of its nominal value: x100 already leaves
 #: every shipped task (a 10 kg cube, a 50 m pole); beyond it a typo (x1e30) would train on meaningless physics.
 MAX_FACTOR = 100.0
+
+#: The colour entries of a rendered view: each channel (r, g, b) is drawn on its own from the entry's range.
+COLOR_PARAMS = ("cube_color", "table_color", "goal_color", "floor_color")
+#: What a pixel policy's view randomizes (push_cube's top view): colours, lighting, camera pose and field of view.
+VISUAL_PARAMS: RandomizableParams = {
+    **{name: (f"the {name.split('_')[0]}'s RGB colour, each channel drawn on its own: a multiplier of the nominal "
+              "channel (relative) or the channel in 0-255 (absolute)", True) for name in COLOR_PARAMS},
+    "light": ("brightness, a multiplier of every colour, nominal 1", True),
+    "camera_shift": ("m the camera moves from its nominal pose, in a direction drawn uniformly (scale: absolute)",
+                     True),
+    "camera_roll": ("degrees the camera turns about its axis, either way with equal odds (scale: absolute)", True),
+    "camera_fov": ("the field of view, a multiplier of the nominal one (> 1 sees more, smaller)", False),
+}
+#: The largest absolute value of the camera's entries: beyond them the frame shows floor only.
+_CAMERA_LIMITS = {"camera_shift": (1.0, "m"), "camera_roll": (180.0, "degrees")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +136,28 @@ def check_randomize(randomize: Mapping[str, RandomizeConfig], params: Randomizab
         if problem is not None:
             raise ConfigError(f"randomize.{name}.range", list(entry.range), problem[0],
                               f"pass randomize.{name}.range={problem[1]}")
+
+
+def check_visual(randomize: Mapping[str, RandomizeConfig]) -> None:
+    """The visual entries' own rules: the camera's moves are absolute and bounded, absolute colours lie in 0-255.
+
+    Raises:
+        ConfigError: Keyed ``randomize.<name>`` (the env's schema adds ``env.``).
+    """
+    for name, entry in randomize.items():
+        high = entry.range[1]
+        if name in _CAMERA_LIMITS:
+            top, unit = _CAMERA_LIMITS[name]
+            if entry.scale != "absolute":
+                raise ConfigError(f"randomize.{name}.scale", entry.scale, f"absolute ({unit}; the nominal camera "
+                                  "has none, so a multiplier of it moves nothing)",
+                                  f"pass randomize.{name}.scale=absolute")
+            if high > top:
+                raise ConfigError(f"randomize.{name}.range", list(entry.range), f"values up to {top:g} {unit}",
+                                  f"pass randomize.{name}.range=[{min(entry.range[0], top / 4):g},{top / 4:g}]")
+        if name in COLOR_PARAMS and entry.scale == "absolute" and high > 255:
+            raise ConfigError(f"randomize.{name}.range", list(entry.range), "channel values in 0-255 (scale: absolute)",
+                              f"pass randomize.{name}.range=[{min(entry.range[0], 255):g},255]")
 
 
 @dataclass(frozen=True, kw_only=True)
