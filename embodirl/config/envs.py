@@ -16,9 +16,11 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from embodirl.config.randomize import (
+    ACTUATOR_PARAMS,
     VISUAL_PARAMS,
     RandomizableParams,
     RandomizeConfig,
+    check_actuators,
     check_randomize,
     check_visual,
     extremes,
@@ -294,7 +296,8 @@ class PushCubeArmConfig(EnvConfig):
     warp_nconmax: int = key(16, ge=1, doc="contacts allocated per world (warp engine)")
     warp_njmax: int = key(64, ge=1, doc="constraint rows allocated per world (warp engine)")
     randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset (engine="
-                                                "batch): cube_mass, cube_friction, joint_damping (guides/"
+                                                "batch): cube_mass, cube_friction, joint_damping; the actuators' kp, "
+                                                "kd, motor_strength, torque_limit, action_delay (guides/"
                                                 "domain-randomization.md)",
                                                 example={"cube_friction": {"range": [0.5, 2.0]}})
     randomizable: ClassVar[RandomizableParams] = {
@@ -302,6 +305,7 @@ class PushCubeArmConfig(EnvConfig):
         "cube_friction": ("the cube geom's sliding friction, 0.3 (a contact takes the larger of its two geoms': "
                           "below x1 nothing changes)", True),
         "joint_damping": ("the damping of the arm's 6 joints", True),
+        **ACTUATOR_PARAMS,
     }
     solved_metric: str | None = key(None, doc="eval metric that decides \"solved\" (null = the env's own: "
                                     "eval/success_rate)", example="eval/success_rate")
@@ -311,6 +315,7 @@ class PushCubeArmConfig(EnvConfig):
     def check(self) -> None:
         super().check()
         check_randomize(self.randomize, self.randomizable)
+        check_actuators(self.randomize)
         if self.randomize and self.engine == "warp":
             raise ConfigError("engine", self.engine, "engine=batch or auto on a CPU device with env.randomize "
                               "(per-world model fields are set through mujoco.batch)",

@@ -24,8 +24,9 @@ from typing import Literal
 from embodirl.config.schema import Schema, key, suggest
 from embodirl.errors import ConfigError
 
-__all__ = ["COLOR_PARAMS", "MAX_FACTOR", "VISUAL_PARAMS", "RandomizableParams", "RandomizeConfig", "SweepConfig",
-           "check_randomize", "check_visual", "extremes", "range_problem"]
+__all__ = ["ACTUATOR_PARAMS", "COLOR_PARAMS", "MAX_ACTION_DELAY", "MAX_FACTOR", "VISUAL_PARAMS", "RandomizableParams",
+           "RandomizeConfig", "SweepConfig", "check_actuators", "check_randomize", "check_visual", "extremes",
+           "range_problem"]
 
 #: An env's randomizable parameters: name -> (one-line doc, whether 0 is a valid value). Values must be >= 0
 #: (or > 0 when 0 is not valid): every shipped parameter is a mass, a length, a coefficient or a gain.
@@ -47,6 +48,16 @@ VISUAL_PARAMS: RandomizableParams = {
     "camera_roll": ("degrees the camera turns about its axis, either way with equal odds (scale: absolute)", True),
     "camera_fov": ("the field of view, a multiplier of the nominal one (> 1 sees more, smaller)", False),
 }
+#: What a position-controlled arm's actuators randomize (push_cube_arm), each the same for every joint of an env.
+ACTUATOR_PARAMS: RandomizableParams = {
+    "kp": ("the position servos' stiffness (P gain), a multiplier of each joint's own", False),
+    "kd": ("the position servos' damping (D gain), a multiplier of each joint's own", True),
+    "motor_strength": ("the motors' output torque, a multiplier (gains and torque limits alike)", False),
+    "torque_limit": ("the motors' torque limits, a multiplier of each joint's own", False),
+    "action_delay": ("control steps between an action and its execution: floor of the drawn value, so [0, 3] gives "
+                     "0, 1 and 2 equally often and [d, d] exactly d (scale: absolute)", True),
+}
+MAX_ACTION_DELAY = 10  #: control steps; half a second at 20 Hz, already far beyond a real robot's latency
 #: The largest absolute value of the camera's entries: beyond them the frame shows floor only.
 _CAMERA_LIMITS = {"camera_shift": (1.0, "m"), "camera_roll": (180.0, "degrees")}
 
@@ -158,6 +169,23 @@ def check_visual(randomize: Mapping[str, RandomizeConfig]) -> None:
         if name in COLOR_PARAMS and entry.scale == "absolute" and high > 255:
             raise ConfigError(f"randomize.{name}.range", list(entry.range), "channel values in 0-255 (scale: absolute)",
                               f"pass randomize.{name}.range=[{min(entry.range[0], 255):g},255]")
+
+
+def check_actuators(randomize: Mapping[str, RandomizeConfig]) -> None:
+    """The delay's own rules: drawn in control steps (scale absolute), at most :data:`MAX_ACTION_DELAY`.
+
+    Raises:
+        ConfigError: Keyed ``randomize.action_delay`` (the env's schema adds ``env.``).
+    """
+    entry = randomize.get("action_delay")
+    if entry is None:
+        return
+    if entry.scale != "absolute":
+        raise ConfigError("randomize.action_delay.scale", entry.scale, "absolute (control steps; the nominal delay "
+                          "is 0, so a multiplier of it delays nothing)", "pass randomize.action_delay.scale=absolute")
+    if entry.range[1] > MAX_ACTION_DELAY:
+        raise ConfigError("randomize.action_delay.range", list(entry.range), f"delays up to {MAX_ACTION_DELAY} "
+                          "control steps", f"pass randomize.action_delay.range=[0,{MAX_ACTION_DELAY // 2}]")
 
 
 @dataclass(frozen=True, kw_only=True)
