@@ -67,8 +67,8 @@ def style_of(rand: Randomization, params: Tensor, nominal: Tensor) -> ViewStyle:
     colors = []
     for label, color in zip(LABELS, nominal, strict=True):
         entry = "goal_color" if label == "goal_edge" else f"{label}_color"
-        channels = [row(f"{entry}.{c}") for c in "rgb"]
-        if channels[0] is None or channels[1] is None or channels[2] is None:
+        channels = [channel for channel in (row(f"{entry}.{c}") for c in "rgb") if channel is not None]
+        if len(channels) < 3:  # not randomized: the nominal colour
             colors.append(color.expand(params.shape[1], 3))
             continue
         drawn = torch.stack(channels, dim=1)  # [M, 3]
