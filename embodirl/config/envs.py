@@ -16,7 +16,16 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from embodirl.config.randomize import RandomizableParams, RandomizeConfig, check_randomize, extremes
+from embodirl.config.randomize import (
+    ACTUATOR_PARAMS,
+    VISUAL_PARAMS,
+    RandomizableParams,
+    RandomizeConfig,
+    check_actuators,
+    check_randomize,
+    check_visual,
+    extremes,
+)
 from embodirl.config.schema import Node, Schema, check_finite_values, key
 from embodirl.errors import ConfigError, is_int
 
@@ -190,8 +199,9 @@ class PushCubeConfig(EnvConfig):
                           "videos' picture)")
     randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset: "
                                                 "cube_mass, table_friction, push_friction, cube_half_size, "
-                                                "pusher_radius, goal_offset, actuator_gain (guides/"
-                                                "domain-randomization.md)",
+                                                "pusher_radius, goal_offset, actuator_gain; the view's cube_color, "
+                                                "table_color, goal_color, floor_color, light, camera_shift, "
+                                                "camera_roll, camera_fov (guides/domain-randomization.md)",
                                                 example={"table_friction": {"range": [0.5, 2.0]}})
     randomizable: ClassVar[RandomizableParams] = {
         "cube_mass": ("cube_mass, kg (the inertia follows)", False),
@@ -201,6 +211,7 @@ class PushCubeConfig(EnvConfig):
         "pusher_radius": ("pusher_radius, m", False),
         "goal_offset": ("goal_offset, m from the cube's start", False),
         "actuator_gain": ("multiplier of max_speed (ee mode) or max_joint_delta (joint mode), nominal 1", False),
+        **VISUAL_PARAMS,
     }
 
     @property
@@ -238,10 +249,14 @@ class PushCubeConfig(EnvConfig):
             raise ConfigError("cube_half_size", half, f"sqrt(2) cube_half_size + pusher_radius < {clearance} (cube "
                               "and tip never overlap at the start)", "pass cube_half_size=0.02 (the default)")
         check_randomize(self.randomize, self.randomizable, {name: self.nominal(name) for name in self.randomizable})
+        check_visual(self.randomize)
         self._check_randomized_geometry(clearance)
 
     def nominal(self, name: str) -> float:
-        """The nominal value of randomizable parameter ``name`` (its config key; 1 for the gain)."""
+        """The nominal value of randomizable parameter ``name`` (its config key; 1 for the gain, the light and the
+        field of view; 0 for a colour, whose channels have their own, and for the camera's moves)."""
+        if name in VISUAL_PARAMS:
+            return 1.0 if name in ("light", "camera_fov") else 0.0
         return 1.0 if name == "actuator_gain" else float(getattr(self, name))
 
     def randomized_extremes(self, name: str) -> tuple[float, float]:
@@ -303,7 +318,8 @@ class PushCubeArmConfig(EnvConfig):
     warp_nconmax: int = key(16, ge=1, doc="contacts allocated per world (warp engine)")
     warp_njmax: int = key(64, ge=1, doc="constraint rows allocated per world (warp engine)")
     randomize: dict[str, RandomizeConfig] = key(factory=dict, doc="parameters drawn per env at each reset (engine="
-                                                "batch): cube_mass, cube_friction, joint_damping (guides/"
+                                                "batch): cube_mass, cube_friction, joint_damping; the actuators' kp, "
+                                                "kd, motor_strength, torque_limit, action_delay (guides/"
                                                 "domain-randomization.md)",
                                                 example={"cube_friction": {"range": [0.5, 2.0]}})
     randomizable: ClassVar[RandomizableParams] = {
@@ -311,11 +327,13 @@ class PushCubeArmConfig(EnvConfig):
         "cube_friction": ("the cube geom's sliding friction, 0.3 (a contact takes the larger of its two geoms': "
                           "below x1 nothing changes)", True),
         "joint_damping": ("the damping of the arm's 6 joints", True),
+        **ACTUATOR_PARAMS,
     }
 
     def check(self) -> None:
         super().check()
         check_randomize(self.randomize, self.randomizable)
+        check_actuators(self.randomize)
         if self.randomize and self.engine == "warp":
             raise ConfigError("engine", self.engine, "engine=batch or auto on a CPU device with env.randomize "
                               "(per-world model fields are set through mujoco.batch)",

@@ -24,7 +24,8 @@ from typing import Literal
 from embodirl.config.schema import Schema, key, suggest
 from embodirl.errors import ConfigError
 
-__all__ = ["MAX_FACTOR", "RandomizableParams", "RandomizeConfig", "SweepConfig", "check_randomize", "extremes",
+__all__ = ["ACTUATOR_PARAMS", "COLOR_PARAMS", "MAX_ACTION_DELAY", "MAX_FACTOR", "VISUAL_PARAMS", "RandomizableParams",
+           "RandomizeConfig", "SweepConfig", "check_actuators", "check_randomize", "check_visual", "extremes",
            "range_problem"]
 
 #: An env's randomizable parameters: name -> (one-line doc, whether 0 is a valid value). Values must be >= 0
@@ -34,6 +35,31 @@ RandomizableParams = Mapping[str, tuple[str, bool]]
 #: The largest value a randomized parameter may take, as a multiple of its nominal value: x100 already leaves
 #: every shipped task (a 10 kg cube, a 50 m pole); beyond it a typo (x1e30) would train on meaningless physics.
 MAX_FACTOR = 100.0
+
+#: The colour entries of a rendered view: each channel (r, g, b) is drawn on its own from the entry's range.
+COLOR_PARAMS = ("cube_color", "table_color", "goal_color", "floor_color")
+#: What a pixel policy's view randomizes (push_cube's top view): colours, lighting, camera pose and field of view.
+VISUAL_PARAMS: RandomizableParams = {
+    **{name: (f"the {name.split('_')[0]}'s RGB colour, each channel drawn on its own: a multiplier of the nominal "
+              "channel (relative) or the channel in 0-255 (absolute)", True) for name in COLOR_PARAMS},
+    "light": ("brightness, a multiplier of every colour, nominal 1", True),
+    "camera_shift": ("m the camera moves from its nominal pose, in a direction drawn uniformly (scale: absolute)",
+                     True),
+    "camera_roll": ("degrees the camera turns about its axis, either way with equal odds (scale: absolute)", True),
+    "camera_fov": ("the field of view, a multiplier of the nominal one (> 1 sees more, smaller)", False),
+}
+#: What a position-controlled arm's actuators randomize (push_cube_arm), each the same for every joint of an env.
+ACTUATOR_PARAMS: RandomizableParams = {
+    "kp": ("the position servos' stiffness (P gain), a multiplier of each joint's own", False),
+    "kd": ("the position servos' damping (D gain), a multiplier of each joint's own", True),
+    "motor_strength": ("the motors' output torque, a multiplier (gains and torque limits alike)", False),
+    "torque_limit": ("the motors' torque limits, a multiplier of each joint's own", False),
+    "action_delay": ("control steps between an action and its execution: floor of the drawn value, so [0, 3] gives "
+                     "0, 1 and 2 equally often and [d, d] exactly d (scale: absolute)", True),
+}
+MAX_ACTION_DELAY = 10  #: control steps; half a second at 20 Hz, already far beyond a real robot's latency
+#: The largest absolute value of the camera's entries: beyond them the frame shows floor only.
+_CAMERA_LIMITS = {"camera_shift": (1.0, "m"), "camera_roll": (180.0, "degrees")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +137,45 @@ def check_randomize(randomize: Mapping[str, RandomizeConfig], params: Randomizab
         if problem is not None:
             raise ConfigError(f"randomize.{name}.range", list(entry.range), problem[0],
                               f"pass randomize.{name}.range={problem[1]}")
+
+
+def check_visual(randomize: Mapping[str, RandomizeConfig]) -> None:
+    """The visual entries' own rules: the camera's moves are absolute and bounded, absolute colours lie in 0-255.
+
+    Raises:
+        ConfigError: Keyed ``randomize.<name>`` (the env's schema adds ``env.``).
+    """
+    for name, entry in randomize.items():
+        high = entry.range[1]
+        if name in _CAMERA_LIMITS:
+            top, unit = _CAMERA_LIMITS[name]
+            if entry.scale != "absolute":
+                raise ConfigError(f"randomize.{name}.scale", entry.scale, f"absolute ({unit}; the nominal camera "
+                                  "has none, so a multiplier of it moves nothing)",
+                                  f"pass randomize.{name}.scale=absolute")
+            if high > top:
+                raise ConfigError(f"randomize.{name}.range", list(entry.range), f"values up to {top:g} {unit}",
+                                  f"pass randomize.{name}.range=[{min(entry.range[0], top / 4):g},{top / 4:g}]")
+        if name in COLOR_PARAMS and entry.scale == "absolute" and high > 255:
+            raise ConfigError(f"randomize.{name}.range", list(entry.range), "channel values in 0-255 (scale: absolute)",
+                              f"pass randomize.{name}.range=[{min(entry.range[0], 255):g},255]")
+
+
+def check_actuators(randomize: Mapping[str, RandomizeConfig]) -> None:
+    """The delay's own rules: drawn in control steps (scale absolute), at most :data:`MAX_ACTION_DELAY`.
+
+    Raises:
+        ConfigError: Keyed ``randomize.action_delay`` (the env's schema adds ``env.``).
+    """
+    entry = randomize.get("action_delay")
+    if entry is None:
+        return
+    if entry.scale != "absolute":
+        raise ConfigError("randomize.action_delay.scale", entry.scale, "absolute (control steps; the nominal delay "
+                          "is 0, so a multiplier of it delays nothing)", "pass randomize.action_delay.scale=absolute")
+    if entry.range[1] > MAX_ACTION_DELAY:
+        raise ConfigError("randomize.action_delay.range", list(entry.range), f"delays up to {MAX_ACTION_DELAY} "
+                          "control steps", f"pass randomize.action_delay.range=[0,{MAX_ACTION_DELAY // 2}]")
 
 
 @dataclass(frozen=True, kw_only=True)

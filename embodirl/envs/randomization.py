@@ -63,7 +63,10 @@ class Randomization:
         params: The env's randomizable parameters (whether 0 is a valid value of each); None: every one.
 
     Attributes:
-        names: The parameters, in the order of :attr:`values`' rows.
+        names: The rows' names, in the order of :attr:`values`' rows: a parameter's own, ``<param>.<part>`` for each
+            part of one drawn in parts (a colour's ``.r``, ``.g``, ``.b``), ``_<name>`` for a hidden row an env adds
+            (a direction: neither logged nor a parameter).
+        params: The parameters (``env.randomize``'s names, what :meth:`set_range` takes), in order.
         values: ``[P, N]`` each env's values for its current episode (``dtype``), updated in place.
     """
 
@@ -82,10 +85,12 @@ class Randomization:
         self.low = torch.zeros(count, 1, dtype=f64, device=device)  # the ranges as given (multipliers if relative)
         self.high = torch.zeros(count, 1, dtype=f64, device=device)
         self.ranges: dict[str, tuple[float, float]] = {}
-        for name in self.names:
-            self.set_range(name, *specs[name].range)
+        self.params = tuple(dict.fromkeys(name.split(".")[0] for name in self.names if not name.startswith("_")))
+        for row, name in enumerate(self.names):
+            self._set_rows(name, [row], *specs[name].range)
         self.values = torch.zeros(count, num_envs, dtype=dtype, device=device)
-        self.metric_keys = tuple(f"randomize/{name}" for name in self.names)
+        self._logged = tuple(row for row, name in enumerate(self.names) if not name.startswith("_"))
+        self.metric_keys = tuple(f"randomize/{self.names[row]}" for row in self._logged)
 
     def index(self, name: str) -> int | None:
         """The row of ``name`` in :attr:`values`, None when it is not randomized."""
@@ -97,24 +102,31 @@ class Randomization:
         return (sample_values(u, self.low, self.high, self.log_uniform) * self.factor).to(self.values.dtype)
 
     def set_range(self, name: str, low: float, high: float) -> None:
-        """Draw ``name`` from ``[low, high]`` at the next resets (in the entry's scale); updates tensors in place.
+        """Draw parameter ``name`` (every part of it) from ``[low, high]`` at the next resets (in the entry's
+        scale); updates tensors in place.
 
         Raises:
             ConfigError: ``name`` is not randomized, or the range is empty, negative, or has ``low = 0`` with
                 ``log_uniform``.
         """
-        row = self.index(name)
-        if row is None:
+        rows = [row for row, row_name in enumerate(self.names) if row_name.split(".")[0] == name]
+        if name.startswith("_") or not rows:
             raise ConfigError("param", name, f"a randomized parameter (one of env.randomize's: "
-                              f"{', '.join(self.names) or 'none'})", f"add env.randomize.{name}.range=[1,1] to "
+                              f"{', '.join(self.params) or 'none'})", f"add env.randomize.{name}.range=[1,1] to "
                               "the env, or name one of those")
-        problem = self._problem(name, low, high)
-        if problem is not None:
-            raise ConfigError(f"env.randomize.{name}.range", [low, high], problem[0],
-                              f"use the range {problem[1]} instead", absolute=True)
-        self.low[row] = low
-        self.high[row] = high
-        self.ranges[name] = (float(low), float(high))
+        self._set_rows(name, rows, low, high)
+
+    def _set_rows(self, name: str, rows: list[int], low: float, high: float) -> None:
+        """Set the range of parameter ``name``'s ``rows``, all checked first."""
+        for row in rows:
+            problem = self._problem(self.names[row], low, high)
+            if problem is not None:
+                raise ConfigError(f"env.randomize.{name}.range", [low, high], problem[0],
+                                  f"use the range {problem[1]} instead", absolute=True)
+        for row in rows:
+            self.low[row] = low
+            self.high[row] = high
+            self.ranges[self.names[row]] = (float(low), float(high))
 
     def _problem(self, name: str, low: float, high: float) -> tuple[str, str] | None:
         """What is wrong with ``[low, high]`` for ``name`` (:func:`~embodirl.config.randomize.range_problem`)."""
@@ -130,7 +142,8 @@ class Randomization:
 
     def info(self) -> dict[str, Tensor]:
         """``{"randomize/<name>": [N] float32}``: this episode's values, fresh tensors (logged as episode metrics)."""
-        return {key: row.to(torch.float32, copy=True) for key, row in zip(self.metric_keys, self.values, strict=True)}
+        return {key: self.values[row].to(torch.float32, copy=True)
+                for key, row in zip(self.metric_keys, self._logged, strict=True)}
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"randomize_values": self.values.clone(), "randomize_low": self.low.clone(),

@@ -39,7 +39,7 @@ class Curriculum:
     def __init__(self, entries: Mapping[str, CurriculumConfig], env: BatchedEnv) -> None:
         self.entries, self.env = dict(entries), env
         self.levels = dict.fromkeys(self.entries, 0)
-        names = env.randomization.names if env.randomization is not None else ()
+        names = env.randomization.params if env.randomization is not None else ()
         for name, entry in self.entries.items():
             if entry.param not in names:
                 raise ConfigError(f"trainer.curriculum.{name}.param", entry.param,

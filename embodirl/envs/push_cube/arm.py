@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from embodirl.config.envs import PushCubeArmConfig
+from embodirl.config.randomize import MAX_ACTION_DELAY
 from embodirl.envs.base import BatchedEnv, StepResult
 from embodirl.envs.push_cube import arm_scene as scene
 from embodirl.envs.push_cube.mujoco_engine import STATE_FIELDS, BatchEngine, WarpEngine
@@ -128,6 +129,8 @@ class PushCubeArm(BatchedEnv):
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), key, counter)
         self._steps.zero_()
         self._ever_success.zero_()
+        if self._history is not None:
+            self._history.zero_()
         self._obs = self._observe(*self._kinematics(), self._steps)
         return self._obs
 
@@ -154,11 +157,16 @@ class PushCubeArm(BatchedEnv):
         cube_geom, dofs = self.model.geom("cube").id, slice(0, scene.NUM_JOINTS)
         nominal = {"cube_mass": float(model.body_mass[cube]),
                    "cube_friction": float(model.geom_friction[cube_geom, 0]),
-                   "joint_damping": 1.0}  # joint damping: a multiplier of each joint's own value
+                   "joint_damping": 1.0,  # joint damping and the actuators' entries: multipliers of each joint's own
+                   **dict.fromkeys(("kp", "kd", "motor_strength", "torque_limit"), 1.0), "action_delay": 0.0}
         self.randomization = make_randomization(cfg.randomize, nominal, self.num_envs, self.device, torch.float64,
                                                 cfg.randomizable)
+        self._history: Tensor | None = None  # [1 + MAX_ACTION_DELAY, N, 6] the last actions, newest first
         if self.randomization is None:
             return
+        if "action_delay" in cfg.randomize:
+            self._history = torch.zeros(1 + MAX_ACTION_DELAY, self.num_envs, scene.NUM_JOINTS,
+                                        dtype=self.engine.dtype, device=self.device)
         check(isinstance(self.engine, BatchEngine), "engine", cfg.engine, f"the CPU engine (mujoco.batch) with "
               f"env.randomize (device is {self.device})", fix="pass device=cpu engine=batch, or drop env.randomize")
         assert isinstance(self.engine, BatchEngine)
@@ -167,6 +175,12 @@ class PushCubeArm(BatchedEnv):
                         "cube_inertia": (self.engine.model_field("body_inertia"), (slice(None), cube)),
                         "cube_friction": (self.engine.model_field("geom_friction"), (slice(None), cube_geom, 0)),
                         "joint_damping": (self.engine.model_field("dof_damping"), (slice(None), dofs))}
+        if cfg.randomize.keys() & {"kp", "kd", "motor_strength", "torque_limit"}:  # the position servos' terms
+            gain, bias = self.engine.model_field("actuator_gainprm"), self.engine.model_field("actuator_biasprm")
+            self._fields.update({"kp_gain": (gain, (slice(None), slice(None), 0)),
+                                 "kp_bias": (bias, (slice(None), slice(None), 1)),
+                                 "kd_bias": (bias, (slice(None), slice(None), 2)),
+                                 "torque_limit": (self.engine.model_field("actuator_forcerange"), (slice(None),))})
         self._nominal_fields = {name: field[index].clone() for name, (field, index) in self._fields.items()}
 
     def _draw_parameters(self, mask: Tensor, key: Tensor, counter: Tensor) -> None:
@@ -180,11 +194,39 @@ class PushCubeArm(BatchedEnv):
         damping = torch.as_tensor(rand.row("joint_damping", 1.0)).view(-1, 1)
         rows = {"cube_mass": mass, "cube_inertia": self._nominal_fields["cube_inertia"] * scale,
                 "cube_friction": rand.row("cube_friction", self._nominal_fields["cube_friction"]),
-                "joint_damping": self._nominal_fields["joint_damping"] * damping}
+                "joint_damping": self._nominal_fields["joint_damping"] * damping, **self._actuator_rows()}
         for name, (field, index) in self._fields.items():
             field[index] = torch.as_tensor(rows[name], dtype=field.dtype).expand_as(field[index])
         if "cube_mass" in rand.names and isinstance(self.engine, BatchEngine):
             self.engine.set_const()  # the body's derived constants (subtree masses, ...) follow its mass
+
+    def _actuator_rows(self) -> dict[str, Tensor]:
+        """The position servos' model terms of each env's drawn gains, strength and torque limit (force = strength
+        (kp (target - q) - kd q_dot), clipped at strength x torque_limit x the nominal limit)."""
+        if "kp_gain" not in self._fields:
+            return {}
+        rand, nominal = self.randomization, self._nominal_fields
+        assert rand is not None
+
+        def multiplier(name: str) -> Tensor:
+            return torch.as_tensor(rand.row(name, 1.0), dtype=torch.float64).view(-1, 1)
+
+        strength = multiplier("motor_strength")
+        kp, kd = multiplier("kp") * strength, multiplier("kd") * strength
+        limit = (multiplier("torque_limit") * strength).view(-1, 1, 1)
+        return {"kp_gain": nominal["kp_gain"] * kp, "kp_bias": nominal["kp_bias"] * kp,
+                "kd_bias": nominal["kd_bias"] * kd, "torque_limit": nominal["torque_limit"] * limit}
+
+    def _delayed(self, action: Tensor) -> Tensor:
+        """The actions executed now: each env's action of ``action_delay`` steps ago (zero, i.e. hold the joints,
+        before its episode's first); ``action`` itself without a delay."""
+        if self._history is None or self.randomization is None:
+            return action
+        self._history = torch.cat((action[None], self._history[:-1]))
+        delay = self.randomization.row("action_delay", 0.0)
+        assert isinstance(delay, Tensor)
+        steps = delay.floor().long().clamp(0, MAX_ACTION_DELAY)
+        return self._history[steps, torch.arange(self.num_envs, device=self.device)]
 
     # --- stepping ------------------------------------------------------------------------------------
     def step(self, action: Tensor) -> StepResult:
@@ -204,7 +246,7 @@ class PushCubeArm(BatchedEnv):
             raise ValueError(f"PushCubeArm.step: action has shape {tuple(action.shape)}, "
                              f"expected ({self.num_envs}, {scene.NUM_JOINTS})")
         q = self._sim["qpos"][:, :scene.NUM_JOINTS]
-        target = q + action.to(q.dtype).clamp(-1.0, 1.0) * self.action_scale
+        target = q + self._delayed(action.to(q.dtype).clamp(-1.0, 1.0)) * self.action_scale
         self._sim["ctrl"].copy_(torch.minimum(torch.maximum(target, self._ctrl_low), self._ctrl_high))
         self.engine.step(self.substeps)
         steps = self._steps + 1
@@ -219,6 +261,8 @@ class PushCubeArm(BatchedEnv):
         randomized = self.randomization.info() if self.randomization is not None else {}  # the ending episodes'
         self._resets.episode += done
         self._steps = steps.masked_fill(done, 0)
+        if self._history is not None:  # a new episode's delayed actions start from holding the joints
+            self._history.masked_fill_(done.view(1, -1, 1), 0.0)
         if self.device.type != "cpu" or bool(done.any()):  # CPU: skip the masked writes when no env ends
             self._start(done, self._resets.env_ids, self._resets.episode)
             self._obs = torch.where(done[:, None], self._observe(*self._kinematics(), self._steps), final_obs)
@@ -321,6 +365,8 @@ class PushCubeArm(BatchedEnv):
         state.update(self._resets.state_dict())
         if self.randomization is not None:
             state.update(self.randomization.state_dict())
+        if self._history is not None:
+            state["action_history"] = self._history.clone()
         return state
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -343,4 +389,6 @@ class PushCubeArm(BatchedEnv):
             self.randomization.load_state_dict(state)
             self._draw_parameters(torch.zeros(self.num_envs, dtype=torch.bool), self._resets.env_ids,
                                   self._resets.episode)  # write the restored values into the simulations
+        if self._history is not None and "action_history" in state:
+            self._history.copy_(state["action_history"])
         self._obs = self._observe(*self._kinematics(), self._steps)

@@ -33,9 +33,11 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from embodirl.config.envs import PushCubeConfig
+from embodirl.config.randomize import VISUAL_PARAMS
 from embodirl.envs.base import BatchedEnv, StepResult, mark_static
+from embodirl.envs.push_cube import look
 from embodirl.envs.push_cube import physics as phys
-from embodirl.envs.push_cube.view import TopView, draw_packed, draw_top_view, make_top_view, unpack_rgb
+from embodirl.envs.push_cube.view import TopView, draw_packed, draw_styled, make_top_view, unpack_rgb
 from embodirl.envs.randomization import make_randomization
 from embodirl.envs.rng import ResetStream, StartCache, uniform_from_key
 from embodirl.errors import CheckpointError, check, is_int
@@ -101,9 +103,14 @@ class PushCube(BatchedEnv):
         self._set_spaces(cfg)
 
         n, dev, dtype = cfg.num_envs, self.device, self.physics_dtype
-        nominal = {name: getattr(cfg, name) for name in cfg.randomizable if name != "actuator_gain"}
-        self.randomization = make_randomization(cfg.randomize, {**nominal, "actuator_gain": 1.0}, n, dev, dtype,
-                                                cfg.randomizable)
+        specs, nominal = {}, {}
+        for name, spec in cfg.randomize.items():  # the view's entries add their rows (look.visual_rows)
+            rows, values = look.visual_rows(name, spec) if name in VISUAL_PARAMS else \
+                ({name: spec}, {name: cfg.nominal(name)})
+            specs.update(rows)
+            nominal.update(values)
+        self.randomization = make_randomization(specs, nominal, n, dev, dtype, cfg.randomizable)
+        self._look = look.nominal_colors(dev) if look.is_visual(cfg.randomize) else None  # None: nominal view
         if self.randomization is not None:  # each episode's values are logged as episode/metrics/randomize/<name>
             self.info_metrics = (*type(self).info_metrics, *self.randomization.metric_keys)
         self._state = torch.zeros(STATE_ROWS, n, dtype=dtype, device=dev)
@@ -121,6 +128,8 @@ class PushCube(BatchedEnv):
                     self._view.background, self._view.offsets)
         if self.randomization is not None:
             mark_static(dev, self.randomization.values, self.randomization.low, self.randomization.high)
+        if self._look is not None:
+            mark_static(dev, self._look, self._view.labels)
         self.reset(seed=seed)
 
     def _set_physics(self, cfg: PushCubeConfig) -> None:
@@ -221,7 +230,8 @@ class PushCube(BatchedEnv):
         ``(key_hash, counter)``."""
         params = self.randomization.draw(key_hash, counter) if self.randomization is not None else None
         state = self._initial_states(key_hash, counter, params)
-        return state, *self._observe(state, torch.zeros_like(counter)), *(() if params is None else (params,))
+        parts = self._observe(state, torch.zeros_like(counter), params=params)
+        return state, *parts, *(() if params is None else (params,))
 
     # --- stepping ------------------------------------------------------------------------------------
     def step(self, action: Tensor) -> StepResult:
@@ -346,13 +356,22 @@ class PushCube(BatchedEnv):
             q_dot = (s[14], s[15])
         return torch.stack((*p, *v_p, *c, theta, *v, omega, s[10], s[11], *q, *q_dot))
 
-    def _observe(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None,
-                 sin_t: Tensor | None = None) -> list[Tensor]:
+    def _observe(self, state: Tensor, steps: Tensor, cos_t: Tensor | None = None, sin_t: Tensor | None = None,
+                 params: Tensor | None = None) -> list[Tensor]:
         """The observation pieces of ``[16, M]`` states with ``steps`` ``[M]`` into the episode, in ``obs_mode``'s
         order: ``[M, obs_dim]`` float32 state features and/or ``[M, S, S]`` packed top views (:meth:`_pack`
-        unpacks them)."""
-        return [self._features(state, steps, cos_t, sin_t) if part == "state" else draw_packed(state, self._view)
+        unpacks them), drawn in the look of the randomized values ``params`` ``[P, M]`` (None: the current
+        episodes')."""
+        return [self._features(state, steps, cos_t, sin_t) if part == "state" else self._draw(state, self._view, params)
                 for part in self._parts]
+
+    def _draw(self, state: Tensor, view: TopView, params: Tensor | None = None) -> Tensor:
+        """``[M, S, S]`` packed top views of ``[16, M]`` states, in the look of ``params`` (None: the current
+        episodes') when the view is randomized."""
+        if self._look is None or self.randomization is None:
+            return draw_packed(state, view)
+        values = self.randomization.values if params is None else params
+        return draw_styled(state, view, look.style_of(self.randomization, values, self._look))
 
     def _pack(self, parts: list[Tensor]) -> Tensor | TensorDict:
         """The observation of :meth:`_observe`'s pieces: the tensor itself (``obs_mode=state``) or a TensorDict."""
@@ -388,12 +407,13 @@ class PushCube(BatchedEnv):
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         """Top views of the current states of the given envs (all when None) as uint8 ``[k, size, size, 3]``;
         after an auto-reset, the next episode's start. The picture is the ``rgb`` observation's
-        (:func:`.push_cube_view.draw_top_view`), drawn at ``size``: at ``size=image_size`` exactly what a pixel
-        policy sees."""
+        (:func:`.push_cube_view.draw_top_view`, in each env's look when the view is randomized), drawn at ``size``:
+        at ``size=image_size`` exactly what a pixel policy sees."""
         check(is_int(size) and 8 <= size <= 4096, "size", size, "an int in [8, 4096] (pixels)")
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
         index = torch.as_tensor(ids, dtype=torch.int64, device=self.device)
-        return draw_top_view(self._state[:, index], self._top_view(size)).cpu().numpy()
+        params = self.randomization.values[:, index] if self.randomization is not None else None
+        return unpack_rgb(self._draw(self._state[:, index], self._top_view(size), params)).cpu().numpy()
 
     def state_dict(self) -> dict[str, Tensor]:
         """Physics, counters, seed and episode statistics (all cloned), and the current state features (for

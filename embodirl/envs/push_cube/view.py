@@ -29,12 +29,46 @@ from torch import Tensor
 
 from embodirl.envs.push_cube.physics import COLORS, view_box
 
-__all__ = ["TopView", "draw_packed", "draw_top_view", "make_top_view", "pack_rgb", "unpack_rgb"]
+__all__ = ["LABELS", "TopView", "ViewStyle", "draw_packed", "draw_styled", "draw_top_view", "make_top_view",
+           "pack_rgb", "palette_of", "unpack_rgb", "warp_labels"]
+
+#: The parts of a top view, in label order (a labelled frame holds each pixel's index here): the floor first, so
+#: label 0 is what a moved camera sees beyond the nominal frame.
+LABELS = ("floor", "table", "border", "goal", "goal_edge", "cube", "arm", "tip")
+_LABEL = {name: index for index, name in enumerate(LABELS)}
 
 
 def pack_rgb(color: tuple[int, int, int]) -> int:
     """An RGB colour as the ``int32`` whose little-endian bytes are ``(r, g, b, 0)`` (a packed frame pixel)."""
     return int(color[0]) | int(color[1]) << 8 | int(color[2]) << 16
+
+
+_PACKED = {name: pack_rgb(color) for name, color in COLORS.items()}
+
+
+class ViewStyle(NamedTuple):
+    """Each env's look (visual randomization): its palette and where its camera is.
+
+    Attributes:
+        palette: ``[N, len(LABELS)]`` packed ``int32`` colours (:func:`palette_of`), one per label.
+        shift: Camera centre minus the nominal one, ``([N], [N])`` in metres (x, y), or None (nominal camera).
+        roll: ``[N]`` the camera's turn about its axis (rad, counter-clockwise), or None.
+        zoom: ``[N]`` the field of view as a multiple of the nominal one (> 1 sees more, smaller), or None.
+    """
+
+    palette: Tensor
+    shift: tuple[Tensor, Tensor] | None = None
+    roll: Tensor | None = None
+    zoom: Tensor | None = None
+
+
+def palette_of(colors: Tensor, light: Tensor | float = 1.0) -> Tensor:
+    """Packed ``int32`` palettes ``[N, L]`` of RGB colours ``[N, L, 3]`` (0-255, any float dtype) lit by ``light``
+    ``[N]`` (a multiplier of every colour), rounded and clipped to 0-255."""
+    if isinstance(light, Tensor):
+        light = light.view(-1, 1, 1)
+    rgb = (colors * light).round().clamp(0, 255).to(torch.int32)
+    return rgb[..., 0] | rgb[..., 1] << 8 | rgb[..., 2] << 16
 
 
 class TopView(NamedTuple):
@@ -46,6 +80,7 @@ class TopView(NamedTuple):
         top: World y of the frame's top edge (m).
         pixel: Pixel width (m).
         background: ``[S, S]`` packed ``int32`` colours (:func:`pack_rgb`) of the floor, the table and its outline.
+        labels: ``[S, S]`` ``int32`` the same as labels (:data:`LABELS`).
         offsets: ``[S]`` int64 ``0 .. S-1`` (window pixel offsets).
         half_size: Cube half-size as drawn (at least one pixel).
         tip_radius: Tip radius as drawn (at least two pixels).
@@ -58,6 +93,7 @@ class TopView(NamedTuple):
     top: float
     pixel: float
     background: Tensor
+    labels: Tensor
     offsets: Tensor
     half_size: float
     tip_radius: float
@@ -91,11 +127,13 @@ def make_top_view(size: int, *, half_size: float, radius: float, goal_radius: fl
     (x0, y0), (x1, y1) = workspace
     inside = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
     edge = inside & ((x < x0 + pixel) | (x > x1 - pixel) | (y < y0 + pixel) | (y > y1 - pixel))
-    background = torch.full((size, size), pack_rgb(COLORS["floor"]), dtype=torch.int32, device=device)
-    background[inside] = pack_rgb(COLORS["table"])
-    background[edge] = pack_rgb(COLORS["border"])
+    labels = torch.full((size, size), _LABEL["floor"], dtype=torch.int32, device=device)
+    labels[inside] = _LABEL["table"]
+    labels[edge] = _LABEL["border"]
+    nominal = torch.tensor([_PACKED[name] for name in LABELS], dtype=torch.int32, device=device)
+    background = nominal[labels.long()]
     offsets = torch.arange(size, device=device)
-    return TopView(size, cx - half, cy + half, pixel, background, offsets, max(half_size, pixel),
+    return TopView(size, cx - half, cy + half, pixel, background, labels, offsets, max(half_size, pixel),
                    max(radius, 2.0 * pixel), goal_radius, arm)
 
 
@@ -129,11 +167,11 @@ def _window(view: TopView, cx: Tensor, cy: Tensor, reach: float) -> tuple[Tensor
     return index, x, y
 
 
-def _paint(frame: Tensor, index: Tensor, mask: Tensor, color: tuple[int, int, int] | Tensor) -> None:
+def _paint(frame: Tensor, index: Tensor, mask: Tensor, color: int | Tensor) -> None:
     """Set the packed ``frame`` ``[N * S * S]`` to ``color`` where ``mask`` ``[N, w, w]`` holds at ``index``."""
     flat = index.view(-1)
     current = frame.gather(0, flat)
-    value = color.reshape(-1) if isinstance(color, Tensor) else pack_rgb(color)
+    value = color.reshape(-1) if isinstance(color, Tensor) else color
     frame.scatter_(0, flat, torch.where(mask.view(-1), value, current))
 
 
@@ -157,7 +195,7 @@ def draw_top_view(state: Tensor, view: TopView) -> Tensor:
     return unpack_rgb(draw_packed(state, view))
 
 
-def draw_packed(state: Tensor, view: TopView) -> Tensor:
+def draw_packed(state: Tensor, view: TopView, labelled: bool = False) -> Tensor:
     """Top views of push scenes as packed RGB pixels (:func:`pack_rgb`): ``[16, N]`` -> ``int32`` ``[N, S, S]``.
 
     A pixel shows a shape iff its centre lies inside it: the goal disk (its outer 1.5 pixels in the rim
@@ -166,23 +204,26 @@ def draw_packed(state: Tensor, view: TopView) -> Tensor:
     Args:
         state: ``[16, N]`` PushCube states (rows as in :mod:`embodirl.envs.push_cube.env`), any float dtype.
         view: The frame from :func:`make_top_view` (on ``state``'s device).
+        labelled: Paint each part's label (:data:`LABELS`) instead of its nominal colour.
 
     Returns:
-        ``[N, S, S]`` int32 packed frames (one pass over them makes RGB: :func:`unpack_rgb`; selecting between
-        two packed frames, e.g. at an auto-reset, costs a third of selecting between RGB ones).
+        ``[N, S, S]`` int32 packed frames, or labels when ``labelled`` (one pass over them makes RGB:
+        :func:`unpack_rgb`; selecting between two packed frames, e.g. at an auto-reset, costs a third of selecting
+        between RGB ones).
     """
     s = state.to(torch.float32)[:, :, None, None]  # [16, N, 1, 1]
     num, size = s.shape[1], view.size
-    frame = view.background.expand(num, size, size).clone().view(-1)
+    paint = _LABEL if labelled else _PACKED
+    frame = (view.labels if labelled else view.background).expand(num, size, size).clone().view(-1)
     index, x, y = _window(view, s[10], s[11], view.goal_radius)
     goal_d2 = (x - s[10]).square() + (y - s[11]).square()
     rim = (view.goal_radius - 1.5 * view.pixel) ** 2
     _paint(frame, index, goal_d2 <= view.goal_radius**2,
-           torch.where(goal_d2 >= rim, pack_rgb(COLORS["goal_edge"]), pack_rgb(COLORS["goal"])).to(torch.int32))
+           torch.where(goal_d2 >= rim, paint["goal_edge"], paint["goal"]).to(torch.int32))
     index, x, y = _window(view, s[4], s[5], math.sqrt(2.0) * view.half_size)
     dx, dy, cos_t, sin_t = x - s[4], y - s[5], s[6].cos(), s[6].sin()
     along, across = dx * cos_t + dy * sin_t, dy * cos_t - dx * sin_t  # the pixel in the cube's frame
-    _paint(frame, index, torch.maximum(along.abs(), across.abs()) <= view.half_size, COLORS["cube"])
+    _paint(frame, index, torch.maximum(along.abs(), across.abs()) <= view.half_size, paint["cube"])
     if view.arm is not None:
         (bx, by), (l1, _) = view.arm
         centres = (view.offsets.to(torch.float32) + 0.5) * view.pixel
@@ -191,7 +232,44 @@ def draw_packed(state: Tensor, view: TopView) -> Tensor:
         base = (torch.full_like(elbow[0], bx), torch.full_like(elbow[1], by))
         width = 1.5 * view.pixel
         links = _near_segment(x, y, base, elbow, width) | _near_segment(x, y, elbow, (s[0], s[1]), width)
-        frame = frame.view(num, size, size).masked_fill(links, pack_rgb(COLORS["arm"])).view(-1)
+        frame = frame.view(num, size, size).masked_fill(links, paint["arm"]).view(-1)
     index, x, y = _window(view, s[0], s[1], view.tip_radius)
-    _paint(frame, index, (x - s[0]).square() + (y - s[1]).square() <= view.tip_radius**2, COLORS["tip"])
+    _paint(frame, index, (x - s[0]).square() + (y - s[1]).square() <= view.tip_radius**2, paint["tip"])
     return frame.view(num, size, size)
+
+
+def warp_labels(labels: Tensor, view: TopView, style: ViewStyle) -> Tensor:
+    """The labelled frames ``[N, S, S]`` as each env's moved camera sees them (nearest pixel; floor outside).
+
+    Output pixel ``(row, col)``, at ``(u, w)`` pixels right of and above the frame's centre, shows the nominal
+    frame's point ``shift / pixel + zoom R(roll) (u, w)``: an orthographic top camera moved by ``shift``, turned
+    by ``roll`` and seeing ``zoom`` times as wide. The nominal camera maps every pixel to itself exactly.
+    """
+    num, size = labels.shape[0], view.size
+    centres = view.offsets.to(torch.float32) + (0.5 - size / 2)
+    u, w = centres.view(1, 1, size), -centres.view(1, size, 1)
+    if style.roll is not None:
+        cos_r, sin_r = style.roll.cos().view(-1, 1, 1), style.roll.sin().view(-1, 1, 1)
+        u, w = cos_r * u - sin_r * w, sin_r * u + cos_r * w
+    if style.zoom is not None:
+        zoom = style.zoom.view(-1, 1, 1)
+        u, w = zoom * u, zoom * w
+    if style.shift is not None:
+        u = u + (style.shift[0] * (1.0 / view.pixel)).view(-1, 1, 1)
+        w = w + (style.shift[1] * (1.0 / view.pixel)).view(-1, 1, 1)
+    col, row = (u + size / 2).floor().long(), (size / 2 - w).floor().long()
+    col, row = col.expand(num, size, size), row.expand(num, size, size)
+    inside = (col >= 0) & (col < size) & (row >= 0) & (row < size)
+    env = torch.arange(num, device=labels.device).view(-1, 1, 1)
+    index = (env * size + row.clamp(0, size - 1)) * size + col.clamp(0, size - 1)
+    return torch.where(inside, labels.reshape(-1)[index], _LABEL["floor"])
+
+
+def draw_styled(state: Tensor, view: TopView, style: ViewStyle) -> Tensor:
+    """:func:`draw_packed` in each env's own look: ``[16, N]`` states -> packed ``int32`` ``[N, S, S]`` frames
+    with the palettes, camera poses and fields of view of ``style`` (module docstring)."""
+    labels = draw_packed(state, view, labelled=True)
+    if style.shift is not None or style.roll is not None or style.zoom is not None:
+        labels = warp_labels(labels, view, style)
+    num = labels.shape[0]
+    return style.palette.gather(1, labels.view(num, -1).long()).view(labels.shape)
