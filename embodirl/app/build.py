@@ -125,6 +125,8 @@ def build_env(env_cfg: Any, device: torch.device, seed: int, num_envs: int | Non
     :attr:`BatchedEnv.solved_metric` / :attr:`BatchedEnv.solved_threshold` when not null, and the wrapper keys wrap
     the env (:func:`embodirl.envs.wrapping.wrap_env`).
     """
+    if num_envs is not None and isinstance(env_cfg, DictConfig):  # before the parse: the node's own may be null
+        env_cfg = {**OmegaConf.to_container(env_cfg, resolve=True), "num_envs": num_envs}  # type: ignore[dict-item]
     node = to_node(env_cfg, "env.", EnvNode)
     if num_envs is not None and num_envs != node.values.get("num_envs"):
         node = to_node({**node.written(), "num_envs": num_envs}, "env.", EnvNode)
