@@ -15,7 +15,7 @@ from embodirl.collect.episode_stats import EpisodeStats
 from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import allocate, observation_spec
 from embodirl.policies.base import Policy
-from embodirl.policies.distributions import Chunked
+from embodirl.policies.distributions import chunk_steps
 
 __all__ = ["Evaluator", "evaluate_policy"]
 
@@ -52,7 +52,7 @@ class Evaluator:
         state = policy.initial_state(n)
         self.recurrent = not state.is_empty()
         # A chunked policy's row is one decision: k env steps ([_BLOCK, k, N]), each counted by the statistics.
-        self.execute = policy.dist.chunk_execute if isinstance(policy.dist, Chunked) else 0
+        self.execute = chunk_steps(policy.dist)
         rows = (_BLOCK, self.execute) if self.execute else (_BLOCK,)
         # The steps since the last fold of the episode statistics, row by row.
         self.block = TensorDict({"reward": torch.zeros(*rows, n, dtype=torch.float64, device=dev),

@@ -30,7 +30,7 @@ from embodirl.config.policies import (
 from embodirl.errors import ConfigError, check
 
 __all__ = ["ActionDistribution", "Beta", "Categorical", "Chunked", "DeterministicTanh", "DiagGaussian",
-           "StateDependentGaussian", "TanhGaussian", "make_distribution"]
+           "StateDependentGaussian", "TanhGaussian", "chunk_steps", "make_distribution"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -417,3 +417,9 @@ def make_distribution(
         "action_space", action_space, "gymnasium Discrete or 1-D Box",
         "use an env whose action space is Discrete or a 1-D Box (flatten other spaces in the env)",
     )
+
+
+def chunk_steps(dist: ActionDistribution | None) -> int:
+    """Env steps one decision of ``dist`` executes as a chunk: its ``chunk_execute`` for a :class:`Chunked`
+    distribution, 0 for one action per step (also a policy without a torch distribution, an export)."""
+    return dist.chunk_execute if isinstance(dist, Chunked) else 0

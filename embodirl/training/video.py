@@ -19,7 +19,7 @@ from embodirl.envs.base import BatchedEnv, env_mode
 from embodirl.envs.observations import as_tensordict
 from embodirl.errors import ConfigError
 from embodirl.policies.base import Policy
-from embodirl.policies.distributions import Chunked
+from embodirl.policies.distributions import chunk_steps
 
 __all__ = ["annotate", "record_episode", "save_video", "tile"]
 
@@ -104,7 +104,7 @@ def record_episode(env: BatchedEnv, policy: Policy, num_envs: int, size: int, se
     alive = np.ones(k, dtype=bool)
     state = policy.initial_state(env.num_envs)
     # A chunked policy acts every k steps and its chunk's first k actions run one per step, as in evaluation.
-    execute = policy.dist.chunk_execute if isinstance(policy.dist, Chunked) else 0
+    execute = chunk_steps(policy.dist)
     for t in range(env.max_episode_steps):
         if not execute or t % execute == 0:
             plan, state = policy.mode(obs, state)
