@@ -40,7 +40,9 @@ is imported (with ``--threads 1``, the default). XLA still starts idle helper th
 ``--cpu N`` additionally pins the process (and every thread it starts) to CPU N with
 ``os.sched_setaffinity``, as ``taskset -c N`` would; ``benchmarks/race.py`` pins every contender alike.
 
-``--set KEY=VALUE ...`` replaces entries of PureJaxRL's CONFIG (the network and the maths stay PureJaxRL's):
+``--xla-cache DIR`` keeps the compiled programs in jax's persistent cache: ``compile_s`` is then the time
+to load them on a second run with the same DIR (``race.py --xla-cache DIR`` gives both PureJaxRL contenders
+one). ``--set KEY=VALUE ...`` replaces entries of PureJaxRL's CONFIG (the network and the maths stay PureJaxRL's):
 ``benchmarks/race.py`` runs it at embodirl's settings this way (its ``purejaxrl-embodirl`` contender).
 
 The budget is PureJaxRL's ``TOTAL_TIMESTEPS`` (5e5, also the learning-rate anneal's horizon), rounded
@@ -70,6 +72,9 @@ p.add_argument("--eval-episodes", type=int, default=20,
                help="deterministic episodes per evaluation, one per evaluation env")
 p.add_argument("--threshold", type=float, default=475.0)
 p.add_argument("--out", default="purejaxrl_cartpole.json")
+p.add_argument("--xla-cache", default=None, metavar="DIR",
+               help="keep XLA's compiled programs in DIR (jax's persistent compilation cache): a second run "
+                    "with the same DIR loads them instead of compiling; PureJaxRL itself sets no cache")
 p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                help="replace entries of PureJaxRL's CONFIG, VALUE as JSON (a bare word is a string): "
                     "--set NUM_ENVS=256 NUM_STEPS=32 ANNEAL_LR=false ACTIVATION=relu")
@@ -132,6 +137,10 @@ from flax.linen.initializers import constant, orthogonal  # noqa: E402
 from flax.training.train_state import TrainState  # noqa: E402
 
 IMPORT_S = time.perf_counter() - t_imp
+if args.xla_cache:
+    jax.config.update("jax_compilation_cache_dir", args.xla_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # cache every program, small ones too
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def process_age_s():

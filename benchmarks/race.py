@@ -88,9 +88,9 @@ def _embodirl_read(run_dir):
                 compile_s=s.get("compile_s") or None, import_s=None)
 
 
-def _script_argv(script, *extra, seed_flag="--seeds", settings_key=None):
+def _script_argv(script, *extra, seed_flag="--seeds", settings_keys=()):
     def argv(python, seed, run_dir, settings):
-        more = settings[settings_key] if settings_key else []
+        more = [arg for key in settings_keys for arg in settings.get(key, [])]
         return [python, str(HERE / script), seed_flag, str(seed), "--threads", "1",
                 "--out", str(run_dir / "result.json"), *extra, *more]
     return argv
@@ -109,10 +109,11 @@ CONTENDERS = {c.name: c for c in (
               _embodirl_read),
     Contender("embodirl-compile", "embodirl `compile=true`", "embodirl", _embodirl_argv("compile=true"),
               r"stopped: solved at", _embodirl_read),
-    Contender("purejaxrl", "PureJaxRL, its own settings", "purejaxrl", _script_argv("purejaxrl_cartpole.py"),
-              _SOLVED, _script_read),
+    Contender("purejaxrl", "PureJaxRL, its own settings", "purejaxrl",
+              _script_argv("purejaxrl_cartpole.py", settings_keys=("xla-cache",)), _SOLVED, _script_read),
     Contender("purejaxrl-embodirl", "PureJaxRL at embodirl's settings", "purejaxrl",
-              _script_argv("purejaxrl_cartpole.py", settings_key="purejaxrl-embodirl"), _SOLVED, _script_read),
+              _script_argv("purejaxrl_cartpole.py", settings_keys=("purejaxrl-embodirl", "xla-cache")),
+              _SOLVED, _script_read),
     Contender("rl8", "rl8", "rl8", _script_argv("rl8_cartpole.py"), _SOLVED, _script_read),
     Contender("sb3", "Stable-Baselines3 (RL Zoo)", "sb3", _script_argv("sb3_cartpole.py", "--stop-on", "b"),
               r'"b_wall_s": [0-9]', _script_read),
@@ -180,6 +181,9 @@ def parse_args(argv=None):
         p.add_argument(f"--{name}-python", default=sys.executable if runtime.venv is None else None,
                        help=f"interpreter of the {name} venv"
                             + (" (default: this one)" if runtime.venv is None else f" (default: PEERS/{runtime.venv})"))
+    p.add_argument("--xla-cache", default=None, metavar="DIR",
+                   help="PureJaxRL keeps its compiled programs in DIR (jax's persistent cache); by default it "
+                        "compiles in every run, as PureJaxRL does")
     p.add_argument("--cpu", type=int, default=None,
                    help="pin every contender to this CPU (as taskset -c), on top of its one thread")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is killed")
@@ -403,6 +407,8 @@ def main(argv=None):
     args = parse_args(argv)
     pythons = interpreters(args)
     names, versions, settings, skipped = prepare(args, pythons)
+    if args.xla_cache:
+        settings["xla-cache"] = ["--xla-cache", os.path.abspath(args.xla_cache)]
     if not names:
         print("race.py: no contender can run; give --peers DIR or a working --*-python for at least one "
               "(bash benchmarks/peer_venvs.sh DIR builds them)", file=sys.stderr)

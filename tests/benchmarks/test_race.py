@@ -137,3 +137,15 @@ def test_purejaxrl_script_refuses_an_unknown_setting_before_importing_jax():
     out = subprocess.run([sys.executable, str(BENCHMARKS / "purejaxrl_cartpole.py"), "--set", "NUM_ENV=256"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "NUM_ENVS" in out.stderr and "try --set" in out.stderr
+
+
+def test_each_contender_runs_its_script_with_one_thread_and_its_seed():
+    settings = {"purejaxrl-embodirl": ["--set", "NUM_ENVS=256"], "xla-cache": ["--xla-cache", "/cache"]}
+    argv = {name: c.argv("py", 7, Path("/run"), settings) for name, c in race.CONTENDERS.items()}
+    assert argv["embodirl-compile"][-2:-1] == ["compile=true"] and "seed=7" in argv["embodirl"]
+    assert "num_threads=1" in argv["embodirl"] and "compile=true" not in argv["embodirl"]
+    assert argv["purejaxrl-embodirl"][-4:] == ["--set", "NUM_ENVS=256", "--xla-cache", "/cache"]
+    assert "--set" not in argv["purejaxrl"] and argv["purejaxrl"][-2:] == ["--xla-cache", "/cache"]
+    assert argv["cleanrl"][2:4] == ["--seed", "7"] and argv["rl8"][2:4] == ["--seeds", "7"]
+    for name in ("purejaxrl", "rl8", "sb3", "cleanrl"):
+        assert argv[name][4:6] == ["--threads", "1"], name
