@@ -358,7 +358,7 @@ def markdown(result):
     lines = [
         "# Race to solved CartPole-v1", "",
         f"Measured {result['date']} on {m['cpu_model']} ({m['cpu_count']} CPUs), "
-        f"{a['rounds']} rounds alternated, one compute thread per contender"
+        f"{a['rounds']} round{'s' if a['rounds'] != 1 else ''} alternated, one compute thread per contender"
         + (f", every contender pinned to CPU {a['cpu']}" if a["cpu"] is not None else "")
         + "; the load average (1 min) before each run is in the last column.",
         f"Command: `{result['command']}`", "",
