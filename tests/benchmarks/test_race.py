@@ -3,6 +3,7 @@ and what is skipped. The peers' venvs are not needed: fake contenders are small 
 import copy
 import importlib.util
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,13 @@ def test_each_contender_runs_its_script_with_one_thread_and_its_seed():
     assert argv["cleanrl"][2:4] == ["--seed", "7"] and argv["rl8"][2:4] == ["--seeds", "7"]
     for name in ("purejaxrl", "rl8", "sb3", "cleanrl"):
         assert argv[name][4:6] == ["--threads", "1"], name
+
+
+def test_the_documented_race_commands_parse(tmp_path):
+    page = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
+    commands = [shlex.split(line)[2:] for line in page.splitlines() if line.startswith("python benchmarks/race.py")]
+    assert commands
+    for argv in commands:
+        if "--peers" in argv:  # the page's folder need not exist here
+            argv[argv.index("--peers") + 1] = str(tmp_path)
+        race.parse_args(argv)
