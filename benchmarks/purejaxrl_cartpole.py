@@ -40,6 +40,11 @@ is imported (with ``--threads 1``, the default). XLA still starts idle helper th
 ``--cpu N`` additionally pins the process (and every thread it starts) to CPU N with
 ``os.sched_setaffinity``, as ``taskset -c N`` would; ``benchmarks/race.py`` pins every contender alike.
 
+``--xla-cache DIR`` keeps the compiled programs in jax's persistent cache: ``compile_s`` is then the time
+to load them on a second run with the same DIR (``race.py --xla-cache DIR`` gives both PureJaxRL contenders
+one). ``--set KEY=VALUE ...`` replaces entries of PureJaxRL's CONFIG (the network and the maths stay PureJaxRL's):
+``benchmarks/race.py`` runs it at embodirl's settings this way (its ``purejaxrl-embodirl`` contender).
+
 The budget is PureJaxRL's ``TOTAL_TIMESTEPS`` (5e5, also the learning-rate anneal's horizon), rounded
 down to whole chunks: with the default 40,960-step chunks, 12 chunks (491,520 steps), leaving out the last
 16 updates, at under 2 % of the initial learning rate.
@@ -67,6 +72,12 @@ p.add_argument("--eval-episodes", type=int, default=20,
                help="deterministic episodes per evaluation, one per evaluation env")
 p.add_argument("--threshold", type=float, default=475.0)
 p.add_argument("--out", default="purejaxrl_cartpole.json")
+p.add_argument("--xla-cache", default=None, metavar="DIR",
+               help="keep XLA's compiled programs in DIR (jax's persistent compilation cache): a second run "
+                    "with the same DIR loads them instead of compiling; PureJaxRL itself sets no cache")
+p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+               help="replace entries of PureJaxRL's CONFIG, VALUE as JSON (a bare word is a string): "
+                    "--set NUM_ENVS=256 NUM_STEPS=32 ANNEAL_LR=false ACTIVATION=relu")
 args = p.parse_args()
 
 # PureJaxRL's CartPole-v1 config (purejaxrl/ppo.py __main__), DEBUG dropped.
@@ -87,10 +98,20 @@ CONFIG = {
     "ENV_NAME": "CartPole-v1",
     "ANNEAL_LR": True,
 }
+for item in args.set:
+    key, _, value = item.partition("=")
+    if key not in CONFIG or not value:
+        p.error(f"--set {item}: expected KEY=VALUE with KEY one of {', '.join(CONFIG)}; try --set NUM_ENVS=256")
+    try:
+        CONFIG[key] = json.loads(value)
+    except json.JSONDecodeError:
+        CONFIG[key] = value
+if CONFIG["ACTIVATION"] not in ("tanh", "relu"):
+    p.error(f"--set ACTIVATION={CONFIG['ACTIVATION']}: PureJaxRL's network knows tanh and relu; try ACTIVATION=relu")
 STEPS_PER_UPDATE = CONFIG["NUM_ENVS"] * CONFIG["NUM_STEPS"]
 if args.eval_freq <= 0 or args.eval_freq % STEPS_PER_UPDATE:
     p.error(f"--eval-freq {args.eval_freq}: must be a positive multiple of NUM_ENVS*NUM_STEPS = "
-            f"{STEPS_PER_UPDATE} (one PureJaxRL update); try --eval-freq 40960")
+            f"{STEPS_PER_UPDATE} (one PureJaxRL update); try --eval-freq {STEPS_PER_UPDATE * 80}")
 if args.eval_episodes <= 0 or args.threads <= 0:
     p.error("--eval-episodes and --threads must be positive integers")
 UPDATES_PER_CHUNK = args.eval_freq // STEPS_PER_UPDATE
@@ -116,6 +137,10 @@ from flax.linen.initializers import constant, orthogonal  # noqa: E402
 from flax.training.train_state import TrainState  # noqa: E402
 
 IMPORT_S = time.perf_counter() - t_imp
+if args.xla_cache:
+    jax.config.update("jax_compilation_cache_dir", args.xla_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # cache every program, small ones too
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def process_age_s():
