@@ -22,8 +22,8 @@ from tests.conftest import in_process_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SMOKE_BUDGET = 24_576  # three iterations of the default PPO: enough for a resume to train one more
-SMOKE_STEP = 8_192  # one iteration of the default PPO
+SMOKE_BUDGET = 24_576  # twelve iterations of the default PPO: enough for a resume to train one more
+SMOKE_STEP = 2_048  # one iteration of the default PPO (64 envs x 32 steps)
 
 
 def shell_commands(page: Path) -> list[list[str]]:
