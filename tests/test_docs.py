@@ -185,7 +185,7 @@ def test_the_readme_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
 def test_smoke_versions_keep_the_documented_overrides():
     assert smoke_version(["embodirl-train", "hydra.run.dir=runs/first", "trainer.total_env_steps=500000"]) == [
         "embodirl-train", "hydra.run.dir=runs/first", "trainer=debug", f"trainer.total_env_steps={SMOKE_BUDGET}"]
-    assert smoke_version(["embodirl-train", "trainer.total_env_steps=100000"], "runs/x") == [
+    assert smoke_version(["embodirl-train", "trainer.total_env_steps=20000"], "runs/x") == [
         "embodirl-train", "trainer=debug", f"trainer.total_env_steps={SMOKE_STEP}", "hydra.run.dir=runs/x"]
     assert smoke_version(["embodirl-train", "algo=grpo"], "runs/x") == [
         "embodirl-train", "algo=grpo", "trainer=debug", "hydra.run.dir=runs/x"]
