@@ -68,7 +68,7 @@ def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
 
     ``--help`` and ``--cfg`` lines run as written. Every other line runs as a smoke version: ``trainer=debug``
     (which keeps the algorithm, policy and env of the line and beats an experiment's budget), a budget scaled to
-    at most :data:`SMOKE_BUDGET` env steps (500,000 -> all of it, 100,000 -> one iteration: a run continued with
+    at most :data:`SMOKE_BUDGET` env steps (500,000 -> all of it, 20,000 -> one iteration: a run continued with
     a larger budget still trains more), and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
     """
     args = argv[1:]
