@@ -22,8 +22,8 @@ from tests.conftest import in_process_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SMOKE_BUDGET = 24_576  # three iterations of the default PPO: enough for a resume to train one more
-SMOKE_STEP = 8_192  # one iteration of the default PPO
+SMOKE_BUDGET = 24_576  # twelve iterations of the default PPO: enough for a resume to train one more
+SMOKE_STEP = 2_048  # one iteration of the default PPO (64 envs x 32 steps)
 
 
 def shell_commands(page: Path) -> list[list[str]]:
@@ -68,7 +68,7 @@ def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
 
     ``--help`` and ``--cfg`` lines run as written. Every other line runs as a smoke version: ``trainer=debug``
     (which keeps the algorithm, policy and env of the line and beats an experiment's budget), a budget scaled to
-    at most :data:`SMOKE_BUDGET` env steps (500,000 -> all of it, 100,000 -> one iteration: a run continued with
+    at most :data:`SMOKE_BUDGET` env steps (500,000 -> all of it, 20,000 -> one iteration: a run continued with
     a larger budget still trains more), and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
     """
     args = argv[1:]
@@ -185,7 +185,7 @@ def test_the_readme_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
 def test_smoke_versions_keep_the_documented_overrides():
     assert smoke_version(["embodirl-train", "hydra.run.dir=runs/first", "trainer.total_env_steps=500000"]) == [
         "embodirl-train", "hydra.run.dir=runs/first", "trainer=debug", f"trainer.total_env_steps={SMOKE_BUDGET}"]
-    assert smoke_version(["embodirl-train", "trainer.total_env_steps=100000"], "runs/x") == [
+    assert smoke_version(["embodirl-train", "trainer.total_env_steps=20000"], "runs/x") == [
         "embodirl-train", "trainer=debug", f"trainer.total_env_steps={SMOKE_STEP}", "hydra.run.dir=runs/x"]
     assert smoke_version(["embodirl-train", "algo=grpo"], "runs/x") == [
         "embodirl-train", "algo=grpo", "trainer=debug", "hydra.run.dir=runs/x"]

@@ -130,6 +130,8 @@ class CartPoleConfig(EnvConfig):
     """Batched pure-torch CartPole with gymnasium CartPole-v1's dynamics, termination and 500-step limit."""
 
     target = "embodirl.envs.cartpole.CartPole"
+    num_envs: int = key(64, ge=1, doc="parallel envs on the device (the default PPO is tuned for 64: "
+                        "algo/ppo_sizing/cartpole.yaml)")
     max_episode_steps: int = key(500, ge=1, doc="time limit (truncation); gymnasium's CartPole-v1 uses 500")
     physics_dtype: Literal["float64", "float32"] = key("float64", doc="float64 matches gymnasium bit for bit; "
                                                        "float32 is a little faster on GPUs")

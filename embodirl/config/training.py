@@ -222,7 +222,7 @@ class EvalConfig(VideoConfig):
     """Periodic evaluation during training, on env copies of its own, and its videos."""
 
     target = "embodirl.training.evaluation.PeriodicEvaluation"
-    every_env_steps: int = key(40960, ge=1, doc="evaluate when a multiple of this is crossed (and at the end)")
+    every_env_steps: int = key(16384, ge=1, doc="evaluate when a multiple of this is crossed (and at the end)")
     num_envs: int = key(20, ge=1, doc="separate env copies for deterministic evaluation")
     num_episodes: int = key(20, ge=1, doc="episodes per evaluation, spread evenly over the evaluation envs")
     env_overrides: dict[str, Any] | None = key(None, doc="env keys that differ for the evaluation envs, e.g. "

@@ -45,12 +45,17 @@ def _recipe(name: str) -> dict:
     return yaml.safe_load(files("embodirl.conf").joinpath(f"experiment/{name}.yaml").read_text())
 
 
-def test_ppo_is_sized_to_a_gym_env_and_nowhere_else():
+def test_ppo_is_sized_to_a_gym_env_and_to_cartpole_and_nowhere_else():
     gym_algo = compose_config(["env=gym", "env.id=Pendulum-v1"]).algo
     assert (gym_algo.num_steps, gym_algo.minibatch_size) == (256, 512)  # was 32 and 4096: one minibatch of 256
     assert gym_algo.num_steps * compose_config(["env=gym"]).env.num_envs >= gym_algo.minibatch_size
-    cartpole = compose_config([]).algo
-    assert (cartpole.num_steps, cartpole.minibatch_size) == (32, 4096)  # the batched CartPole's tuning, unchanged
+    cartpole = compose_config([])  # 64 envs x 32 steps in 4 minibatches, 4 epochs, scaled rewards
+    assert (cartpole.env.num_envs, cartpole.algo.num_steps, cartpole.algo.minibatch_size) == (64, 32, 512)
+    assert cartpole.algo.num_epochs == 4 and cartpole.algo.normalize_rewards
+    push_cube = compose_config(["env=push_cube"]).algo  # algo=ppo's own values
+    assert (push_cube.minibatch_size, push_cube.num_epochs, push_cube.normalize_rewards) == (4096, 2, False)
+    pinned = compose_config(["experiment=ppo_cartpole"]).algo  # the old defaults, pinned by the recipe
+    assert (pinned.minibatch_size, pinned.num_epochs, pinned.normalize_rewards) == (4096, 2, False)
     assert compose_config(["env=gym", "algo.minibatch_size=64"]).algo.minibatch_size == 64  # the command line wins
     assert compose_config(["env=gym", "algo=a2c"]).algo.minibatch_size is None  # other algorithms keep theirs
     for name in ("ppo_pendulum", "ppo_acrobot"):  # the recipes keep theirs

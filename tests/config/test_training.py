@@ -24,7 +24,7 @@ def test_schema_defaults_are_the_default_options_values(node, schema):
 def test_the_evaluation_cadence_and_sizes_keep_their_numbers_under_the_eval_node():
     default, debug = compose_config([]).eval, compose_config(["trainer=debug"]).eval
     assert (default.every_env_steps, default.num_envs, default.num_episodes, default.env_overrides) == \
-        (40960, 20, 20, None)
+        (16384, 20, 20, None)
     assert (debug.every_env_steps, debug.num_envs, debug.num_episodes) == (8192, 2, 2)
 
 

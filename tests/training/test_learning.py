@@ -10,12 +10,14 @@ pytestmark = pytest.mark.slow
 
 
 def test_default_ppo_solves_cartpole(tmp_path):
+    # Seed 0 solves at 49,152 env steps (seeds 0-15 and 100-115: a median of 49,152, the slowest at 65,536); the
+    # defaults before algo/ppo_sizing/cartpole.yaml needed 163,840, beyond this budget.
     cfg = compose_config(["seed=0", "device=cpu", "logger.console=none", "logger.tensorboard=false",
-                          "trainer.total_env_steps=1500000"])
+                          "trainer.total_env_steps=65536"])
     summary = run_training(cfg, tmp_path)
     assert summary["stop_reason"] == "solved", summary
     assert summary["eval/return_mean"] >= 475
-    assert summary["solved_env_steps"] <= 1_500_000
+    assert summary["solved_env_steps"] <= 65_536
 
 
 def test_grpo_headline_command_solves_cartpole(tmp_path):
