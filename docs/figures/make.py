@@ -1,7 +1,7 @@
 """Make the documentation's figures by running the commands the docs name, as a user runs them.
 
     python docs/figures/make.py                  # all figures, into docs/figures/
-    python docs/figures/make.py --only curve     # some of: curve, sweep, push_cube, arm
+    python docs/figures/make.py --only curve     # some of: curve, sweep, push_cube, arm, distill
     python docs/figures/make.py --work runs/doc-figures   # keep the runs there (default: a temporary directory)
 
 Every picture is a file ``embodirl-report`` writes; this script only runs the commands and copies the files:
@@ -14,6 +14,13 @@ Every picture is a file ``embodirl-report`` writes; this script only runs the co
 * ``push_cube_frames.png``: ``embodirl-train +experiment=grpo_push_cube eval.video=true eval.video_num_envs=1
   eval.video_format=gif`` (until solved), then ``embodirl-report RUN --frames 6``;
 * ``push_cube_arm_frames.png``: the same with ``+experiment=ppo_push_cube_arm`` (until solved).
+* ``distill_camera_shift.png``: ``+experiment=ppo_push_cube_teacher``, then for seeds 0, 1, 2 a pixel student
+  with visual randomization (``+experiment=distill_push_cube_rgb_dr``) and one without
+  (``+experiment=distill_push_cube_rgb trainer.total_env_steps=98304``), each evaluated with
+  ``embodirl-eval ... eval.sweep.param=camera_shift eval.sweep.scale=absolute``; the report's sweep plot
+  (:func:`embodirl.analysis.sweeps.plot_sweep`) of the two students. Runs already in ``--work`` (a
+  ``checkpoints/best.pt``, an evaluation with the sweep) are reused: the eight runs take about 15 minutes on an
+  idle 2-core CPU.
 
 The runs are seeded and run on the CPU (``device=cpu``), with the console table off; each stops once solved
 (push_cube_arm after minutes, the others within a minute).
@@ -32,7 +39,8 @@ from pathlib import Path
 log = logging.getLogger("figures")
 
 OUT = Path(__file__).resolve().parent
-MODULES = {"embodirl-train": "embodirl.cli.train", "embodirl-report": "embodirl.cli.report"}
+MODULES = {"embodirl-train": "embodirl.cli.train", "embodirl-report": "embodirl.cli.report",
+           "embodirl-eval": "embodirl.cli.evaluate"}
 QUIET = ["logger.console=none", "device=cpu"]
 FILM = ["eval.video=true", "eval.video_num_envs=1", "eval.video_format=gif"]
 
@@ -74,11 +82,45 @@ def make_frames(work: Path, experiment: str, figure: str) -> None:
     copy(run_dir / "report", f"frames_{experiment}.png", figure)
 
 
+#: The students of the distillation figure: name -> the experiment and its overrides.
+STUDENTS = {"dr": ["+experiment=distill_push_cube_rgb_dr"],
+            "nom": ["+experiment=distill_push_cube_rgb", "trainer.total_env_steps=98304"]}
+SHIFTS = "[0,0.025,0.05,0.075,0.1]"  # m; the randomized student trained on 0-0.05
+
+
+def make_distill(work: Path) -> None:
+    from embodirl.analysis.report import load_run
+    from embodirl.analysis.sweeps import find_sweeps, plot_sweep
+
+    teacher = work / "teacher-s0"
+    if not (teacher / "checkpoints" / "best.pt").is_file():
+        run("embodirl-train", "+experiment=ppo_push_cube_teacher", f"hydra.run.dir={teacher}", *QUIET)
+    groups = []
+    for kind, overrides in STUDENTS.items():
+        runs = []
+        for seed in range(3):
+            student = work / "students" / f"{kind}-s{seed}"
+            if not (student / "checkpoints" / "best.pt").is_file():
+                run("embodirl-train", *overrides, f"algo.teacher.run={teacher}", f"seed={seed}",
+                    f"hydra.run.dir={student}", *QUIET)
+            if ("camera_shift", "absolute") not in find_sweeps(load_run(student)):
+                run("embodirl-eval", f"run={student}", "checkpoint=best", "num_episodes=128", "seed=777",
+                    "eval.sweep.param=camera_shift", f"eval.sweep.values={SHIFTS}", "eval.sweep.scale=absolute")
+            runs.append(load_run(student))
+        groups.append(runs)
+    png = plot_sweep(groups, ["with visual randomization", "nominal look only"], ("camera_shift", "absolute"))
+    if png is None:
+        sys.exit("no camera_shift sweep found in the students' evaluations")
+    (OUT / "distill_camera_shift.png").write_bytes(png)
+    log.info("wrote %s (%d KB)", OUT / "distill_camera_shift.png", len(png) // 1024)
+
+
 FIGURES = {
     "curve": make_curve,
     "sweep": make_sweep,
     "push_cube": lambda work: make_frames(work, "grpo_push_cube", "push_cube_frames.png"),
     "arm": lambda work: make_frames(work, "ppo_push_cube_arm", "push_cube_arm_frames.png"),
+    "distill": make_distill,
 }
 
 
