@@ -10,7 +10,8 @@ and what the next step acts on. :class:`StepLoop` owns what makes that function 
 * the slot ``t`` (:class:`StepSlot`);
 * ``torch.compile(fullgraph=True, dynamic=False)`` of one whole step and its capture as a CUDA graph
   (:mod:`embodirl.accel.compile`);
-* the fused block (:meth:`StepLoop.steps`): compiled without CUDA graphs, ``k`` consecutive steps are one program
+* the fused block (:meth:`StepLoop.steps`, with :data:`FUSED_STEPS` above 1): compiled without CUDA graphs, ``k``
+  consecutive steps are one program
   that unrolls them, as PureJaxRL's ``lax.scan`` makes a rollout one XLA program. A compiled call checks its
   guards (every parameter and buffer the step reads) and crosses Python once per block instead of once per step.
 
@@ -37,9 +38,9 @@ EAGER = Acceleration()  #: neither compiled nor captured
 Carry = dict[str, TensorDict]  #: the carry buffers a step reads: ``{"obs": ..., "state": ...}``
 Buffers = Mapping[str, Tensor | TensorCollection]  #: record buffers by name, laid out along the time dimension
 Values = Mapping[str, Tensor | TensorCollection]  #: a step's values for some buffers (a one-leaf one takes a Tensor)
-# Steps per compiled block. Inductor's code generation grows with the unrolled graph (a cold compile of a whole
-# 32-step rollout ran past ten minutes); a few steps already spread the per-call cost (guards, Python) thin.
-FUSED_STEPS = 4
+# Steps per compiled block; 1 = no blocks (each step its own compiled call). Blocks of 4 ran CartPole's collection
+# faster but multiplied the compile of a large step (push_cube): off until a block size follows the step's size.
+FUSED_STEPS = 1
 
 
 class StepSlot:
@@ -134,7 +135,7 @@ class StepLoop:
         self._carry = {key: _leaves(buffer) for key, buffer in carry.items()}
         self._accelerated = compile_step(_own_code(self.run, name), accel.compile)
         # Blocks where steps are compiled and not captured (a captured step is one launch already).
-        self._fuse = accel.compile and not accel.cuda_graphs
+        self._fuse = accel.compile and not accel.cuda_graphs and FUSED_STEPS > 1
         self._block = compile_step(_own_code(self.run_block, f"{name}_block"), self._fuse)
 
     def __call__(self) -> None:

@@ -125,10 +125,12 @@ def test_steps_are_that_many_calls_when_eager():
 
 
 @pytest.mark.slow
-def test_compiled_blocks_are_one_graph_equal_eager_and_never_recompile():
+def test_compiled_blocks_are_one_graph_equal_eager_and_never_recompile(monkeypatch):
     """steps(n) compiled: blocks of FUSED_STEPS steps as one program (the rest one compiled step each)."""
-    from embodirl.accel.loop import FUSED_STEPS
+    from embodirl.accel import loop as loop_module
 
+    monkeypatch.setattr(loop_module, "FUSED_STEPS", 4)
+    FUSED_STEPS = 4
     torch._dynamo.reset()
     num_steps = FUSED_STEPS + 1  # one block and one single step
     eager, compiled = Counter(EAGER, num_steps=num_steps), Counter(Acceleration(compile=True), num_steps=num_steps)
@@ -142,4 +144,4 @@ def test_compiled_blocks_are_one_graph_equal_eager_and_never_recompile():
     torch._dynamo.reset()
     for key, value in eager.records.items():
         assert (value == compiled.records[key]).all(), key
-    assert compiled.loop.slot.tensor.item() == num_steps
+    assert compiled.loop.slot.tensor.item() == num_steps and compiled.loop._fuse
