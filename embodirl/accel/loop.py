@@ -9,7 +9,11 @@ and what the next step acts on. :class:`StepLoop` owns what makes that function 
   along dim 0), ``next_carry``'s entries copied into the carry buffers the next step reads;
 * the slot ``t`` (:class:`StepSlot`);
 * ``torch.compile(fullgraph=True, dynamic=False)`` of one whole step and its capture as a CUDA graph
-  (:mod:`embodirl.accel.compile`).
+  (:mod:`embodirl.accel.compile`);
+* the fused block (:meth:`StepLoop.steps`, with :data:`FUSED_STEPS` above 1): compiled without CUDA graphs, ``k``
+  consecutive steps are one program
+  that unrolls them, as PureJaxRL's ``lax.scan`` makes a rollout one XLA program. A compiled call checks its
+  guards (every parameter and buffer the step reads) and crosses Python once per block instead of once per step.
 
 One step then reads and writes only those buffers and the env's and policy's own tensors: it takes no
 arguments, never syncs with the host, traces into one graph and replays as one CUDA graph.
@@ -28,12 +32,15 @@ from torch import Tensor
 
 from embodirl.accel.compile import Acceleration, capture, compile_step
 
-__all__ = ["EAGER", "Buffers", "Carry", "StepLoop", "StepSlot", "Values"]
+__all__ = ["EAGER", "FUSED_STEPS", "Buffers", "Carry", "StepLoop", "StepSlot", "Values"]
 
 EAGER = Acceleration()  #: neither compiled nor captured
 Carry = dict[str, TensorDict]  #: the carry buffers a step reads: ``{"obs": ..., "state": ...}``
 Buffers = Mapping[str, Tensor | TensorCollection]  #: record buffers by name, laid out along the time dimension
 Values = Mapping[str, Tensor | TensorCollection]  #: a step's values for some buffers (a one-leaf one takes a Tensor)
+# Steps per compiled block; 1 = no blocks (each step its own compiled call). Blocks of 4 ran CartPole's collection
+# faster but multiplied the compile of a large step (push_cube): off until a block size follows the step's size.
+FUSED_STEPS = 1
 
 
 class StepSlot:
@@ -84,7 +91,7 @@ def _leaves(buffer: Tensor | TensorCollection) -> list[tuple[NestedKey | None, T
     return [(key, buffer.get(key)) for key in buffer.keys(include_nested=True, leaves_only=True)]
 
 
-def _own_code(method: Callable[[], None], name: str) -> Callable[[], None]:
+def _own_code(method: Callable[..., None], name: str) -> Callable[..., None]:
     """``method`` with a code object of its own, named ``name``. Dynamo caches compiled graphs per code object: the
     collection and the evaluation loops (or two collectors) sharing :meth:`StepLoop.run`'s would each count as
     a recompile of the other, and exhaust its cache."""
@@ -127,10 +134,32 @@ class StepLoop:
         self.slot = StepSlot(buffers, dim, not accel.enabled, device)
         self._carry = {key: _leaves(buffer) for key, buffer in carry.items()}
         self._accelerated = compile_step(_own_code(self.run, name), accel.compile)
+        # Blocks where steps are compiled and not captured (a captured step is one launch already).
+        self._fuse = accel.compile and not accel.cuda_graphs and FUSED_STEPS > 1
+        self._block = compile_step(_own_code(self.run_block, f"{name}_block"), self._fuse)
 
     def __call__(self) -> None:
         """One step as configured: compiled, captured, or plain."""
         self._accelerated()
+
+    def steps(self, num: int) -> None:
+        """``num`` consecutive steps (slots ``t .. t + num - 1``), the same records and carry as ``num`` calls.
+
+        Compiled without CUDA graphs, they run in blocks of :data:`FUSED_STEPS`, each one compiled program (one
+        graph for the loop, its own code object), and the rest (``num % FUSED_STEPS``) one compiled step each;
+        otherwise as ``num`` calls (a captured step replays its CUDA graph once per step).
+        """
+        if self._fuse:
+            for _ in range(num // FUSED_STEPS):
+                self._block(FUSED_STEPS)
+            num %= FUSED_STEPS
+        for _ in range(num):
+            self()
+
+    def run_block(self, num: int) -> None:
+        """``num`` steps in plain Python: the function compiled as a block (dynamo unrolls the loop)."""
+        for _ in range(num):
+            self.run()
 
     def run(self) -> None:
         """One step in plain Python: the function that is compiled and captured."""

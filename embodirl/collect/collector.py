@@ -208,16 +208,7 @@ class Collector:
         if not self.recurrent:
             self.rollout["final_value"].zero_()
         self.loop.rewind()
-        num_steps = self.plan.num_steps
-        done = self.rollout["done"]
-        for t in range(self.plan.num_steps):
-            # first_episode_only: every few steps (one host sync), stop once every env has ended an episode.
-            if self.plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and bool(done[:, :t].any(1).all()):
-                num_steps = t
-                break
-            self.loop()
-            if self.plan.restart_finished:  # the envs that just ended start over from the rollout's reset state
-                self.loop.load_carry({"obs": self.env.restart(done[:, t])})
+        num_steps = self._run_steps()
         self._fold_episodes(num_steps)
         if num_steps < self.plan.num_steps:
             self._pad(num_steps)
@@ -225,6 +216,25 @@ class Collector:
         self.rollout.set_non_tensor("num_steps_collected", num_steps)
         self.rollout.set_non_tensor("num_env_steps", num_steps * self.execute)
         return self.rollout
+
+    def _run_steps(self) -> int:
+        """Step the loop through the rollout's slots in blocks (each one compiled program where the loop fuses
+        them); the number of steps taken."""
+        plan, done = self.plan, self.rollout["done"]
+        # The steps between two looks from the host: restarts happen after every step, the first-episode check
+        # every few steps; otherwise nothing interrupts the rollout.
+        block = 1 if plan.restart_finished else _CHECK_EVERY if plan.first_episode_only else plan.num_steps
+        t = 0
+        while t < plan.num_steps:
+            # first_episode_only: every few steps (one host sync), stop once every env has ended an episode.
+            if plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and bool(done[:, :t].any(1).all()):
+                return t
+            num = min(block, plan.num_steps - t)
+            self.loop.steps(num)
+            if plan.restart_finished:  # the envs that just ended start over from the rollout's reset state
+                self.loop.load_carry({"obs": self.env.restart(done[:, t])})
+            t += num
+        return t
 
     def _fold_episodes(self, num_steps: int) -> None:
         """Account the collected steps' episodes in :attr:`episode_stats` (``[N, T]`` read as ``[T, N]``)."""

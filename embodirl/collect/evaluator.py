@@ -117,8 +117,7 @@ class Evaluator:
         self.loop.rewind()
         max_steps = self.env.max_episode_steps * math.ceil(num_episodes / n) + 1  # every recorded episode has ended
         for _ in range(math.ceil(max_steps / _BLOCK)):
-            for _ in range(_BLOCK):
-                self.loop()
+            self.loop.steps(_BLOCK)
             self._fold()
             if self.episode_stats.all_recorded():
                 break

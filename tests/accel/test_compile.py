@@ -118,6 +118,8 @@ def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
     for part in (parts.collector, parts.evaluator):
         explain = torch._dynamo.explain(part.loop.run)()  # one step: act, env step, records written, carry copied
         assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
+        explain = torch._dynamo.explain(part.loop.run_block)(4)  # a compiled block of 4: steps unrolled
+        assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
 
 
 @pytest.mark.slow

@@ -112,3 +112,36 @@ def test_two_compiled_loops_never_count_as_recompiles_of_each_other():
             counter.loop()
     torch._dynamo.reset()
     assert torch.equal(one.records["obs"].get("state")[:, :2, 0], torch.tensor([[1.0, 0.0]] * 2))
+
+
+def test_steps_are_that_many_calls_when_eager():
+    one, many = Counter(EAGER), Counter(EAGER)
+    for _ in range(3):
+        one.loop()
+    many.loop.steps(3)
+    for key, value in one.records.items():
+        assert (value == many.records[key]).all(), key
+    assert many.loop.slot.index == 3
+
+
+@pytest.mark.slow
+def test_compiled_blocks_are_one_graph_equal_eager_and_never_recompile(monkeypatch):
+    """steps(n) compiled: blocks of FUSED_STEPS steps as one program (the rest one compiled step each)."""
+    from embodirl.accel import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "FUSED_STEPS", 4)
+    FUSED_STEPS = 4
+    torch._dynamo.reset()
+    num_steps = FUSED_STEPS + 1  # one block and one single step
+    eager, compiled = Counter(EAGER, num_steps=num_steps), Counter(Acceleration(compile=True), num_steps=num_steps)
+    explain = torch._dynamo.explain(Counter(EAGER, num_steps=num_steps).loop.run_block)(FUSED_STEPS)  # it runs them
+    assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for loop in (eager.loop, compiled.loop):
+            for _ in range(2):  # two rollouts: the tensor slot is rewound, never a new graph
+                loop.rewind()
+                loop.steps(num_steps)
+    torch._dynamo.reset()
+    for key, value in eager.records.items():
+        assert (value == compiled.records[key]).all(), key
+    assert compiled.loop.slot.tensor.item() == num_steps and compiled.loop._fuse
