@@ -23,9 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
-from hydra import compose, initialize_config_module
-from omegaconf import DictConfig
+
+from embodirl.accel import deferred_dynamo
+
+# As in the console scripts' process (embodirl/cli/__init__.py), before torch is imported: tensordict's import then
+# leaves torch._dynamo unloaded until a test compiles, so no test process pays for dynamo unless it traces.
+deferred_dynamo.install()
+
+import torch  # noqa: E402 (after the hook, which only works when it comes first)
+from hydra import compose, initialize_config_module  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
 torch.set_num_threads(1)
 

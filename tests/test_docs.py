@@ -146,7 +146,9 @@ def ci_step(number: int) -> list[str]:
 def test_the_readme_opens_with_the_install_and_the_test_command_ci_runs():
     first_block = shell_commands(README)[:2]
     assert first_block[0] == [*ci_step(1), "&&", "embodirl-train"]  # install, then the default run
-    assert first_block[1] == ci_step(2) == ["python", "-m", "pytest"]
+    assert first_block[1] == ci_step(2) == ["python", "-m", "pytest", "-n", "2"]
+    development = shell_commands(ROOT / "docs" / "development.md")
+    assert ci_step(2) in development  # the development page names the same command
 
 
 def test_the_documented_torch_requirement_is_the_package_s():

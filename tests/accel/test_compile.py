@@ -8,7 +8,6 @@ import copy
 
 import pytest
 import torch
-import torch._dynamo
 
 from embodirl.accel.compile import Acceleration, resolve_acceleration
 from embodirl.app.build import build_components
@@ -30,8 +29,11 @@ def test_auto_compiles_and_captures_on_cuda_only():
         resolve_acceleration("yes", "auto", cpu)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
+@pytest.fixture
+def fresh_dynamo():
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
+    import torch._inductor.config
+
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True), \
             torch._inductor.config.patch(fallback_random=True):
@@ -54,6 +56,7 @@ UPDATE_CASES = {"ppo": ["algo.num_steps=16", "algo.minibatch_size=96"],
                                "policy.action_chunk=4", "policy.chunk_execute=2"]}
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", list(UPDATE_CASES))
 def test_the_compiled_update_is_one_graph_and_matches_eager(algo):
@@ -110,6 +113,7 @@ def _parts(case: str, compile: bool):
                                  "eval.num_envs=4", *COLLECTION_CASES[case]]))
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
 def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
@@ -122,6 +126,7 @@ def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
         assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["cartpole_ppo", "push_cube_grpo", "cartpole_history_ppo", "push_cube_ppo_chunks",
                                   "cartpole_grpo_chunks"])
@@ -146,6 +151,7 @@ def test_a_compiled_collection_yields_the_eager_rollout_and_never_recompiles(cas
     assert compiled.evaluator.evaluate(4, seed=5) == pytest.approx(want, rel=1e-5)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.gpu
 @pytest.mark.parametrize("compile", [False, True])
 @pytest.mark.parametrize("case", list(COLLECTION_CASES))
@@ -164,6 +170,7 @@ def test_a_collection_step_never_syncs_with_the_host_on_cuda(case, compile):
         torch.cuda.set_sync_debug_mode(0)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.slow
 def test_knobs_keep_the_update_one_graph_without_recompiles():
     """Autocast inside the loss, accumulation, dual clip, reward scaling and an entropy schedule (a tensor changed

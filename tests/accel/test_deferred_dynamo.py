@@ -73,36 +73,41 @@ def test_eager_steps_leave_dynamo_unloaded_and_compile_sees_what_torch_alone_giv
     assert deferred["tensordict_marked"] and deferred["constant_marked"]
 
 
-def test_a_default_training_run_never_imports_dynamo(tmp_path):
-    script = textwrap.dedent(f"""
-        import sys
-        sys.argv = ["embodirl-train", "trainer=debug", "logger=none", "hydra.run.dir={tmp_path / 'run'}"]
-        from embodirl.cli.train import main
+# Two training runs in one fresh interpreter (one Python start and torch import for both tests): the default run,
+# then push_cube with episodes cut by the time limit; after each, the compiler modules it loaded.
+_TWO_RUNS = textwrap.dedent("""
+    import json, sys
+    from embodirl.cli.train import main
+    root = sys.argv[1]
+    def loaded_after(args):
+        sys.argv = ["embodirl-train", *args]
         try:
             main()
         except SystemExit as stop:
             assert not stop.code, stop.code
-        print("dynamo loaded:", "torch._dynamo" in sys.modules)
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "dynamo loaded: False"
+        return sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules)
+    default = loaded_after(["trainer=debug", "logger=none", f"hydra.run.dir={root}/default"])
+    cut = loaded_after(["env=push_cube", "env.num_envs=64", "env.max_episode_steps=8", "algo.num_steps=16",
+                        "trainer=debug", "trainer.total_env_steps=2048", "logger=none",
+                        f"hydra.run.dir={root}/cut"])
+    print(json.dumps({"default": default, "cut": cut}))
+""")
 
 
-def test_episodes_cut_by_the_time_limit_load_no_compiler_machinery(tmp_path):
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory) -> dict[str, list[str]]:
+    """The compiler modules loaded after each run of ``_TWO_RUNS``."""
+    root = tmp_path_factory.mktemp("runs")
+    out = subprocess.run([sys.executable, "-c", _TWO_RUNS, str(root)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_default_training_run_never_imports_dynamo(loaded):
+    assert "torch._dynamo" not in loaded["default"]
+
+
+def test_episodes_cut_by_the_time_limit_load_no_compiler_machinery(loaded):
     """The first time-limit cut bootstraps the final observations. Indexing them with a 2-D mask made tensordict
     call ``torch.broadcast_shapes``, which imports torch's symbolic shapes (sympy): half a second spent inside
     the training loop at the first episode end, and inside the timed iterations of ``embodirl-bench``."""
-    script = textwrap.dedent(f"""
-        import sys
-        sys.argv = ["embodirl-train", "env=push_cube", "env.num_envs=64", "env.max_episode_steps=8",
-                    "algo.num_steps=16", "trainer=debug", "trainer.total_env_steps=2048",
-                    "logger=none", "hydra.run.dir={tmp_path / 'run'}"]
-        from embodirl.cli.train import main
-        try:
-            main()
-        except SystemExit as stop:
-            assert not stop.code, stop.code
-        print("loaded:", sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "loaded: []"
+    assert loaded["cut"] == []

@@ -3,7 +3,6 @@ compiled alike (one graph, no recompiles)."""
 
 import pytest
 import torch
-import torch._dynamo
 from tensordict import TensorDict
 
 from embodirl.accel.compile import Acceleration
@@ -73,6 +72,7 @@ def test_records_land_in_slot_t_and_the_carry_moves_on():
 
 @pytest.mark.slow
 def test_the_compiled_loop_is_one_graph_equals_eager_and_never_recompiles():
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
     torch._dynamo.reset()
     eager, compiled = Counter(EAGER), Counter(Acceleration(compile=True))
     explain = torch._dynamo.explain(Counter(EAGER).loop.run)()
@@ -104,6 +104,7 @@ def test_a_block_along_either_dimension(dim):
 @pytest.mark.slow
 def test_two_compiled_loops_never_count_as_recompiles_of_each_other():
     """The collection and the evaluation loop run one function each (StepLoop.run): each compiles once."""
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
     torch._dynamo.reset()
     one, two = Counter(Acceleration(compile=True)), Counter(Acceleration(compile=True), num_envs=2, num_steps=2)
     with torch._dynamo.config.patch(error_on_recompile=True):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._dynamo
 
 from embodirl.accel.profiling import compile_stats, count_kernels, count_ops, inductor_kernel_events
 
@@ -24,6 +23,7 @@ def test_count_ops_separates_views_from_kernels():
     assert count.compute == 3 and count.views == 1, count.ops
 
 
+@pytest.mark.slow  # torch.profiler imports torch._dynamo, which no other fast test in the process needs
 def test_count_kernels_of_eager_code():
     x = torch.ones(16, 8)
     assert count_kernels(scaled_sum, x) == 3  # top-level ops only: the view and the ops inside ops not counted
@@ -31,6 +31,7 @@ def test_count_kernels_of_eager_code():
 
 @pytest.mark.slow  # two inductor compiles
 def test_count_kernels_of_compiled_code():
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
     x = torch.ones(16, 8)
     torch._dynamo.reset()
     try:

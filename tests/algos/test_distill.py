@@ -58,6 +58,7 @@ def _actions(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return student.mode(obs)[0], teacher.mode(obs)[0].clamp(-1, 1)
 
 
+@pytest.mark.slow  # learning to a threshold; the fast tier's distillation run is the wrapped one below
 def test_the_student_comes_to_act_as_the_teacher(cli, tmp_path):
     teacher = _teacher(cli, tmp_path / "teacher", *PUSH)
     _give_actions_of_size_one(teacher)

@@ -7,7 +7,6 @@ import copy
 
 import pytest
 import torch
-import torch._dynamo
 
 from embodirl.app.build import build_components
 from tests.conftest import compose_config, train_summary
@@ -18,8 +17,11 @@ SMALL = ["device=cpu", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "a
 CASES = {"sac": ["algo=sac"], "fasttd3_c51": ["algo=fasttd3"], "fasttd3_twin": ["algo=fasttd3", "algo.critic=twin"]}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
+@pytest.fixture
+def fresh_dynamo():
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
+    import torch._inductor.config
+
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True), torch._inductor.config.patch(fallback_random=True):
         yield
@@ -44,6 +46,7 @@ def test_the_off_policy_algorithms_name_their_compiled_steps():
         assert "critic_loss" not in vars(algo)  # eager: the plain methods, nothing wrapped
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_compiled_losses_are_one_graph_never_recompile_and_match_eager(case):
@@ -77,6 +80,7 @@ def test_the_compiled_losses_are_one_graph_never_recompile_and_match_eager(case)
             torch.testing.assert_close(value, eager.algo.networks()[name].state_dict()[key], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.slow
 def test_a_compiled_sac_run_trains_through_the_command_line(tmp_path, monkeypatch):
     summary = train_summary(monkeypatch, tmp_path / "run", [

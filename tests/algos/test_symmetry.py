@@ -4,7 +4,6 @@ import copy
 
 import pytest
 import torch
-import torch._dynamo
 from tensordict import TensorDict
 
 from embodirl.algos import symmetry
@@ -132,6 +131,8 @@ def test_bad_symmetry_input_gives_one_line_and_exit_2_and_its_fix_trains(cli, tm
 
 @pytest.mark.slow
 def test_the_compiled_update_with_augmentation_and_mirror_loss_is_one_graph_and_matches_eager():
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
+
     from embodirl.accel.compile import Acceleration
 
     eager_algo, collector = algo_on_cartpole("ppo", "env=push_cube", "algo.minibatch_size=64",

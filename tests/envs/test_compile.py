@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._dynamo
-import torch._inductor.config
 
 from embodirl.config.envs import CartPoleConfig, PushCubeConfig
 from embodirl.config.randomize import RandomizeConfig
@@ -58,6 +56,8 @@ CONFIGS = {  # short episodes, so that auto-resets happen every few steps
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     """Compiled code and counters of one test never leak into another."""
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
+    import torch._inductor.config
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()

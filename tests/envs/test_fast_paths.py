@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch._dynamo
 
 from embodirl.app.build import build_env
 from embodirl.config.envs import CartPoleConfig, PushCubeConfig
@@ -106,6 +105,7 @@ def test_a_bad_action_is_named_on_the_numpy_path_too():
 def test_the_fast_env_compiles_into_one_graph_and_equals_the_eager_fast_env():
     """Compiled, the numpy step hands over to the torch step and the memo draws inline: one graph, no recompile
     when eager and compiled steps alternate, the eager env's numbers (cos/sin: 1 ulp, see tests/envs/test_compile)."""
+    import torch._dynamo  # here, not at the top: collecting the fast tier must not import dynamo (the slowest import)
     torch._dynamo.reset()
     cfg = CartPoleConfig(num_envs=16, max_episode_steps=20)
     compiled_env, eager_env = add_fast_paths(CartPole(cfg, seed=3)), add_fast_paths(CartPole(cfg, seed=3))

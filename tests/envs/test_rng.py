@@ -19,7 +19,7 @@ def test_an_env_restored_mid_episode_keeps_stepping_and_equals_the_uninterrupted
     restored = PushCube(config, seed=0)
     restored.load_state_dict(original.state_dict())
     gen = torch.Generator().manual_seed(0)
-    for _ in range(400):
+    for _ in range(220):  # past the step where it crashed
         action = torch.rand(1024, 2, generator=gen) * 2 - 1
         a, b = original.step(action), restored.step(action)
         assert torch.equal(a.obs, b.obs)

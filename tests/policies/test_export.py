@@ -67,23 +67,38 @@ def run_torchscript(path, actor: DeterministicActor, tensors: list[torch.Tensor]
     return list(torch.jit.load(str(path))(*tensors))
 
 
-RUNNERS = {"onnx": pytest.param((export_onnx, run_onnx, "policy.onnx"), marks=needs_onnx, id="onnx"),
-           "torchscript": pytest.param((export_torchscript, run_torchscript, "policy.pt"), id="torchscript")}
 SLOW = pytest.mark.slow  # the fast tier keeps one Discrete and one Box case of each test
+ONNX = (export_onnx, run_onnx, "policy.onnx")
+TORCHSCRIPT = (export_torchscript, run_torchscript, "policy.pt")
+# An ONNX export traces through torch.export (seconds each): the fast tier exports CartPole's MLP to ONNX and the
+# other cases to TorchScript only; CI runs every case in both formats.
+RUNNERS = {"onnx": pytest.param(ONNX, marks=[needs_onnx, SLOW], id="onnx"),
+           "torchscript": pytest.param(TORCHSCRIPT, id="torchscript")}
 FEEDFORWARD = {
     "cartpole": ["env=cartpole"],
     "push_cube": ["env=push_cube"],
-    "push_cube-beta": pytest.param(["env=push_cube", "policy=actor_only",
-                                    "+policy/distribution@policy.distribution=beta"], marks=SLOW),
-    "push_cube-pixels": pytest.param(["experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 through a CNN
-                                     marks=SLOW),
+    "push_cube-beta": ["env=push_cube", "policy=actor_only", "+policy/distribution@policy.distribution=beta"],
+    "push_cube-pixels": ["experiment=ppo_push_cube_rgb", "env.image_size=32"],  # uint8 through a CNN
     "push_cube-chunks": ["env=push_cube", "policy.action_chunk=4", "policy.chunk_execute=2"],  # [batch, 4, 2]
-    "cartpole-chunks": pytest.param(["env=cartpole", "policy.action_chunk=3"], marks=SLOW),  # [batch, 3]
+    "cartpole-chunks": ["env=cartpole", "policy.action_chunk=3"],  # [batch, 3]
 }
+FAST_FEEDFORWARD = {("cartpole", "onnx"), ("cartpole", "torchscript"), ("push_cube", "torchscript"),
+                    ("push_cube-chunks", "torchscript")}
 
 
-@pytest.mark.parametrize("runner", RUNNERS.values())
-@pytest.mark.parametrize("overrides", FEEDFORWARD.values(), ids=FEEDFORWARD.keys())
+def feedforward_cases() -> list:
+    """Every FEEDFORWARD case in both formats (ids ``case-format``), slow unless in FAST_FEEDFORWARD."""
+    cases = []
+    for case, overrides in FEEDFORWARD.items():
+        for fmt, runner in (("onnx", ONNX), ("torchscript", TORCHSCRIPT)):
+            marks = [needs_onnx] if fmt == "onnx" else []
+            if (case, fmt) not in FAST_FEEDFORWARD:
+                marks.append(SLOW)
+            cases.append(pytest.param(overrides, runner, marks=marks, id=f"{case}-{fmt}"))
+    return cases
+
+
+@pytest.mark.parametrize(("overrides", "runner"), feedforward_cases())
 def test_an_exported_mlp_acts_as_the_torch_policy_on_1000_observations(tmp_path, runner, overrides):
     export, run, name = runner
     policy, env = trained_like(overrides)
