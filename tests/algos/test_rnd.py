@@ -284,3 +284,22 @@ def test_off_policy_state_round_trip_with_curiosity_continues_exactly(algo):
     for (name, x), (_, y) in zip(first.rnd.networks.state_dict().items(),
                                  restored.rnd.networks.state_dict().items(), strict=True):
         assert torch.equal(x, y), name
+
+
+@pytest.mark.slow
+def test_a_resumed_sac_run_with_curiosity_equals_an_uninterrupted_one(tmp_path):
+    run = [*OFF_POLICY, "algo=sac", "algo.rnd.weight_schedule=[[0,0.5],[192,0.1]]", "algo.rnd.weight_schedule_kind="
+           "interp", "eval.every_env_steps=128", "eval.num_episodes=2", "trainer.checkpoint_every_env_steps=64",
+           "logger.console=none", "logger.tensorboard=false"]  # a schedule over env steps, whatever the budget
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run_training(compose_config([*run, "trainer.total_env_steps=192"]), full)
+    run_training(compose_config([*run, "trainer.total_env_steps=128"]), resumed)
+    run_training(compose_config([*run, "trainer.total_env_steps=192"]), resumed)  # continues from last.pt
+    records = [[json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()] for d in (full, resumed)]
+    assert [r["env_steps"] for r in records[0]] == [32, 64, 96, 128, 160, 192]
+    for x, y in zip(records[0][4:], records[1][4:], strict=True):
+        assert (x["loss/critic"], x["diag/rnd_bonus"], x["diag/rnd_loss"], x["train/rnd_weight"]) == (
+            y["loss/critic"], y["diag/rnd_bonus"], y["diag/rnd_loss"], y["train/rnd_weight"])
+    a, b = (load_checkpoint(d / "checkpoints" / "last.pt")["algo"]["rnd"] for d in (full, resumed))
+    assert set(a) >= {"predictor.0.weight", "obs_normalizer.mean", "bonus_normalizer.var"}
+    assert all(torch.equal(a[k], b[k]) for k in a)
