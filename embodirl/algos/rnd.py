@@ -46,6 +46,8 @@ from embodirl.runtime.distributed import allreduce_grads
 __all__ = ["RND", "ReplayRND", "prediction_error", "rnd_input_keys"]
 
 OBS_CLIP = 5.0  # Burda et al. clip the normalised observations to [-5, 5]
+#: Gradient steps over which :class:`ReplayRND` averages the raw bonus's std (a batch weighs at least 1/this).
+BONUS_WINDOW = 100
 
 
 def prediction_error(predicted: Tensor, target: Tensor) -> Tensor:
@@ -169,9 +171,12 @@ class ReplayRND(RND):
     of the sampled transitions, not by that of its discounted return as on-policy: rsl_rl's return normaliser
     follows each env's bonus forward in time through an on-policy rollout, while a replay batch holds transitions
     drawn at random from every env and age, with no order to discount along, so a "return" over it would measure
-    nothing. The raw bonus's std keeps the bonus's scale put as the predictor learns (its errors shrink), which is
-    what the return's std does on-policy; it is not centred (a centred bonus would be negative for half the
-    transitions, a penalty for states the agent knows). The statistics are in :attr:`networks` (checkpointed,
+    nothing. The std is an average over about the last :data:`BONUS_WINDOW` gradient steps, not over all of
+    training: the predictor's errors fall by more than ten times in its first few thousand steps, and a std over all
+    of them would shrink the bonus as much, while SAC and FastTD3, unlike PPO with its normalised advantages, feel
+    the bonus's absolute size against their rewards and entropy term. It is not centred (a centred bonus would be
+    negative for half the transitions, a penalty for states the agent knows). The statistics are in
+    :attr:`networks` (checkpointed,
     alike on every rank).
 
     Args:
@@ -183,7 +188,8 @@ class ReplayRND(RND):
     def __init__(self, cfg: RNDConfig, obs_spec: ObsSpec, device: torch.device) -> None:
         super().__init__(cfg, obs_spec, gamma=0.0, device=device)
         self.bonus_scaler = None  # the on-policy return normaliser; replaced by the raw bonus's statistics
-        self.bonus_normalizer = RunningNormalizer(()).to(device) if cfg.normalize_bonus else None
+        self.bonus_normalizer = RunningNormalizer((), min_weight=1 / BONUS_WINDOW).to(device) if cfg.normalize_bonus \
+            else None
         if self.bonus_normalizer is not None:
             self.networks["bonus_normalizer"] = self.bonus_normalizer
 

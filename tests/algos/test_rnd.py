@@ -9,11 +9,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from embodirl.algos.rnd import RND, ReplayRND, prediction_error
+from embodirl.algos.rnd import BONUS_WINDOW, RND, ReplayRND, prediction_error
 from embodirl.app.run import run_training
 from embodirl.config.algos import PPOConfig, RNDConfig
 from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
+from embodirl.policies.normalizer import RunningNormalizer
 from embodirl.runtime.checkpoint import load_checkpoint
 from tests.conftest import algo_on_cartpole, compose_config
 
@@ -204,6 +205,17 @@ def test_replay_bonus_is_divided_by_the_running_std_of_the_raw_bonus_by_hand():
                       normalize_bonus=False)
     _set_nets(raw)
     assert raw.bonus_normalizer is None and raw.batch_bonus(_obs([[0.0, 3.0]])).tolist() == [[0.0, 9.0]]
+
+
+def test_replay_bonus_statistics_forget_batches_older_than_the_window():
+    rnd = _replay_rnd(hidden_sizes=[1], embedding_size=1, activation="relu", normalize_obs=False)
+    assert rnd.bonus_normalizer.min_weight == 1 / BONUS_WINDOW
+    stats = RunningNormalizer((), min_weight=0.5)  # a window of 2 batches, by hand
+    stats.update(torch.tensor([0.0, 4.0]))  # the first batch: mean 2, var 4
+    # The next batch {10} would weigh 1/3 by its count; it weighs 0.5: mean 2 + 0.5 (10 - 2) = 6,
+    # var 0.5 * 4 + 0.5 * 0 + 0.5 * 0.5 * 8^2 = 18.
+    stats.update(torch.tensor([10.0]))
+    assert float(stats.mean) == 6.0 and float(stats.var) == 18.0
 
 
 def test_replay_input_statistics_merge_the_stored_transitions_not_the_samples():
