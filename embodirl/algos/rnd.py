@@ -176,8 +176,7 @@ class ReplayRND(RND):
     of them would shrink the bonus as much, while SAC and FastTD3, unlike PPO with its normalised advantages, feel
     the bonus's absolute size against their rewards and entropy term. It is not centred (a centred bonus would be
     negative for half the transitions, a penalty for states the agent knows). The statistics are in
-    :attr:`networks` (checkpointed,
-    alike on every rank).
+    :attr:`networks` (checkpointed, alike on every rank).
 
     Args:
         cfg: The keys of ``algo.rnd``.
