@@ -84,7 +84,7 @@ class OffPolicyAlgorithm(ABC):
         accel: ``compile=true`` compiles the step functions named in :attr:`compiled_steps` (at their first call).
     """
 
-    metric_names: ClassVar[tuple[str, ...]] = ()
+    metric_names: tuple[str, ...] = ()  # curiosity adds its own terms per instance
     #: The methods the acceleration layer compiles (one graph each, with their backward); subclasses name theirs.
     compiled_steps: ClassVar[tuple[str, ...]] = ()
 
