@@ -100,10 +100,11 @@ class FastTD3(OffPolicyAlgorithm):
         self.check_buffer_fits(env)
 
     def networks(self) -> dict[str, nn.Module]:
-        return {"critics": self.critics, "target_critics": self.target_critics}
+        return {"critics": self.critics, "target_critics": self.target_critics, **self.rnd_networks()}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
+        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer,
+                **self.rnd_optimizers()}
 
     # --- exploration ----------------------------------------------------------------------------------------
     def draw_noise_std(self, num_envs: int) -> Tensor:

@@ -9,11 +9,16 @@ builds its networks (critics, targets) and optimizers, its ``metric_names``, and
   when due, an actor step) on a batch sampled from the buffer; plain eager PyTorch, the terms as device tensors
   (a term missing from a step, an actor loss between delayed actor steps, is averaged over the steps that have it);
 * ``check_env(env)``: refuse an env it cannot train on (continuous actions only, ...; ``check_buffer_fits``);
-* ``networks()`` and ``optimizers()``: what its checkpointed state holds besides the policy.
+* ``networks()`` and ``optimizers()``: what its checkpointed state holds besides the policy, with the base's
+  :meth:`~OffPolicyAlgorithm.rnd_networks` and :meth:`~OffPolicyAlgorithm.rnd_optimizers` (curiosity's, where on).
 
 The base class owns the rest: the buffer on the env's device (:class:`~embodirl.collect.replay.ReplayBuffer`, sized
 once the env's ``num_envs`` is known), ``learning_starts``, ``updates_per_step`` gradient steps per collected step
-of the envs, the metrics fetched with one host sync (a non-finite loss stops the run), and the state.
+of the envs, the metrics fetched with one host sync (a non-finite loss stops the run), the state, and curiosity
+(``algo.rnd.weight > 0``, :class:`~embodirl.algos.rnd.ReplayRND`): the weighted bonus of each sampled batch's next
+observations is added to its rewards before ``train_step`` sees them (so ``train_step`` and its compiled losses are
+the same with and without it), and the predictor takes one step on the batch per gradient step; it runs eagerly,
+as its statistics change at every step and its optimizer is not the algorithm's.
 
 The replay buffer is not part of :meth:`~OffPolicyAlgorithm.state_dict` (``last.pt`` stays small): the
 checkpointer saves it apart, in ``checkpoints/replay.pt`` beside each ``last.pt``, and restores it on resume.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import typing
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -34,6 +40,7 @@ from embodirl.accel.compile import Acceleration
 from embodirl.accel.steps import accelerate_steps
 from embodirl.algos.augment import shift_batch
 from embodirl.algos.base import EAGER, blame_env, finish_metrics
+from embodirl.algos.rnd import ReplayRND
 from embodirl.collect.collector import CollectPlan
 from embodirl.collect.replay import TRANSITION_KEYS, ReplayBuffer
 from embodirl.collect.rollout import validate_rollout
@@ -77,7 +84,7 @@ class OffPolicyAlgorithm(ABC):
         accel: ``compile=true`` compiles the step functions named in :attr:`compiled_steps` (at their first call).
     """
 
-    metric_names: ClassVar[tuple[str, ...]] = ()
+    metric_names: tuple[str, ...] = ()  # curiosity adds its own terms per instance
     #: The methods the acceleration layer compiles (one graph each, with their backward); subclasses name theirs.
     compiled_steps: ClassVar[tuple[str, ...]] = ()
 
@@ -94,6 +101,10 @@ class OffPolicyAlgorithm(ABC):
         self.num_updates = 0  # gradient steps taken
         self.env_name = "(see env=)"
         self.buffer: ReplayBuffer | None = None  # sized by collect_plan, once the env's num_envs is known
+        self.rnd = ReplayRND(cfg.rnd, typing.cast(typing.Any, policy).obs_spec, self.device) if cfg.rnd.enabled \
+            else None
+        if self.rnd is not None:
+            self.metric_names = (*self.metric_names, "diag/rnd_bonus", "diag/rnd_loss")
         accelerate_steps(self, self.compiled_steps, accel)
 
     # --- what an algorithm writes -----------------------------------------------------------------------------
@@ -141,20 +152,55 @@ class OffPolicyAlgorithm(ABC):
         num_steps = rollout.get_non_tensor("num_steps_collected", rollout.batch_size[1] - 1)
         self.buffer.extend(rollout[:, :num_steps].select(*TRANSITION_KEYS))
         self.policy.update_normalizer(rollout["obs"][:, :num_steps])
+        weight = self.rnd_weight()  # curiosity's weight over the env steps before this rollout, as on-policy
+        if self.rnd is not None:
+            self.rnd.observe(rollout["next_obs"][:, :num_steps])
         self.env_steps_seen += rollout.batch_size[0] * num_steps
         sums: dict[str, Tensor] = {}
         counts: dict[str, int] = {}
         if self.env_steps_seen >= self.cfg.learning_starts:
             for _ in range(max(1, round(num_steps * self.cfg.updates_per_step))):
-                batch = shift_batch(self.buffer.sample(self.cfg.minibatch_size), self.cfg.random_shift)  # DrQ
-                for name, value in self.train_step(batch).items():
+                batch, curiosity = self.sample(weight)
+                for name, value in {**self.train_step(batch), **curiosity}.items():
                     sums[name] = sums[name] + value.detach() if name in sums else value.detach().float()
                     counts[name] = counts.get(name, 0) + 1
                 self.num_updates += 1
         values = torch.stack([sums[k] / counts[k] for k in sums]) if sums else torch.zeros(0, device=self.device)
         with self.blame_env(rollout):
             metrics = finish_metrics(list(sums), values)
+        if weight is not None:
+            metrics["train/rnd_weight"] = weight
         return {**metrics, "diag/buffer_size": float(len(self.buffer)), "diag/num_updates": float(self.num_updates)}
+
+    def rnd_weight(self) -> float | None:
+        """Curiosity's weight after the env steps seen so far; None where curiosity is off."""
+        return None if self.rnd is None else self.rnd.weight(self.env_steps_seen, self.total_env_steps)
+
+    def sample(self, weight: float | None) -> tuple[TensorDict, dict[str, Tensor]]:
+        """A batch for one gradient step (images DrQ-shifted); with curiosity (``weight`` not None) its rewards hold
+        ``weight`` x the bonus of their next observations, the predictor has taken a step on them, and the terms
+        ``diag/rnd_bonus`` (the mean weighted bonus of the sampled transitions) and ``diag/rnd_loss``."""
+        assert self.buffer is not None
+        if self.rnd is None or weight is None:
+            return shift_batch(self.buffer.sample(self.cfg.minibatch_size), self.cfg.random_shift), {}
+        rnd, added = self.rnd, []
+
+        def bonus(next_obs: TensorDict) -> Tensor:  # [B, n] next observations of each sample's n-step sum
+            weighted = weight * rnd.batch_bonus(next_obs)
+            added.append(weighted[:, 0])
+            return weighted
+
+        batch = self.buffer.sample(self.cfg.minibatch_size, bonus)
+        terms = {"diag/rnd_bonus": added[0].mean(), "diag/rnd_loss": rnd.fit_step(batch["next_obs"])}
+        return shift_batch(batch, self.cfg.random_shift), terms
+
+    def rnd_networks(self) -> dict[str, nn.Module]:
+        """Curiosity's networks and statistics under ``rnd``, where it is on (a subclass's ``networks`` adds them)."""
+        return {"rnd": self.rnd.networks} if self.rnd is not None else {}
+
+    def rnd_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The predictor's optimizer under ``rnd_optimizer``, where curiosity is on (``optimizers`` adds it last)."""
+        return {"rnd_optimizer": self.rnd.optimizer} if self.rnd is not None else {}
 
     def blame_env(self, rollout: TensorDict) -> contextlib.AbstractContextManager[None]:
         """:func:`~embodirl.algos.base.blame_env` for this algorithm's env."""

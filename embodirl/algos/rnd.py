@@ -18,6 +18,11 @@ trains on the same observations after the bonus is computed: ``num_epochs`` pass
 ``minibatch_size``, its own Adam. This runs eagerly, outside the compiled and captured steps: like
 ``normalize_rewards``, it rewrites the rollout's rewards with statistics that change every rollout, before
 ``prepare``, and its optimizer is not the policy's.
+
+The off-policy algorithms (SAC, FastTD3) use :class:`ReplayRND`: the bonus is not stored in the replay buffer (it
+would freeze an old predictor's error into every stored reward) but computed on each sampled batch's next
+observations when it is sampled, the predictor takes one step on the same batch at every gradient step, and the bonus
+is divided by the running std of the raw bonus (see :class:`ReplayRND` for why not its discounted return).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from embodirl.algos.reward_scaling import RewardScaler
+from embodirl.algos.reward_scaling import RewardScaler, scale_rewards
 from embodirl.config.algos import RNDConfig
 from embodirl.envs.observations import ObsKey, ObsSpec, key_name
 from embodirl.errors import ConfigError
@@ -38,9 +43,11 @@ from embodirl.policies.networks import build_mlp
 from embodirl.policies.normalizer import RunningNormalizer
 from embodirl.runtime.distributed import allreduce_grads
 
-__all__ = ["RND", "prediction_error", "rnd_input_keys"]
+__all__ = ["RND", "ReplayRND", "prediction_error", "rnd_input_keys"]
 
 OBS_CLIP = 5.0  # Burda et al. clip the normalised observations to [-5, 5]
+#: Gradient steps over which :class:`ReplayRND` averages the raw bonus's std (a batch weighs at least 1/this).
+BONUS_WINDOW = 100
 
 
 def prediction_error(predicted: Tensor, target: Tensor) -> Tensor:
@@ -127,13 +134,18 @@ class RND:
         total, steps = torch.zeros((), device=x.device), 0
         for _ in range(num_epochs):
             for idx in torch.randperm(x.shape[0], device=x.device).split(size):
-                loss = prediction_error(self.predictor(x[idx]), goal[idx]).mean()
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                allreduce_grads(list(self.predictor.parameters()))
-                self.optimizer.step()
-                total, steps = total + loss.detach(), steps + 1
+                total, steps = total + self.step(x[idx], goal[idx]), steps + 1
         return total / steps
+
+    def step(self, x: Tensor, goal: Tensor) -> Tensor:
+        """One Adam step of the predictor towards the target's embeddings ``goal`` of normalised features ``x``;
+        the loss before it (detached)."""
+        loss = prediction_error(self.predictor(x), goal).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        allreduce_grads(list(self.predictor.parameters()))
+        self.optimizer.step()
+        return loss.detach()
 
     def state_dict(self) -> dict[str, Any]:
         """The networks and the observation statistics, the optimizer, the bonus scaler."""
@@ -148,3 +160,59 @@ class RND:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.bonus_scaler is not None:
             self.bonus_scaler.load_state_dict(state["bonus_scaler"])
+
+
+class ReplayRND(RND):
+    """RND for the off-policy algorithms: the bonus of a sampled batch, the predictor trained per gradient step.
+
+    The input statistics (``normalize_obs``) merge each collected transition's next observation once, when it is
+    stored (:meth:`observe`), as the policy's observation normaliser does; sampling would count a transition as
+    often as it is drawn. The bonus (``normalize_bonus``) is divided by the running std of the raw bonus (the error)
+    of the sampled transitions, not by that of its discounted return as on-policy: rsl_rl's return normaliser
+    follows each env's bonus forward in time through an on-policy rollout, while a replay batch holds transitions
+    drawn at random from every env and age, with no order to discount along, so a "return" over it would measure
+    nothing. The std is an average over about the last :data:`BONUS_WINDOW` gradient steps, not over all of
+    training: the predictor's errors fall by more than ten times in its first few thousand steps, and a std over all
+    of them would shrink the bonus as much, while SAC and FastTD3, unlike PPO with its normalised advantages, feel
+    the bonus's absolute size against their rewards and entropy term. It is not centred (a centred bonus would be
+    negative for half the transitions, a penalty for states the agent knows). The statistics are in
+    :attr:`networks` (checkpointed, alike on every rank).
+
+    Args:
+        cfg: The keys of ``algo.rnd``.
+        obs_spec: The env's observations (the policy's ``obs_spec``).
+        device: Device of the replay buffer.
+    """
+
+    def __init__(self, cfg: RNDConfig, obs_spec: ObsSpec, device: torch.device) -> None:
+        super().__init__(cfg, obs_spec, gamma=0.0, device=device)
+        self.bonus_scaler = None  # the on-policy return normaliser; replaced by the raw bonus's statistics
+        self.bonus_normalizer = RunningNormalizer((), min_weight=1 / BONUS_WINDOW).to(device) if cfg.normalize_bonus \
+            else None
+        if self.bonus_normalizer is not None:
+            self.networks["bonus_normalizer"] = self.bonus_normalizer
+
+    @torch.no_grad()
+    def observe(self, next_obs: TensorDict) -> None:
+        """Merge the next observations of collected transitions (any batch shape) into the input statistics."""
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.update(self.features(next_obs).flatten(0, -2))
+
+    @torch.no_grad()
+    def batch_bonus(self, next_obs: TensorDict) -> Tensor:
+        """The normalised (unweighted) bonus of sampled transitions' next observations ``[B, n]``: column 0 the
+        sampled transitions' own (uniform over the buffer), the others the n-step return's later transitions. The
+        raw bonus of column 0 is merged into the bonus statistics first."""
+        error = self.error(self.features(next_obs).flatten(0, 1)).view(next_obs.batch_size)
+        if self.bonus_normalizer is None:
+            return error
+        self.bonus_normalizer.update(error[:, 0])
+        stats = self.bonus_normalizer
+        return scale_rewards(error, stats.var, stats.eps, stats.clip)
+
+    def fit_step(self, next_obs: TensorDict) -> Tensor:
+        """One step of the predictor on a sampled batch's next observations ``[B]``; its loss (a device scalar)."""
+        with torch.no_grad():
+            x = self.normalize(self.features(next_obs))
+            goal = self.target(x)
+        return self.step(x, goal)

@@ -89,11 +89,12 @@ class SAC(OffPolicyAlgorithm):
 
     def networks(self) -> dict[str, nn.Module]:
         return {"critics": self.critics, "target_critics": self.target_critics,
-                "alpha": typing.cast(nn.Module, nn.ParameterDict({"log_alpha": self.log_alpha}))}
+                "alpha": typing.cast(nn.Module, nn.ParameterDict({"log_alpha": self.log_alpha})),
+                **self.rnd_networks()}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer,
-                "alpha_optimizer": self.alpha_optimizer}
+                "alpha_optimizer": self.alpha_optimizer, **self.rnd_optimizers()}
 
     # --- the maths ------------------------------------------------------------------------------------------
     def features(self, obs: TensorDict) -> Tensor:

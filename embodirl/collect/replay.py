@@ -11,7 +11,9 @@ transitions): from a sampled transition ``t`` the rewards of up to ``n`` transit
 ``R = r_t + gamma r_{t+1} + ... + gamma^(m-1) r_{t+m-1}``, stopping after the first one that ends an episode
 (``done``) or at the newest stored transition; the sample's ``next_obs`` and ``terminated`` are those of
 transition ``t + m - 1`` and its ``discount`` is ``gamma^m``, so every sample's target is
-``reward + discount * (1 - terminated) * V(next_obs)``. With ``n_step = 1``: ``r_t`` and ``gamma``.
+``reward + discount * (1 - terminated) * V(next_obs)``. With ``n_step = 1``: ``r_t`` and ``gamma``. A ``bonus`` of
+the next observations (curiosity, :class:`~embodirl.algos.rnd.ReplayRND`) is added to each summed transition's
+reward when sampling, so it is always the current one, never a stored stale value.
 
 Every key keeps the collected dtype: images stay ``uint8`` (a 64x64 RGB frame is 12 KiB a transition, four times
 less than as float32). ``next_obs`` is stored beside ``obs`` although it equals the next slot's ``obs`` except at an
@@ -24,6 +26,7 @@ that fits), rather than the process being killed by the out-of-memory killer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -120,9 +123,15 @@ class ReplayBuffer:
                           f"{per_transition * self.num_envs * self.slots / 2**30:.1f} GiB asked)",
                           f"pass algo.buffer_size={fits} or less", absolute=True)
 
-    def sample(self, batch_size: int) -> TensorDict:
+    def sample(self, batch_size: int, bonus: Callable[[TensorDict], Tensor] | None = None) -> TensorDict:
         """``batch_size`` transitions drawn uniformly with replacement, with their n-step ``reward``, ``next_obs``,
-        ``terminated`` and ``discount`` (see the module docstring); the other keys are transition ``t``'s."""
+        ``terminated`` and ``discount`` (see the module docstring); the other keys are transition ``t``'s.
+
+        Args:
+            batch_size: Transitions to draw.
+            bonus: Maps the next observations ``[B, n]`` of the n transitions summed from each sample (column 0: the
+                sample's own) to rewards ``[B, n]`` added to theirs before the sum; None: the stored rewards.
+        """
         if self.storage is None or self.size == 0:
             raise RuntimeError("sample() before any extend(): the buffer is empty")
         env = torch.randint(0, self.num_envs, (batch_size,), device=self.device)
@@ -133,10 +142,13 @@ class ReplayBuffer:
         batch = self.flat[env * self.slots + t]
         if self.n_step == 1:
             batch.set("discount", torch.full((batch_size,), self.gamma, device=self.device))
+            if bonus is not None:
+                batch.set("reward", batch["reward"] + bonus(batch["next_obs"].unsqueeze(1)).squeeze(1))
             return batch
-        return self._n_step(batch, env, t)
+        return self._n_step(batch, env, t, bonus)
 
-    def _n_step(self, batch: TensorDict, env: Tensor, t: Tensor) -> TensorDict:
+    def _n_step(self, batch: TensorDict, env: Tensor, t: Tensor,
+                bonus: Callable[[TensorDict], Tensor] | None) -> TensorDict:
         """Replace the one-step ``reward``, ``next_obs``, ``terminated`` of ``batch`` by their n-step values."""
         assert self.flat is not None
         k = torch.arange(self.n_step, device=self.device)
@@ -147,7 +159,10 @@ class ReplayBuffer:
         ended_before = torch.cumsum(done.long(), 1) - done.long() > 0
         counted = (k < stored[:, None]) & ~ended_before
         m = counted.sum(1)  # >= 1: transition t itself always counts
-        reward = (self.flat["reward"][ahead] * self._powers * counted).sum(1)
+        reward = self.flat["reward"][ahead]
+        if bonus is not None:
+            reward = reward + bonus(self.flat["next_obs"][ahead])
+        reward = (reward * self._powers * counted).sum(1)
         last = ahead.gather(1, (m - 1)[:, None]).squeeze(1)
         batch.set("reward", reward)
         batch.set("next_obs", self.flat["next_obs"][last])

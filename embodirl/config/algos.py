@@ -104,13 +104,15 @@ class RNDConfig(Schema):
                                         "trainer.total_env_steps) | [[env_step, weight], ...]")
     weight_schedule_kind: ScheduleKind = key("step", doc="how a list weight_schedule is read: step | interp")
     learning_rate: float = key(1e-3, gt=0, doc="the predictor's learning rate (Adam; trained on each rollout with "
-                               "algo.num_epochs x algo.minibatch_size)")
+                               "algo.num_epochs x algo.minibatch_size; off-policy: one step on each gradient "
+                               "step's sampled batch)")
     hidden_sizes: list[int] = key(factory=lambda: [64, 64], ge=1, doc="hidden layers of the target and the "
                                   "predictor network")
     embedding_size: int = key(16, ge=1, doc="outputs of the target and the predictor network")
     activation: Activation = key("elu", doc="activation of their hidden layers")
     normalize_obs: bool = key(True, doc="running normalisation of their input observations (clipped to +-5)")
-    normalize_bonus: bool = key(True, doc="divide the bonus by the running std of its discounted return")
+    normalize_bonus: bool = key(True, doc="divide the bonus by the running std of its discounted return "
+                                "(off-policy: of the raw bonus of the sampled transitions)")
 
     def check(self) -> None:
         self.schedule()
@@ -121,7 +123,8 @@ class RNDConfig(Schema):
 
     @property
     def enabled(self) -> bool:
-        """Whether the weight is above 0 anywhere in its schedule (else no network is built: plain PPO)."""
+        """Whether the weight is above 0 anywhere in its schedule (else no network is built: the algorithm as
+        without curiosity)."""
         schedule = self.schedule()
         return any(v > 0 for _, v in schedule.points) if schedule.shape == "points" else self.weight > 0
 
@@ -277,6 +280,8 @@ class OffPolicyConfig(Schema):
     max_grad_norm: float | None = key(None, gt=0, doc="global gradient-norm clip of each network; null = off")
     random_shift: int = key(4, ge=0, doc="DrQ: pixels by which each sampled image (uint8 obs and next_obs keys) is "
                             "shifted, border repeated, an offset per sample; vector keys untouched; 0 = off")
+    rnd: RNDConfig = key(factory=RNDConfig, doc="curiosity from random network distillation, computed on each "
+                         "sampled batch (weight 0 = off)")
 
 
 @dataclass(frozen=True, kw_only=True)

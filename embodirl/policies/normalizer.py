@@ -20,19 +20,23 @@ class RunningNormalizer(nn.Module):
         shape: Per-sample shape.
         eps: Added to the variance.
         clip: Clamp of the normalised value.
+        min_weight: The least weight of a batch in the merge: 0 (default) weighs all data seen alike; above 0 the
+            statistics forget, an exponential average over about the last ``1 / min_weight`` batches once that many
+            have been seen (before, the plain average of all of them).
     """
 
     mean: Tensor
     var: Tensor
     count: Tensor
 
-    def __init__(self, shape: tuple[int, ...], eps: float = 1e-8, clip: float = 10.0) -> None:
+    def __init__(self, shape: tuple[int, ...], eps: float = 1e-8, clip: float = 10.0, min_weight: float = 0.0) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.eps = eps
         self.clip = clip
+        self.min_weight = min_weight
 
     def forward(self, x: Tensor) -> Tensor:
         return ((x - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
@@ -52,7 +56,7 @@ class RunningNormalizer(nn.Module):
         batch_mean = (stats[1:1 + size] / batch_count).view_as(self.mean)
         batch_var = ((stats[1 + size:] / batch_count).view_as(self.mean) - batch_mean.pow(2)).clamp_min(0.0)
         total = self.count + batch_count
-        w = (batch_count / total).to(self.mean.dtype)
+        w = (batch_count / total).clamp_min(self.min_weight).to(self.mean.dtype)
         delta = batch_mean.to(self.mean.dtype) - self.mean
         self.mean += delta * w
         self.var.copy_(self.var * (1 - w) + batch_var.to(self.mean.dtype) * w + delta.pow(2) * w * (1 - w))

@@ -1,6 +1,7 @@
 """compile=true for the off-policy family: the critic and actor losses are one graph each (with their backward),
 never recompiled across updates (delayed actor steps skipped, the buffer growing), and an update gives the eager
-update's numbers. Inductor's random numbers differ from eager's unless ``fallback_random`` is set, so the
+update's numbers (with curiosity too: its bonus, added to the sampled rewards eagerly, is data to the compiled
+critic loss). Inductor's random numbers differ from eager's unless ``fallback_random`` is set, so the
 comparisons set it."""
 
 import copy
@@ -14,7 +15,8 @@ from tests.conftest import compose_config, train_summary
 SMALL = ["device=cpu", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
          "algo.learning_starts=32", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
          "trainer.total_env_steps=1024"]
-CASES = {"sac": ["algo=sac"], "fasttd3_c51": ["algo=fasttd3"], "fasttd3_twin": ["algo=fasttd3", "algo.critic=twin"]}
+CASES = {"sac": ["algo=sac"], "fasttd3_c51": ["algo=fasttd3"], "fasttd3_twin": ["algo=fasttd3", "algo.critic=twin"],
+         "sac_rnd": ["algo=sac", "algo.rnd.weight=0.5", "algo.rnd.hidden_sizes=[16]"]}  # curiosity runs eager
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""Curiosity (RND): hand values of the error, the normalisers and the bonus; PPO's hook; off at weight 0; state."""
+"""Curiosity (RND): hand values of the error, the normalisers and the bonus; PPO's hook; off at weight 0; state.
+The off-policy family's (ReplayRND): the raw-bonus normaliser by hand, the bonus added to sampled rewards, the
+predictor's step per gradient step, weight 0 = the algorithm without it bit for bit, state and resume."""
 
 import copy
 import json
@@ -7,11 +9,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from embodirl.algos.rnd import RND, prediction_error
+from embodirl.algos.rnd import BONUS_WINDOW, RND, ReplayRND, prediction_error
 from embodirl.app.run import run_training
 from embodirl.config.algos import PPOConfig, RNDConfig
 from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
+from embodirl.policies.normalizer import RunningNormalizer
 from embodirl.runtime.checkpoint import load_checkpoint
 from tests.conftest import algo_on_cartpole, compose_config
 
@@ -164,3 +167,151 @@ def test_resumed_run_with_curiosity_equals_an_uninterrupted_one(tmp_path, tiny):
     for x, y in zip(records[0][2:], records[1], strict=True):
         assert (x["diag/rnd_bonus"], x["diag/rnd_loss"], x["loss/value"]) == (
             y["diag/rnd_bonus"], y["diag/rnd_loss"], y["loss/value"])
+
+
+# --- the off-policy family --------------------------------------------------------------------------------------
+OFF_POLICY = ["device=cpu", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
+              "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]",
+              "eval.num_envs=2", "trainer.total_env_steps=1024", "algo.rnd.hidden_sizes=[16]"]
+
+
+def _off_policy(algo: str, *overrides: str):
+    from embodirl.app.build import build_components
+
+    parts = build_components(compose_config([*OFF_POLICY, f"algo={algo}", *overrides]))
+    parts.collector.reset(seed=0)
+    return parts.algo, parts.collector
+
+
+def _replay_rnd(**keys) -> ReplayRND:
+    return ReplayRND(parse(RNDConfig, {"weight": 1.0, **keys}), STATE, device=torch.device("cpu"))
+
+
+def test_replay_bonus_is_divided_by_the_running_std_of_the_raw_bonus_by_hand():
+    rnd = _replay_rnd(hidden_sizes=[1], embedding_size=1, activation="relu", normalize_obs=False)
+    _set_nets(rnd)
+    # Errors relu(x)^2 of next observations [[0, 3], [2, 1]]: [[0, 9], [4, 1]]. Only column 0 (the sampled
+    # transitions' own, uniform over the buffer) enters the statistics: 0 and 4, mean 2, population variance 4
+    # (prior count 0), std 2. Every column is divided by it, not centred: [[0, 4.5], [2, 0.5]].
+    bonus = rnd.batch_bonus(_obs([[0.0, 3.0], [2.0, 1.0]]))
+    torch.testing.assert_close(bonus, torch.tensor([[0.0, 4.5], [2.0, 0.5]]), atol=1e-6, rtol=1e-6)
+    assert float(rnd.bonus_normalizer.mean) == pytest.approx(2.0) and float(rnd.bonus_normalizer.var) == 4.0
+    # A next error of 100 (x = 10) merges into them first: {0, 4, 100} has mean 104/3 and population variance
+    # 10016/3 - (104/3)^2 = 2136.89 (std 46.23), so its bonus is 100 / 46.23 = 2.163.
+    bonus = rnd.batch_bonus(_obs([[10.0]]))
+    assert float(rnd.bonus_normalizer.var) == pytest.approx(10016 / 3 - (104 / 3) ** 2, rel=1e-6)
+    assert bonus.item() == pytest.approx(2.1632, rel=1e-4)
+    raw = _replay_rnd(hidden_sizes=[1], embedding_size=1, activation="relu", normalize_obs=False,
+                      normalize_bonus=False)
+    _set_nets(raw)
+    assert raw.bonus_normalizer is None and raw.batch_bonus(_obs([[0.0, 3.0]])).tolist() == [[0.0, 9.0]]
+
+
+def test_replay_bonus_statistics_forget_batches_older_than_the_window():
+    rnd = _replay_rnd(hidden_sizes=[1], embedding_size=1, activation="relu", normalize_obs=False)
+    assert rnd.bonus_normalizer.min_weight == 1 / BONUS_WINDOW
+    stats = RunningNormalizer((), min_weight=0.5)  # a window of 2 batches, by hand
+    stats.update(torch.tensor([0.0, 4.0]))  # the first batch: mean 2, var 4
+    # The next batch {10} would weigh 1/3 by its count; it weighs 0.5: mean 2 + 0.5 (10 - 2) = 6,
+    # var 0.5 * 4 + 0.5 * 0 + 0.5 * 0.5 * 8^2 = 18.
+    stats.update(torch.tensor([10.0]))
+    assert float(stats.mean) == 6.0 and float(stats.var) == 18.0
+
+
+def test_replay_input_statistics_merge_the_stored_transitions_not_the_samples():
+    rnd = _replay_rnd()
+    rnd.observe(_obs([[0.0], [2.0]]))  # the collected block [N=2, T=1]: mean 1, var 1
+    rnd.batch_bonus(_obs([[5.0], [7.0]]))  # sampling reads the statistics and leaves them alone
+    assert float(rnd.obs_normalizer.mean) == pytest.approx(1.0) and float(rnd.obs_normalizer.var) == pytest.approx(1.0)
+    assert "bonus_normalizer" in rnd.networks and rnd.bonus_scaler is None
+
+
+def test_replay_fit_step_lowers_the_error_and_leaves_the_target_alone():
+    torch.manual_seed(0)
+    rnd = _replay_rnd(hidden_sizes=[32], embedding_size=8, learning_rate=1e-2)
+    obs = _obs(torch.randn(64, 1).tolist()).squeeze(1)
+    rnd.observe(obs)
+    target = copy.deepcopy(rnd.target.state_dict())
+    losses = [float(rnd.fit_step(obs)) for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(torch.equal(target[k], v) for k, v in rnd.target.state_dict().items())
+
+
+@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+def test_weight_zero_is_the_off_policy_algorithm_bit_for_bit(algo):
+    plain, plain_collector = _off_policy(algo)
+    off, off_collector = _off_policy(algo, "algo.rnd.weight=0", "algo.rnd.learning_rate=0.5")
+    assert off.rnd is None and "rnd" not in off.networks() and "rnd_optimizer" not in off.optimizers()
+    for _ in range(3):  # the second and third update take gradient steps
+        torch.manual_seed(1)
+        a = plain.update(plain_collector.collect())
+        torch.manual_seed(1)
+        b = off.update(off_collector.collect())
+        assert a == b and not any("rnd" in k for k in b)
+    assert all(torch.equal(x, y) for x, y in zip(plain.critics.parameters(), off.critics.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_sampled_rewards_carry_the_weighted_bonus_of_their_next_observations(n_step):
+    algo, collector = _off_policy("sac", "algo.rnd.weight=0.5", "algo.rnd.weight_schedule=linear",
+                                  f"algo.n_step={n_step}")
+    rollout = collector.collect()
+    algo.update(rollout)  # 32 env steps stored, no gradient step yet
+    assert torch.equal(algo.buffer.storage["reward"][:, :4], rollout["reward"][:, :4])  # the env's rewards stored
+    reference = copy.deepcopy(algo.rnd)  # the bonus is computed before the predictor's step on the batch
+    torch.manual_seed(5)
+    batch, terms = algo.sample(0.5)
+    torch.manual_seed(5)
+    expected = algo.buffer.sample(16, lambda next_obs: 0.5 * reference.batch_bonus(next_obs))
+    torch.testing.assert_close(batch["reward"], expected["reward"])
+    torch.manual_seed(5)
+    assert not torch.allclose(algo.buffer.sample(16)["reward"], batch["reward"])  # the bonus is there
+    assert terms["diag/rnd_loss"] > 0 and terms["diag/rnd_bonus"] > 0
+    moved = [not torch.equal(a, b) for a, b in zip(algo.rnd.predictor.parameters(),
+                                                    reference.predictor.parameters(), strict=True)]
+    assert any(moved)  # one predictor step per gradient step
+    logged = algo.update(collector.collect())  # 64 env steps: 4 gradient steps
+    assert {k for k in logged if k.startswith(("loss/", "diag/"))} == set(algo.metric_names)
+    assert logged["train/rnd_weight"] == pytest.approx(0.5 * (1 - 32 / 1024))  # linear over the env steps before
+
+
+@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+def test_off_policy_state_round_trip_with_curiosity_continues_exactly(algo):
+    overrides = ("algo.rnd.weight=0.5", "algo.learning_starts=0")
+    first, collector = _off_policy(algo, *overrides)
+    for _ in range(2):
+        first.update(collector.collect())
+    assert {"rnd", "rnd_optimizer"} <= set(first.state_dict())
+    assert {"predictor.0.weight", "bonus_normalizer.var"} <= set(first.state_dict()["rnd"])
+    restored, _ = _off_policy(algo, *overrides)
+    restored.policy.load_state_dict(first.policy.state_dict())
+    restored.load_state_dict(copy.deepcopy(first.state_dict()))
+    restored.buffer.load_state_dict(first.buffer.state_dict())
+    rollout = collector.collect()
+    torch.manual_seed(7)
+    a = first.update(rollout.clone())
+    torch.manual_seed(7)
+    b = restored.update(rollout.clone())
+    assert a == b
+    for (name, x), (_, y) in zip(first.rnd.networks.state_dict().items(),
+                                 restored.rnd.networks.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.slow
+def test_a_resumed_sac_run_with_curiosity_equals_an_uninterrupted_one(tmp_path):
+    run = [*OFF_POLICY, "algo=sac", "algo.rnd.weight_schedule=[[0,0.5],[192,0.1]]", "algo.rnd.weight_schedule_kind="
+           "interp", "eval.every_env_steps=128", "eval.num_episodes=2", "trainer.checkpoint_every_env_steps=64",
+           "logger.console=none", "logger.tensorboard=false"]  # a schedule over env steps, whatever the budget
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run_training(compose_config([*run, "trainer.total_env_steps=192"]), full)
+    run_training(compose_config([*run, "trainer.total_env_steps=128"]), resumed)
+    run_training(compose_config([*run, "trainer.total_env_steps=192"]), resumed)  # continues from last.pt
+    records = [[json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()] for d in (full, resumed)]
+    assert [r["env_steps"] for r in records[0]] == [32, 64, 96, 128, 160, 192]
+    for x, y in zip(records[0][4:], records[1][4:], strict=True):
+        assert (x["loss/critic"], x["diag/rnd_bonus"], x["diag/rnd_loss"], x["train/rnd_weight"]) == (
+            y["loss/critic"], y["diag/rnd_bonus"], y["diag/rnd_loss"], y["train/rnd_weight"])
+    a, b = (load_checkpoint(d / "checkpoints" / "last.pt")["algo"]["rnd"] for d in (full, resumed))
+    assert set(a) >= {"predictor.0.weight", "obs_normalizer.mean", "bonus_normalizer.var"}
+    assert all(torch.equal(a[k], b[k]) for k in a)

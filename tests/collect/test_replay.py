@@ -92,3 +92,24 @@ def test_refuses_a_block_of_other_envs_and_sampling_an_empty_buffer():
         buffer.sample(4)
     with pytest.raises(ValueError, match=r"\[num_envs=2, T\] block, got \[3, 2\]"):
         buffer.extend(block([[1.0, 2.0]] * 3))
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_a_bonus_of_the_next_observations_is_added_to_each_summed_reward(n_step):
+    # A bonus equal to the transition's own reward (next_obs = reward + 100): every sampled return doubles.
+    buffer = ReplayBuffer(capacity=5, num_envs=1, device="cpu", n_step=n_step, gamma=0.5)
+    buffer.extend(block([[1.0, 2.0, 4.0, 8.0, 16.0]], done=[[False, False, True, False, False]]))
+    seen = []
+
+    def bonus(next_obs):
+        seen.append(next_obs.batch_size)
+        return next_obs["state"][..., 0] - 100.0
+
+    torch.manual_seed(0)
+    plain = buffer.sample(50)
+    torch.manual_seed(0)
+    with_bonus = buffer.sample(50, bonus)
+    assert seen == [torch.Size([50, n_step])]  # column 0: the sample's own transition
+    torch.testing.assert_close(with_bonus["reward"], 2 * plain["reward"])
+    for key in ("obs", "next_obs", "terminated", "discount"):
+        assert (with_bonus[key] == plain[key]).all(), key
