@@ -229,7 +229,10 @@ def _yaml_comments(choices: Mapping[str, str | None]) -> tuple[dict[str, str | N
         if text is None:
             continue
         package = placed_at or _package(text, group)
-        appended = (needs_plus(group) or group in recipe_groups()) and not placed_at
+        # A file placed at its own parent's node (algo/ppo_sizing@algo) tunes that choice: its header describes
+        # the tuning, not the algorithm, so it is a note like a recipe's rather than the node's description.
+        tunes_parent = bool(placed_at) and placed_at == group.rpartition("/")[0].replace("/", ".")
+        appended = ((needs_plus(group) or group in recipe_groups()) and not placed_at) or tunes_parent
         if not appended:
             comments[placed_at or group.replace("/", ".")] = file_description(text)
         for key, comment in key_comments(text).items():

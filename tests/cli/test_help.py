@@ -102,6 +102,15 @@ def test_help_page_shows_examples_groups_and_commented_keys():
     assert "(undocumented)" not in page
 
 
+@pytest.mark.parametrize("env", ["cartpole", "gym"])
+def test_a_sizing_file_notes_its_keys_and_leaves_the_algorithm_described(env):
+    # algo/ppo_sizing@algo's header replaced PPO's description on the page ("algo=ppo (...): PPO's tuning for ...")
+    lines = help_page([f"env={env}"]).splitlines()
+    assert any(line.startswith("  algo=ppo (embodirl.algos.ppo.PPO): PPO: clipped surrogate") for line in lines)
+    minibatch = next(line for line in lines if line.strip().startswith("algo.minibatch_size="))
+    assert f"[{env}: " in minibatch, minibatch
+
+
 def test_help_request_reads_hydras_flags():
     assert help_request(["algo=ppo", "--cfg", "job"]) is None
     assert help_request(["--hydra-help"]) is None

@@ -96,7 +96,7 @@ def per_run(stdout):
 
 def assert_the_intact_run_is_reported(stdout, root):
     row = per_run(stdout)["0"]
-    assert (row["status"], row["env steps"], row["eval return"]) == ("completed", "256", "8.500"), row
+    assert (row["status"], row["env steps"], row["eval return"]) == ("completed", "256", "10.00"), row
     assert (root / "report" / "report.md").is_file()
 
 

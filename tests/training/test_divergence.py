@@ -80,7 +80,8 @@ def test_a_learning_rate_of_1e3_fails_as_diverged_and_keeps_the_last_good_checkp
     from embodirl.runtime.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
-    base = ["embodirl-train", "trainer=debug", "logger.console=none", "device=cpu", f"hydra.run.dir={run_dir}"]
+    base = ["embodirl-train", "trainer=debug", "logger.console=none", "device=cpu", f"hydra.run.dir={run_dir}",
+            "env.num_envs=256"]  # 256 x 32 = 8192 env steps per update
     monkeypatch.setattr(sys, "argv", [*base, "trainer.total_env_steps=8192"])  # one healthy update
     with in_process_run(300):
         main()
