@@ -168,7 +168,7 @@ def _train(cfg: DictConfig) -> float:
             sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
             names = wandb_identity(hydra_cfg.runtime.choices, run.seed, sweep, cfg.env,
                                    experiment_env(hydra_cfg.job.config_name or "train",
-                                                  list(hydra_cfg.overrides.task)))
+                                                  list(hydra_cfg.overrides.task), cfg.env))
             summary = run_training(cfg, run_dir, files, names, locked=True, run=run)
     except Exception as exc:
         if multirun and not isinstance(exc, PreemptedError):

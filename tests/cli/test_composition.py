@@ -78,3 +78,12 @@ def test_embodirl_train_composes_a_refused_run_once(cli, tmp_path, compositions)
     result = cli("embodirl-train", ["algo.learning_rate=abc", f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.code == 2 and result.err.startswith("embodirl-train: error: algo.learning_rate='abc' is invalid")
     assert compositions == ["RunMode.RUN"]
+
+
+def test_an_experiment_alone_is_not_composed_again_for_the_run_name(cli, tmp_path, compositions):
+    # The run stops at its corrupt checkpoint, after naming itself: one composition, where the name took a second.
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "last.pt").write_text("not a checkpoint")
+    result = cli("embodirl-train", ["experiment=ppo_push_cube", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 2 and "last.pt" in result.err
+    assert compositions == ["RunMode.RUN"]
