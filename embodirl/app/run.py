@@ -82,9 +82,12 @@ def env_label(env: Mapping[str, Any], option: str) -> str:
     return option or str(env.get("_target_", ""))
 
 
-def experiment_env(config_name: str, overrides: list[str]) -> Any | None:
+def experiment_env(config_name: str, overrides: list[str], env: Any | None = None) -> Any | None:
     """The env node the experiment among ``overrides`` (``+experiment=x``) composes with nothing else changed;
-    None without an experiment, or where it does not compose alone. Called inside the Hydra app (its search path)."""
+    None without an experiment, or where it does not compose alone. Called inside the Hydra app (its search path).
+
+    ``env``, the run's own env node, is that node when the experiment is the run's only override: then nothing
+    is composed again (a run's second composition would cost as much as its first)."""
     from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -92,6 +95,8 @@ def experiment_env(config_name: str, overrides: list[str]) -> Any | None:
     chosen = [o for o in overrides if o.lstrip("+").split("=", 1)[0] == "experiment"]
     if not chosen:
         return None
+    if env is not None and len(overrides) == 1:
+        return env
     try:
         return compose(config_name=config_name, overrides=chosen[-1:]).env
     except (HydraException, OmegaConfBaseException):

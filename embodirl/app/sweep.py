@@ -24,17 +24,16 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from embodirl.analysis.stats import format_count, format_number
 from embodirl.runtime.files import atomic_write_json, parse_json, parse_yaml, printable, read_regular_file
 from embodirl.runtime.status import SWEEP_ID_ENV, as_failed_if_gone, read_status
+
+if TYPE_CHECKING:  # Hydra builds the callback for every run, a single one too: rich and numpy wait for a sweep's end
+    from omegaconf import DictConfig
+    from rich.table import Table
 
 __all__ = ["SweepFate", "failed_jobs", "record_job_failure", "report_command", "sweep_fates", "sweep_table"]
 
@@ -120,7 +119,11 @@ def sweep_table(sweep_dir: Path, objective: str, failures: dict[Path, dict[str, 
     sweep's (else they belong to an earlier run). Text from the jobs' files is shown as it is (never read as
     rich markup).
     """
+    from rich.table import Table
+    from rich.text import Text
+
     from embodirl.analysis.report import load_run
+    from embodirl.analysis.stats import format_count, format_number
 
     failures = failures or {}
     root = sweep_dir.resolve()
@@ -182,6 +185,8 @@ class SweepFate(Callback):
         os.environ[SWEEP_ID_ENV] = self.sweep_id
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from rich.console import Console
+
         if self.sweep_id is not None and os.environ.get(SWEEP_ID_ENV) == self.sweep_id:
             del os.environ[SWEEP_ID_ENV]  # the jobs have ended: later runs in this process are not this sweep's
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -203,21 +203,26 @@ def _logging_os_error(exc: BaseException) -> OSError | None:
 
 
 def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "train") -> None:
-    """Call a ``@hydra.main`` function; a failure outside the task (composition, run directory) exits via :func:`fail`.
+    """Call a ``@hydra.main`` function, which composes a single run's config once (:mod:`embodirl.cli.composition`);
+    a failure outside the task (composition, run directory) exits via :func:`fail`.
 
     An unknown key or option gets the closest real one (or the option that has the key) as its fix
     (:mod:`embodirl.cli.suggest`, which composes ``config_name`` with the command line's other overrides).
     """
+    from embodirl.cli.composition import composed_once
+
     try:
         check_output_dirs(sys.argv[1:])
     except ConfigError as exc:
         fail(prog, exc)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's full tracebacks
-        hydra_main()
+        with composed_once(sys.argv[1:]):
+            hydra_main()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
     try:
-        hydra_main()
+        with composed_once(sys.argv[1:]):
+            hydra_main()
     except SystemExit:
         raise
     except BrokenPipeError:  # the reader went away (`embodirl-train --help | head`): stop quietly, as `cat` does

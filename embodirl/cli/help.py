@@ -24,6 +24,12 @@ __all__ = ["STRUCTURAL_KEYS", "config_comments", "eval_help_page", "export_help_
            "help_request", "key_comments", "needs_plus", "package_groups", "primary_groups", "recipe_groups"]
 
 STRUCTURAL_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: the same data
+
+
+def _parse(text: str) -> Any:
+    """A config file's data, as ``yaml.safe_load`` reads it (the help page reads every group's option files)."""
+    return yaml.load(text, Loader=_LOADER)
 
 EXAMPLES = (
     ("embodirl-train", "PPO on the batched CartPole until solved (about a second on a CPU)"),
@@ -162,7 +168,7 @@ def _group_name(entry: Any) -> str | None:
 @functools.cache
 def primary_groups() -> tuple[str, ...]:
     """The groups ``train.yaml``'s defaults list selects (``policy``, ``algo``...), in its order."""
-    defaults = yaml.safe_load(_conf_text("train.yaml") or "{}").get("defaults", [])
+    defaults = _parse(_conf_text("train.yaml") or "{}").get("defaults", [])
     return tuple(g for g in map(_group_name, defaults) if g)
 
 
@@ -181,7 +187,7 @@ def nested_groups() -> frozenset[str]:
     for parent in primary_groups():
         for file in importlib.resources.files("embodirl.conf").joinpath(parent).iterdir():
             if file.name.endswith(".yaml"):
-                defaults = (yaml.safe_load(file.read_text(encoding="utf-8")) or {}).get("defaults", [])
+                defaults = (_parse(file.read_text(encoding="utf-8")) or {}).get("defaults", [])
                 for name in map(_group_name, defaults):
                     if name and name != "_self_":
                         name = name.split("@")[0]
@@ -193,7 +199,7 @@ def nested_groups() -> frozenset[str]:
 def recipe_groups() -> frozenset[str]:
     """The groups ``train.yaml`` declares with no option (``experiment: null``): recipes merged last,
     chosen as ``experiment=NAME`` (lightning-hydra-template's pattern)."""
-    defaults = yaml.safe_load(_conf_text("train.yaml") or "{}").get("defaults", [])
+    defaults = _parse(_conf_text("train.yaml") or "{}").get("defaults", [])
     return frozenset(g for entry in defaults if isinstance(entry, dict) and None in entry.values()
                      and (g := _group_name(entry)))
 
@@ -306,15 +312,17 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, An
             yield path, value, False
 
 
-def _groups_section(loader: Any, choices: Mapping[str, str | None]) -> list[str]:
+def _groups_section(repository: Any, choices: Mapping[str, str | None]) -> list[str]:
+    """The groups and their options, from the config loader's ``repository`` (the loader's own ``get_group_options``
+    deep-copies the repository on every call: about a tenth of a second for the page's groups)."""
     from hydra.core.object_type import ObjectType
 
-    top = [g for g in loader.get_group_options("", results_filter=ObjectType.GROUP) if g != "hydra"]
+    top = [g for g in repository.get_group_options("", results_filter=ObjectType.GROUP) if g != "hydra"]
     ordered = [*sorted(top, key=lambda g: (needs_plus(g), _order(g), g)), "hydra/launcher"]
     lines = ["Config groups (group=option; * = the one selected now; + = add it with +group=option):"]
     width = max(map(len, ordered)) + 3
     for group in ordered:
-        options = loader.get_group_options(group, results_filter=ObjectType.CONFIG)
+        options = repository.get_group_options(group, results_filter=ObjectType.CONFIG)
         marked = ", ".join(f"{o}*" if choices.get(group) == o else o for o in options)
         name = f"+{group}" if needs_plus(group) else group
         lines.append(f"  {name:<{width}}{marked}")
@@ -358,8 +366,9 @@ def help_page(overrides: list[str], prog: str = "embodirl-train") -> str:
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         cfg = compose("train", overrides=single, return_hydra_config=True)
         choices = plain_dict(cfg.hydra.runtime.choices)
-        groups = _groups_section(GlobalHydra.instance().config_loader(), choices)
-        algos = "|".join(GlobalHydra.instance().config_loader().get_group_options("algo"))  # the folder is the list
+        repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
+        groups = _groups_section(repository, choices)
+        algos = "|".join(repository.get_group_options("algo"))  # the folder is the list
     job = plain_dict(cfg)
     job.pop("hydra")
     lines = [f"{prog}: train a policy (algo={algos}) on batched envs; every key below is a command-line override.",

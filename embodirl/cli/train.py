@@ -144,7 +144,6 @@ def _train(cfg: DictConfig) -> float:
     then fails the command naming it. A single run exits with the status of :mod:`embodirl.cli.errors`, and its
     directory goes again if the run produced nothing in it. Ctrl-C and preemption stop a sweep too.
     """
-    from embodirl.analysis.summary import print_summary
     from embodirl.cli.errors import fail
     from embodirl.cli.process import interrupted
     from embodirl.config.run import check_run_config
@@ -169,7 +168,7 @@ def _train(cfg: DictConfig) -> float:
             sweep = (str(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task)) if multirun else None
             names = wandb_identity(hydra_cfg.runtime.choices, run.seed, sweep, cfg.env,
                                    experiment_env(hydra_cfg.job.config_name or "train",
-                                                  list(hydra_cfg.overrides.task)))
+                                                  list(hydra_cfg.overrides.task), cfg.env))
             summary = run_training(cfg, run_dir, files, names, locked=True, run=run)
     except Exception as exc:
         if multirun and not isinstance(exc, PreemptedError):
@@ -191,6 +190,8 @@ def _train(cfg: DictConfig) -> float:
         stopped(exc, hydra_cfg, run_dir, 130)
     objective = summary.get(run.objective)
     if env_rank() == 0:
+        from embodirl.analysis.summary import print_summary  # rich: after training, not before its clock
+
         print_summary(summary)
     return math.nan if objective is None else float(objective)
 

@@ -1,0 +1,89 @@
+"""A single run composes its config once, and gets the config Hydra's second composition would have given it."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+import pytest
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from embodirl.cli.composition import composed_once
+
+SEEN: list[str] = []
+
+
+@hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="train")
+def _record(cfg: DictConfig) -> None:
+    """The task: what the run would be given (its config and Hydra's node, as the run writes them to .hydra/)."""
+    SEEN.append(OmegaConf.to_yaml(cfg) + OmegaConf.to_yaml(HydraConfig.instance().cfg))
+
+
+@pytest.fixture
+def compositions(monkeypatch) -> list[str]:
+    """The run modes of every composition by Hydra's configuration loader (each call of ``load_configuration``)."""
+    calls: list[str] = []
+    load = ConfigLoaderImpl.load_configuration
+
+    def counted(self, *args, **kwargs):
+        calls.append(str(kwargs.get("run_mode")))
+        return load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    return calls
+
+
+def _hydra_app(monkeypatch, argv: list[str], once: bool) -> str | BaseException:
+    """Run :func:`_record` on ``argv`` as ``embodirl-train`` does (composed once) or as Hydra alone does."""
+    monkeypatch.setattr(sys, "argv", ["embodirl-train", *argv])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # Hydra re-raises: the test sees the error itself
+    SEEN.clear()
+    try:
+        if once:
+            with composed_once(argv):
+                _record()
+        else:
+            _record()
+    except Exception as exc:
+        return exc
+    return SEEN[0]
+
+
+@pytest.mark.parametrize("argv", [[], ["experiment=ppo_push_cube", "seed=3"], ["hydra.mode=RUN", "algo=grpo"]])
+def test_a_single_run_composes_once_what_hydra_composes_twice(monkeypatch, tmp_path, compositions, argv):
+    argv = [*argv, f"hydra.run.dir={tmp_path / 'run'}"]
+    hydra_alone = _hydra_app(monkeypatch, argv, once=False)
+    assert compositions == ["RunMode.MULTIRUN", "RunMode.RUN"]  # Hydra: the run mode, then the run
+    compositions.clear()
+    assert _hydra_app(monkeypatch, argv, once=True) == hydra_alone
+    assert compositions == ["RunMode.RUN"]
+    assert "  mode: RUN\n" in hydra_alone and ("- hydra.mode=RUN\n" in hydra_alone)
+
+
+def test_a_config_that_fails_fails_alike_without_a_third_composition(monkeypatch, tmp_path, compositions):
+    argv = ["algo.learning_rat=1e-3", f"hydra.run.dir={tmp_path / 'run'}"]
+    hydra_alone = _hydra_app(monkeypatch, argv, once=False)
+    compositions.clear()
+    once = _hydra_app(monkeypatch, argv, once=True)
+    assert type(once) is type(hydra_alone) and str(once) == str(hydra_alone)
+    assert compositions == ["RunMode.RUN", "RunMode.MULTIRUN"]  # the run's, then Hydra's get_mode (as before)
+    sweep = ["seed=1,2", f"hydra.run.dir={tmp_path / 'run'}"]  # a sweep without -m: Hydra's own refusal
+    assert str(_hydra_app(monkeypatch, sweep, once=True)) == str(_hydra_app(monkeypatch, sweep, once=False))
+
+
+def test_embodirl_train_composes_a_refused_run_once(cli, tmp_path, compositions):
+    # The value is refused after composition, before torch: one composition, where Hydra alone made two.
+    result = cli("embodirl-train", ["algo.learning_rate=abc", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 2 and result.err.startswith("embodirl-train: error: algo.learning_rate='abc' is invalid")
+    assert compositions == ["RunMode.RUN"]
+
+
+def test_an_experiment_alone_is_not_composed_again_for_the_run_name(cli, tmp_path, compositions):
+    # The run stops at its corrupt checkpoint, after naming itself: one composition, where the name took a second.
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "last.pt").write_text("not a checkpoint")
+    result = cli("embodirl-train", ["experiment=ppo_push_cube", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 2 and "last.pt" in result.err
+    assert compositions == ["RunMode.RUN"]
