@@ -89,7 +89,8 @@ class GRPO(OnPolicyAlgorithm):
         return CollectPlan(num_steps=cfg.num_steps or -(-env.max_episode_steps // per_decision),
                            reset_every_rollout=cfg.reset_every_rollout,
                            group_size=cfg.group_size if cfg.group_shared_reset else 1,
-                           first_episode_only=cfg.first_episode_only, restart_finished=cfg.restart_finished)
+                           first_episode_only=cfg.first_episode_only, restart_finished=cfg.restart_finished,
+                           min_valid_fraction=cfg.min_valid_fraction)
 
     @torch.no_grad()
     def prepare(self, rollout: TensorDict) -> TensorDict:

@@ -19,7 +19,7 @@ from embodirl.envs.observations import ObsKey, allocate, as_tensordict, observat
 from embodirl.policies.base import Policy
 from embodirl.policies.distributions import Chunked
 
-__all__ = ["CollectPlan", "Collector", "chunk_step", "env_step"]
+__all__ = ["CollectPlan", "Collector", "chunk_step", "complete_fraction", "env_step"]
 
 _CHECK_EVERY = 8  # steps between host-side "has every env finished an episode?" checks
 _TRANSITION = (  # the keys padded after an early stop
@@ -41,6 +41,8 @@ class CollectPlan:
             rollout's reset gave it (:meth:`BatchedEnv.restart`: its group's shared start), so each env runs further
             attempts at its group's situation while the others finish their first (the loop stops as without
             restarts). Padding is then not ended: it continues the unfinished episodes, which no mask keeps.
+        min_valid_fraction: With ``restart_finished``, once every env has finished an episode, go on until this
+            share of the simulated steps lies in complete episodes (:func:`complete_fraction`); None: stop then.
         next_obs: Record each transition's true next observation in the rollout (``next_obs``: the episode's final
             observation where it ended, not the next episode's first), as a replay buffer stores transitions.
     """
@@ -50,7 +52,15 @@ class CollectPlan:
     group_size: int = 1
     first_episode_only: bool = False
     restart_finished: bool = False
+    min_valid_fraction: float | None = None
     next_obs: bool = False
+
+
+def complete_fraction(done: Tensor) -> Tensor:
+    """The share of the steps of ``done`` ``[N, t]`` that lie in episodes ended within it: per env, the steps up
+    to and including its last end, over ``N * t``."""
+    through = torch.arange(1, done.shape[1] + 1, device=done.device)
+    return (done * through).amax(1).sum() / done.numel()
 
 
 def env_step(env: BatchedEnv, action: Tensor, next_state: TensorDict,
@@ -227,7 +237,7 @@ class Collector:
         t = 0
         while t < plan.num_steps:
             # first_episode_only: every few steps (one host sync), stop once every env has ended an episode.
-            if plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and bool(done[:, :t].any(1).all()):
+            if plan.first_episode_only and t % _CHECK_EVERY == 0 and t > 0 and self._enough(done[:, :t]):
                 return t
             num = min(block, plan.num_steps - t)
             self.loop.steps(num)
@@ -235,6 +245,12 @@ class Collector:
                 self.loop.load_carry({"obs": self.env.restart(done[:, t])})
             t += num
         return t
+
+    def _enough(self, done: Tensor) -> bool:
+        """Whether the first-episode collection may stop after the steps of ``done`` ``[N, t]`` (one host sync)."""
+        if self.plan.min_valid_fraction is None:
+            return bool(done.any(1).all())
+        return bool(done.any(1).all() & (complete_fraction(done) >= self.plan.min_valid_fraction))
 
     def _fold_episodes(self, num_steps: int) -> None:
         """Account the collected steps' episodes in :attr:`episode_stats` (``[N, T]`` read as ``[T, N]``)."""

@@ -208,9 +208,17 @@ class GRPOConfig(OnPolicyConfig):
     restart_finished: bool = key(False, doc="an env whose episode ends starts over from its group's shared start "
                                  "while the others finish their first; every complete episode is a group sample, "
                                  "compared at equal steps since its start (the env must support restart)")
+    min_valid_fraction: float | None = key(None, gt=0, le=1, doc="with restart_finished: after every env has "
+                                           "finished an episode, go on stepping until this share of the simulated "
+                                           "steps lies in complete episodes (or the rollout is full); null = stop "
+                                           "as soon as every env has finished one")
 
     def check(self) -> None:
         super().check()
+        if self.min_valid_fraction is not None and not self.restart_finished:
+            raise ConfigError("min_valid_fraction", self.min_valid_fraction, "null unless restart_finished is true "
+                              "(without restarts, steps after an env's first episode are never kept)",
+                              "pass algo.restart_finished=true, or algo.min_valid_fraction=null")
         if self.restart_finished and not (self.first_episode_only and self.reset_every_rollout
                                           and self.group_shared_reset):
             raise ConfigError("restart_finished", True, "false unless first_episode_only, reset_every_rollout and "

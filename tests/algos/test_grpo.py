@@ -270,6 +270,16 @@ def test_restart_finished_trains_on_most_simulated_steps_on_cartpole(restart_fin
         fractions
 
 
+def test_min_valid_fraction_keeps_more_than_80_percent_of_the_simulated_steps_on_cartpole():
+    # restarts alone keep 72-87 % per update (the episodes unfinished at the stop are lost); going on until 90 % of
+    # the steps lie in complete episodes keeps at least that in every update
+    algo, collector = algo_on_cartpole("grpo", "env.num_envs=256", "policy.hidden_sizes=[64,64]", num_steps=None,
+                                       minibatch_size=4096, learning_rate=4e-3, restart_finished=True,
+                                       min_valid_fraction=0.9)
+    fractions = [algo.update(collector.collect())["diag/valid_fraction"] for _ in range(3)]
+    assert min(fractions) >= 0.9, fractions
+
+
 def test_restart_finished_refuses_what_it_cannot_do():
     with pytest.raises(ConfigError, match=r"algo.restart_finished=True.*first_episode_only"):
         build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "algo.first_episode_only=false",
@@ -277,3 +287,5 @@ def test_restart_finished_refuses_what_it_cannot_do():
     with pytest.raises(ConfigError, match=r"algo.restart_finished=True.*cannot restart"):
         build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "env.obs_noise=0.1",
                                          "device=cpu"]))
+    with pytest.raises(ConfigError, match=r"algo.min_valid_fraction=0.9.*restart_finished"):
+        build_components(compose_config(["algo=grpo", "algo.min_valid_fraction=0.9", "device=cpu"]))

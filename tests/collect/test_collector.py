@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from embodirl.collect.collector import Collector, CollectPlan
+from embodirl.collect.collector import Collector, CollectPlan, complete_fraction
 from embodirl.config.envs import CartPoleConfig
 from embodirl.config.policies import ActorCriticConfig
 from embodirl.envs.base import BatchedEnv, StepResult
@@ -261,6 +261,30 @@ def test_restart_finished_runs_further_episodes_and_stops_as_without_restarts():
     assert steps == plain.get_non_tensor("num_steps_collected") == int(first_end.max()) // 8 * 8 + 8
     assert done.sum() > 8  # the faster envs ran further episodes meanwhile
     assert not rollout["done"][:, steps:-1].any()  # padding is not ended: no complete episode is made of it
+
+
+def test_complete_fraction_by_hand():
+    # env 0 ends after steps 2 and 5 (all 6 of its steps complete), env 1 after step 1 (2 of 6), env 2 never (0)
+    done = torch.zeros(3, 6, dtype=torch.bool)
+    done[0, [1, 4]] = True
+    done[1, 1] = True
+    assert complete_fraction(done).item() == pytest.approx((5 + 2 + 0) / 18)
+
+
+def test_min_valid_fraction_goes_on_until_that_share_of_steps_is_complete():
+    def collect(min_valid_fraction):
+        env = CartPole(CartPoleConfig(num_envs=8, max_episode_steps=500), seed=0)
+        torch.manual_seed(0)
+        policy = ActorCritic(ActorCriticConfig(hidden_sizes=[8]), observation_space=env.observation_space,
+                             action_space=env.action_space)
+        plan = CollectPlan(num_steps=500, reset_every_rollout=True, group_size=4, first_episode_only=True,
+                           restart_finished=True, min_valid_fraction=min_valid_fraction)
+        rollout = Collector(env, policy, plan).collect()
+        steps = rollout.get_non_tensor("num_steps_collected")
+        return steps, complete_fraction(rollout["done"][:, :steps]).item()
+
+    (early, share), (later, kept) = collect(None), collect(0.95)
+    assert share < 0.95 and later > early and kept >= 0.95  # it stopped at the first check that had enough
 
 
 # --- action chunks ----------------------------------------------------------------------------------------------
