@@ -47,6 +47,14 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     return name, rest.split()
 
 
+def run_order(names: list[str], seeds: list[int], alternate: bool) -> list[tuple[str, int]]:
+    """The ``(variant, seed)`` runs in the order they go: each variant's seeds in a row, or with ``alternate``
+    every variant in turn for each seed."""
+    if alternate:
+        return [(name, seed) for seed in seeds for name in names]
+    return [(name, seed) for name in names for seed in seeds]
+
+
 def run_one(overrides: list[str], seed: int, budget: int) -> dict:
     """Train one run until solved or ``budget`` env steps; its summary, with ``cpu_s``."""
     with initialize_config_module("embodirl.conf", version_base="1.3"):
@@ -79,15 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alternate", action="store_true",
                         help="run the variants in turn for each seed rather than each variant's seeds in a row")
     args = parser.parse_args(argv)
-    variants = [parse_variant(v) for v in args.variant] or [("default", [])]
+    variants = dict(parse_variant(v) for v in args.variant) or {"default": []}
     seeds = parse_seeds(args.seeds)
-    if args.alternate:
-        order = [(variant, seed) for seed in seeds for variant in variants]
-    else:
-        order = [(variant, seed) for variant in variants for seed in seeds]
-    rows: dict[str, list[dict]] = {name: [] for name, _ in variants}
-    for (name, overrides), seed in order:
-        out = run_one(overrides, seed, args.budget)
+    rows: dict[str, list[dict]] = {name: [] for name in variants}
+    for name, seed in run_order(list(variants), seeds, args.alternate):
+        out = run_one(variants[name], seed, args.budget)
         row = {"variant": name, "seed": seed, "solved_env_steps": out["solved_env_steps"],
                "solved_wall_time_s": out["solved_wall_time_s"], "wall_time_s": round(out["wall_time_s"], 2),
                "cpu_s": round(out["cpu_s"], 2)}
