@@ -27,7 +27,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from embodirl.config.run import MOVED_KEYS
 from embodirl.errors import CheckpointError, ConfigError, DivergedError
 
 __all__ = ["check_output_dirs", "exit_code", "fail", "hydra_entry", "message", "one_line"]
@@ -41,6 +40,10 @@ def one_line(text: str) -> str:
 
 
 def _moved_key_message(text: str) -> str | None:
+    if "Could not override '" not in text:
+        return None
+    from embodirl.config.run import MOVED_KEYS  # the schemas: only for an override Hydra refused
+
     for old, new in MOVED_KEYS.items():
         if f"Could not override '{old}'" in text:
             value = re.search(rf"\+{re.escape(old)}=(.+)", text)  # to the line's end: {a: 1} has a space
@@ -209,7 +212,7 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
     An unknown key or option gets the closest real one (or the option that has the key) as its fix
     (:mod:`embodirl.cli.suggest`, which composes ``config_name`` with the command line's other overrides).
     """
-    from embodirl.cli.composition import composed_once
+    from embodirl.cli.composition import Composition, composed_once
 
     try:
         check_output_dirs(sys.argv[1:])
@@ -220,8 +223,9 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
             hydra_main()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
+    composition = Composition()
     try:
-        with composed_once(sys.argv[1:]):
+        with composed_once(sys.argv[1:]) as composition:
             hydra_main()
     except SystemExit:
         raise
@@ -240,7 +244,8 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
             return
         text = None
         if isinstance(exc, HydraException) and not _moved_key_message(str(exc)):
-            text = explain_composition_error(exc, sys.argv[1:], config_name)
+            text = explain_composition_error(exc, sys.argv[1:], config_name,
+                                             composed=composition.without_failed(exc, config_name))
         if text is not None:
             print(f"{prog}: error: {text}", file=sys.stderr)
             sys.exit(2)

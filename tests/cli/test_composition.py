@@ -68,7 +68,8 @@ def test_a_config_that_fails_fails_alike_without_a_third_composition(monkeypatch
     compositions.clear()
     once = _hydra_app(monkeypatch, argv, once=True)
     assert type(once) is type(hydra_alone) and str(once) == str(hydra_alone)
-    assert compositions == ["RunMode.RUN", "RunMode.MULTIRUN"]  # the run's, then Hydra's get_mode (as before)
+    assert str(once.__cause__) == str(hydra_alone.__cause__)  # what the one-line message reads (the full key)
+    assert compositions == ["RunMode.RUN"]  # Hydra's get_mode would fail on the same override: not asked
     sweep = ["seed=1,2", f"hydra.run.dir={tmp_path / 'run'}"]  # a sweep without -m: Hydra's own refusal
     assert str(_hydra_app(monkeypatch, sweep, once=True)) == str(_hydra_app(monkeypatch, sweep, once=False))
 
@@ -86,4 +87,29 @@ def test_an_experiment_alone_is_not_composed_again_for_the_run_name(cli, tmp_pat
     (tmp_path / "run" / "checkpoints" / "last.pt").write_text("not a checkpoint")
     result = cli("embodirl-train", ["experiment=ppo_push_cube", f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.code == 2 and "last.pt" in result.err
+    assert compositions == ["RunMode.RUN"]
+
+
+def test_an_unknown_key_leaves_the_config_composed_without_it(monkeypatch, tmp_path, compositions):
+    argv = ["algo=grpo", "algo.learning_rat=1e-3", "seed=7", f"hydra.run.dir={tmp_path / 'run'}"]
+    monkeypatch.setattr(sys, "argv", ["embodirl-train", *argv])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(Exception) as raised, composed_once(argv) as composition:
+        _record()
+    kept = composition.without_failed(raised.value, "train")
+    assert compositions == ["RunMode.RUN"] and kept is not None
+    assert composition.without_failed(raised.value, "eval") is None  # another config's error: composed there
+    compositions.clear()
+    alone = _hydra_app(monkeypatch, [a for a in argv if "learning_rat=" not in a], once=False)  # Hydra, without it
+    job = OmegaConf.to_yaml({k: v for k, v in kept.items() if k != "hydra"})
+    assert job in alone and kept.hydra.runtime.choices.algo == "grpo" and kept.seed == 7
+
+
+def test_embodirl_train_composes_an_unknown_key_once(cli, tmp_path, compositions):
+    # Hydra composed it twice (the run, its get_mode) and the suggestion a third time, without the key.
+    result = cli("embodirl-train", ["algo.learning_rat=1e-3", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 2 and result.err.strip() == (
+        "embodirl-train: error: algo.learning_rat=0.001 is invalid: algo=ppo has no key learning_rat (did you mean "
+        "algo.learning_rate? algo.learning_rate: learning rate (the start of a linear/cosine/adaptive_kl schedule)). "
+        "Fix: pass algo.learning_rate=0.001")
     assert compositions == ["RunMode.RUN"]
