@@ -18,6 +18,9 @@ config composes on without it, and its error is raised once the composition is d
 have failed on it alike (the same defaults, the same override), so it is not asked, and the config composed
 without that override (:attr:`Composition.failed`) is what :mod:`embodirl.cli.suggest` reads its suggestion from,
 where it composed that config again. One composition for such an error, where Hydra and the suggestion made three.
+
+:func:`parse_yaml_with_libyaml` has OmegaConf read the option files with libyaml's parser (PyYAML's C one) under
+OmegaConf's own loader: the same resolvers and constructors, the same duplicate-key refusal, so the same config.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Composition", "composed_once"]
+__all__ = ["Composition", "composed_once", "parse_yaml_with_libyaml"]
 
 RUN_OVERRIDE = "hydra.mode=RUN"  # what Hydra's _run_app adds for a single run whose config sets no mode
 
@@ -154,3 +157,32 @@ def _serve_once(loader: Any, request: tuple[Any, list[str], Any], cfg: Any = Non
         return cfg
 
     loader.load_configuration = load_configuration
+
+
+def parse_yaml_with_libyaml() -> None:
+    """Have OmegaConf parse YAML (every file Hydra composes) with libyaml's parser where PyYAML has it; OmegaConf's
+    loader does the rest as before. Idempotent; a no-op without libyaml."""
+    import yaml
+    from omegaconf import _utils, basecontainer
+
+    omegaconf_get_yaml_loader = _utils.get_yaml_loader
+    if not getattr(yaml, "__with_libyaml__", False) or hasattr(omegaconf_get_yaml_loader, "pure_python"):
+        return
+    loader = _libyaml_loader(omegaconf_get_yaml_loader())
+
+    def get_yaml_loader() -> Any:
+        return loader
+
+    get_yaml_loader.pure_python = omegaconf_get_yaml_loader  # type: ignore[attr-defined]
+    _utils.get_yaml_loader = get_yaml_loader  # read at each call by OmegaConf.load and OmegaConf.create
+    basecontainer.get_yaml_loader = get_yaml_loader  # imported by name there
+
+
+def _libyaml_loader(omegaconf_loader: type) -> type:
+    """OmegaConf's loader class with libyaml's parser before PyYAML's pure Python reader, scanner and composer."""
+    from yaml.cyaml import CParser, CSafeLoader
+
+    class LibyamlOmegaConfLoader(CParser, omegaconf_loader):  # type: ignore[misc,valid-type]
+        __init__ = CSafeLoader.__init__  # the C parser's state, then the constructor's and the resolver's
+
+    return LibyamlOmegaConfLoader

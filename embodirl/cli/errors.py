@@ -126,8 +126,9 @@ def message(exc: BaseException) -> str | None:
 
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rundir import RunDirBusyError
-    from embodirl.training.loggers import LoggerError
 
+    loggers = sys.modules.get("embodirl.training.loggers")  # not imported (a refused config): none of its errors
+    own = (ConfigError, CheckpointError, RunDirBusyError, DivergedError, *([loggers.LoggerError] if loggers else []))
     if isinstance(exc, Interrupted | PreemptedError):
         return one_line(str(exc))
     if isinstance(exc, KeyboardInterrupt):
@@ -137,7 +138,7 @@ def message(exc: BaseException) -> str | None:
         return "error: " + one_line(str(link))
     if isinstance(exc, HydraException | OmegaConfBaseException):
         return "error: " + _hydra_message(exc)
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | DivergedError | LoggerError):
+    if isinstance(exc, own):
         return "error: " + one_line(str(exc))
     if isinstance(exc, OSError):
         return "error: " + _os_message(exc)
@@ -212,8 +213,9 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
     An unknown key or option gets the closest real one (or the option that has the key) as its fix
     (:mod:`embodirl.cli.suggest`, which composes ``config_name`` with the command line's other overrides).
     """
-    from embodirl.cli.composition import Composition, composed_once
+    from embodirl.cli.composition import Composition, composed_once, parse_yaml_with_libyaml
 
+    parse_yaml_with_libyaml()
     try:
         check_output_dirs(sys.argv[1:])
     except ConfigError as exc:

@@ -10,7 +10,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from embodirl.cli.composition import composed_once
+from embodirl.cli.composition import composed_once, parse_yaml_with_libyaml
 
 SEEN: list[str] = []
 
@@ -113,3 +113,23 @@ def test_embodirl_train_composes_an_unknown_key_once(cli, tmp_path, compositions
         "algo.learning_rate? algo.learning_rate: learning rate (the start of a linear/cosine/adaptive_kl schedule)). "
         "Fix: pass algo.learning_rate=0.001")
     assert compositions == ["RunMode.RUN"]
+
+
+def test_libyaml_parses_every_option_file_as_omegaconf_does(monkeypatch):
+    from pathlib import Path
+
+    import yaml
+    from omegaconf import _utils, basecontainer
+
+    pure_python = getattr(_utils.get_yaml_loader, "pure_python", _utils.get_yaml_loader)  # OmegaConf's own
+    monkeypatch.setattr(_utils, "get_yaml_loader", pure_python)
+    monkeypatch.setattr(basecontainer, "get_yaml_loader", pure_python)
+    files = sorted([*Path("embodirl/conf").rglob("*.yaml"), *(Path(hydra.__file__).parent / "conf").rglob("*.yaml")])
+    assert len(files) > 50
+    parsed = [OmegaConf.to_yaml(OmegaConf.load(file)) for file in files]
+    parse_yaml_with_libyaml()
+    assert issubclass(_utils.get_yaml_loader(), yaml.cyaml.CParser)  # what Hydra's composition then reads with
+    assert [OmegaConf.to_yaml(OmegaConf.load(file)) for file in files] == parsed
+    assert OmegaConf.create("a: 1e-3\nb: 2020-01-01\nc: .5") == {"a": 0.001, "b": "2020-01-01", "c": 0.5}
+    with pytest.raises(yaml.constructor.ConstructorError, match="found duplicate key a"):
+        OmegaConf.create("a: 1\na: 2\n")
