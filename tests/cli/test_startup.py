@@ -1,5 +1,6 @@
-"""What a command imports before it answers: --help and a refused config never import torch (nor numpy, rich or
-tensordict), and a run reaches its training clock without what it does not use (rich, dynamo, optional extras)."""
+"""What a command imports before it answers: --help and a refused config never import torch (nor numpy, rich,
+tensordict or the loggers), and a run reaches its training clock without what it does not use (rich, dynamo,
+optional extras)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ for argv in (["--help"], ["algo=nope"], ["algo.learning_rate=abc"], ["algo.learn
         codes.append(0)
     except SystemExit as exc:
         codes.append(exc.code)
-heavy = sorted(m for m in ("torch", "numpy", "tensordict", "rich", "gymnasium") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "numpy", "tensordict", "rich", "gymnasium", "embodirl.training.loggers")
+               if m in sys.modules)
 print("codes:", codes, "imported:", heavy, file=sys.stderr)
 """
 
