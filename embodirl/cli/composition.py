@@ -182,7 +182,7 @@ def _libyaml_loader(omegaconf_loader: type) -> type:
     """OmegaConf's loader class with libyaml's parser before PyYAML's pure Python reader, scanner and composer."""
     from yaml.cyaml import CParser, CSafeLoader
 
-    class LibyamlOmegaConfLoader(CParser, omegaconf_loader):  # type: ignore[misc,valid-type]
+    class LibyamlOmegaConfLoader(CParser, omegaconf_loader):
         __init__ = CSafeLoader.__init__  # the C parser's state, then the constructor's and the resolver's
 
     return LibyamlOmegaConfLoader

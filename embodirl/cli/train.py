@@ -127,9 +127,8 @@ def _discard_if_unproduced(run_dir: Path, start: set[str] | None, hydra_cfg: Any
 
 def _hydra_files(cfg: DictConfig) -> dict[str, str]:
     """The run's ``.hydra/*.yaml`` (file name -> text): its config, Hydra's node and the command line's overrides."""
-    hydra_cfg = HydraConfig.instance().cfg
-    return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
-            "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task)}
+    return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+            "overrides.yaml": OmegaConf.to_yaml(HydraConfig.get().overrides.task)}
 
 
 def _run_dir_lock(run_dir: Path) -> Any:
