@@ -17,7 +17,8 @@ A command line override that Hydra cannot apply (an unknown key, a list for a ma
 config composes on without it, and its error is raised once the composition is done: Hydra's ``get_mode`` would
 have failed on it alike (the same defaults, the same override), so it is not asked, and the config composed
 without that override (:attr:`Composition.failed`) is what :mod:`embodirl.cli.suggest` reads its suggestion from,
-where it composed that config again. One composition for such an error, where Hydra and the suggestion made three.
+where it composed that config again. One composition for such an error, where Hydra and the suggestion made three;
+one for an option that does not exist (``algo=nope``), where Hydra made two.
 
 :func:`parse_yaml_with_libyaml` has OmegaConf read the option files with libyaml's parser (PyYAML's C one) under
 OmegaConf's own loader: the same resolvers and constructors, the same duplicate-key refusal, so the same config.
@@ -81,6 +82,7 @@ def composed_once(argv: Sequence[str]) -> Iterator[Composition]:
 
 def _get_mode_keeping(hydra_get_mode: Any, learnt: Composition) -> Any:
     """``Hydra.get_mode`` that composes as the run does and leaves the result for the run's composition."""
+    from hydra.errors import MissingConfigException
     from hydra.types import RunMode
 
     def get_mode(hydra: Any, config_name: str | None, overrides: list[str]) -> Any:
@@ -89,8 +91,10 @@ def _get_mode_keeping(hydra_get_mode: Any, learnt: Composition) -> Any:
         try:
             cfg = _load_setting_aside(loader, (config_name, given, RunMode.RUN), learnt)
         except Exception as exc:
-            # Failed at an override: get_mode's composition (the same defaults) fails alike and answers None.
-            mode = None if learnt.failed is not None else hydra_get_mode(hydra, config_name, given)
+            # Failed at an override, or on a config file that does not exist (algo=nope): get_mode's composition
+            # (the same defaults and files) fails alike and answers None. Else (a sweep, a default left ???), ask it.
+            alike = learnt.failed is not None or isinstance(exc, MissingConfigException)
+            mode = None if alike else hydra_get_mode(hydra, config_name, given)
             if mode != RunMode.MULTIRUN:  # the run composes as above, and fails as above
                 _serve_once(loader, (config_name, _run_overrides(given, mode), RunMode.RUN), error=exc)
             return mode

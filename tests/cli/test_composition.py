@@ -133,3 +133,10 @@ def test_libyaml_parses_every_option_file_as_omegaconf_does(monkeypatch):
     assert OmegaConf.create("a: 1e-3\nb: 2020-01-01\nc: .5") == {"a": 0.001, "b": "2020-01-01", "c": 0.5}
     with pytest.raises(yaml.constructor.ConstructorError, match="found duplicate key a"):
         OmegaConf.create("a: 1\na: 2\n")
+
+
+def test_embodirl_train_tries_an_unknown_option_once(cli, tmp_path, compositions):
+    # Hydra tried it twice: the run's composition, then its get_mode's, which fails on the same missing file.
+    result = cli("embodirl-train", ["algo=nope", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.code == 2 and result.err.startswith("embodirl-train: error: algo=nope is invalid: expected one of: ")
+    assert compositions == ["RunMode.RUN"]
