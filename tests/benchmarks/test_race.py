@@ -140,6 +140,20 @@ def test_purejaxrl_script_refuses_an_unknown_setting_before_importing_jax():
     assert out.returncode == 2 and "NUM_ENVS" in out.stderr and "try --set" in out.stderr
 
 
+def test_purejaxrl_scripts_own_evaluation_cadence_is_embodirls_default():
+    # race.py passes --eval-freq only at embodirl's settings; with PureJaxRL's own it is the script's default, so
+    # both contenders are judged on embodirl's cadence only if that default is eval.every_env_steps.
+    import ast
+
+    from tests.conftest import compose_config
+
+    tree = ast.parse((BENCHMARKS / "purejaxrl_cartpole.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "add_argument"
+             and n.args and getattr(n.args[0], "value", None) == "--eval-freq"]
+    default = next(ast.literal_eval(k.value) for k in calls[0].keywords if k.arg == "default")
+    assert default == compose_config([]).eval.every_env_steps
+
+
 def test_each_contender_runs_its_script_with_one_thread_and_its_seed():
     settings = {"purejaxrl-embodirl": ["--set", "NUM_ENVS=256"], "xla-cache": ["--xla-cache", "/cache"]}
     argv = {name: c.argv("py", 7, Path("/run"), settings) for name, c in race.CONTENDERS.items()}
