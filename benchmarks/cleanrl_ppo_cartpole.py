@@ -6,7 +6,7 @@ MIT licence, reproduced below. The algorithm, its defaults (4 envs x 128 steps, 
 lr 2.5e-4 annealed over 500,000 steps, 64-64 tanh actor and critic) and its TensorBoard logging and
 per-episode prints are CleanRL's, line for line. The lines marked ``# race:`` are this benchmark's:
   - ``--threads`` (default 1): ``torch.set_num_threads`` right after the arguments are read;
-  - a deterministic evaluation after every ``--eval-freq`` env steps (default 40,960, a multiple of the
+  - a deterministic evaluation after every ``--eval-freq`` env steps (default 16,384, a multiple of the
     512-step batch): the greedy policy (argmax of the actor's logits) plays one episode on each of
     ``--eval-episodes`` (20) fresh CartPole-v1 envs seeded ``seed + 10000``, the same starts every time;
     the run is solved, and stops, once their mean return is >= ``--threshold`` (475). This is embodirl's
@@ -130,7 +130,7 @@ class Args:
     # race: the benchmark's arguments
     threads: int = 1
     """torch intra-op threads (race)"""
-    eval_freq: int = 40960
+    eval_freq: int = 16384  # race: embodirl's eval.every_env_steps (tests/benchmarks)
     """env steps between deterministic evaluations, a multiple of num_envs * num_steps (race)"""
     eval_episodes: int = 20
     """greedy episodes per evaluation, one per evaluation env (race)"""

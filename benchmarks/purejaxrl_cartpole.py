@@ -19,7 +19,7 @@ Standalone script, run with its own venv (not embodirl's):
 written against jax/jaxlib 0.10.2, flax 0.12.8, optax 0.2.8, distrax 0.1.9, gymnax 1.0.1, chex 0.1.92,
 numpy 2.4.6 (the JSON records the versions of the run).
 
-"Solved" is embodirl's default criterion (``conf/train.yaml`` ``eval``: every 40,960 env steps, 20
+"Solved" is embodirl's default criterion (``conf/train.yaml`` ``eval``: every 16,384 env steps, 20
 evaluation envs, 20 deterministic episodes, always from the same seeded starts): after every
 ``--eval-freq`` env steps the greedy policy (argmax of the logits) plays one episode on each of
 ``--eval-episodes`` envs, and the run is solved once their mean return is >= ``--threshold``. The
@@ -46,7 +46,7 @@ one). ``--set KEY=VALUE ...`` replaces entries of PureJaxRL's CONFIG (the networ
 ``benchmarks/race.py`` runs it at embodirl's settings this way (its ``purejaxrl-embodirl`` contender).
 
 The budget is PureJaxRL's ``TOTAL_TIMESTEPS`` (5e5, also the learning-rate anneal's horizon), rounded
-down to whole chunks: with the default 40,960-step chunks, 12 chunks (491,520 steps), leaving out the last
+down to whole chunks: with the default 16,384-step chunks, 30 chunks (491,520 steps), leaving out the last
 16 updates, at under 2 % of the initial learning rate.
 """
 import argparse
@@ -66,8 +66,9 @@ p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
 p.add_argument("--threads", type=int, default=1,
                help="1 = single-threaded XLA CPU (XLA_FLAGS); more = XLA's default thread pool")
 p.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU (as taskset -c)")
-p.add_argument("--eval-freq", type=int, default=40960,
-               help="env steps between evaluations (a multiple of NUM_ENVS*NUM_STEPS = 512)")
+p.add_argument("--eval-freq", type=int, default=16384,  # embodirl's eval.every_env_steps (tests/benchmarks)
+               help="env steps between evaluations (a multiple of NUM_ENVS*NUM_STEPS = 512); default: embodirl's "
+                    "eval.every_env_steps")
 p.add_argument("--eval-episodes", type=int, default=20,
                help="deterministic episodes per evaluation, one per evaluation env")
 p.add_argument("--threshold", type=float, default=475.0)
@@ -110,8 +111,9 @@ if CONFIG["ACTIVATION"] not in ("tanh", "relu"):
     p.error(f"--set ACTIVATION={CONFIG['ACTIVATION']}: PureJaxRL's network knows tanh and relu; try ACTIVATION=relu")
 STEPS_PER_UPDATE = CONFIG["NUM_ENVS"] * CONFIG["NUM_STEPS"]
 if args.eval_freq <= 0 or args.eval_freq % STEPS_PER_UPDATE:
+    whole = -(-p.get_default("eval_freq") // STEPS_PER_UPDATE) * STEPS_PER_UPDATE  # the default, in whole updates
     p.error(f"--eval-freq {args.eval_freq}: must be a positive multiple of NUM_ENVS*NUM_STEPS = "
-            f"{STEPS_PER_UPDATE} (one PureJaxRL update); try --eval-freq {STEPS_PER_UPDATE * 80}")
+            f"{STEPS_PER_UPDATE} (one PureJaxRL update); try --eval-freq {whole}")
 if args.eval_episodes <= 0 or args.threads <= 0:
     p.error("--eval-episodes and --threads must be positive integers")
 UPDATES_PER_CHUNK = args.eval_freq // STEPS_PER_UPDATE

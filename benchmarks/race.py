@@ -104,20 +104,24 @@ def _script_read(run_dir):
 
 
 _SOLVED = r"^solved: seed"  # the peer scripts' solve line
+# evaluated as embodirl evaluates (greedy, 20 episodes): they get embodirl's eval.every_env_steps as --eval-freq
+JUDGED_ON_EMBODIRLS_CADENCE = ("purejaxrl", "rl8", "cleanrl")
 CONTENDERS = {c.name: c for c in (
     Contender("embodirl", "embodirl (default)", "embodirl", _embodirl_argv(), r"stopped: solved at",
               _embodirl_read),
     Contender("embodirl-compile", "embodirl `compile=true`", "embodirl", _embodirl_argv("compile=true"),
               r"stopped: solved at", _embodirl_read),
     Contender("purejaxrl", "PureJaxRL, its own settings", "purejaxrl",
-              _script_argv("purejaxrl_cartpole.py", settings_keys=("xla-cache",)), _SOLVED, _script_read),
+              _script_argv("purejaxrl_cartpole.py", settings_keys=("eval-freq", "xla-cache")), _SOLVED, _script_read),
     Contender("purejaxrl-embodirl", "PureJaxRL at embodirl's settings", "purejaxrl",
               _script_argv("purejaxrl_cartpole.py", settings_keys=("purejaxrl-embodirl", "xla-cache")),
               _SOLVED, _script_read),
-    Contender("rl8", "rl8", "rl8", _script_argv("rl8_cartpole.py"), _SOLVED, _script_read),
+    Contender("rl8", "rl8", "rl8", _script_argv("rl8_cartpole.py", settings_keys=("eval-freq",)), _SOLVED,
+              _script_read),
     Contender("sb3", "Stable-Baselines3 (RL Zoo)", "sb3", _script_argv("sb3_cartpole.py", "--stop-on", "b"),
               r'"b_wall_s": [0-9]', _script_read),
-    Contender("cleanrl", "CleanRL ppo.py", "cleanrl", _script_argv("cleanrl_ppo_cartpole.py", seed_flag="--seed"),
+    Contender("cleanrl", "CleanRL ppo.py", "cleanrl", _script_argv("cleanrl_ppo_cartpole.py", seed_flag="--seed",
+                                                                  settings_keys=("eval-freq",)),
               _SOLVED, _script_read),
 )}
 
@@ -157,6 +161,8 @@ def purejaxrl_settings(cfg):
         notes.append(f"embodirl's hidden sizes {policy['hidden_sizes']}: PureJaxRL's network is 64-64")
     if algo.get("clip_value_coef") is None:
         notes.append("embodirl leaves the value loss unclipped; PureJaxRL clips it at CLIP_EPS")
+    if algo.get("normalize_rewards"):
+        notes.append("embodirl scales rewards by a running return std; PureJaxRL's rewards are unscaled")
     if batch % algo["minibatch_size"]:
         notes.append(f"embodirl's minibatch {algo['minibatch_size']} does not divide {batch}")
     every = cfg["eval"]["every_env_steps"]
@@ -382,6 +388,7 @@ def markdown(result):
 def prepare(args, pythons):
     """Probes each runtime the chosen contenders need; returns (runnable names, versions, settings, skipped)."""
     versions, skipped, settings, names = {}, {}, {}, []
+    config = None  # embodirl's composed default, read once
     for runtime in dict.fromkeys(CONTENDERS[n].runtime for n in args.contenders):
         vers, why = probe(runtime, pythons[runtime])
         if why:
@@ -392,9 +399,12 @@ def prepare(args, pythons):
         if not isinstance(versions[runtime], dict):
             skipped[name] = versions[runtime]
             continue
-        if name == "purejaxrl-embodirl":
+        if name in (*JUDGED_ON_EMBODIRLS_CADENCE, "purejaxrl-embodirl"):
             try:
-                settings[name], settings[f"{name}-notes"] = purejaxrl_settings(embodirl_config(pythons["embodirl"]))
+                config = config or embodirl_config(pythons["embodirl"])
+                settings["eval-freq"] = ["--eval-freq", str(config["eval"]["every_env_steps"])]
+                if name == "purejaxrl-embodirl":
+                    settings[name], settings[f"{name}-notes"] = purejaxrl_settings(config)
             except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError) as e:
                 skipped[name] = f"embodirl's settings could not be read with --embodirl-python ({e})"
                 print(f"skipping {name}: {skipped[name]}", flush=True)

@@ -21,7 +21,7 @@ batch). With rl8's own gamma and whole-batch epochs, seed 0 did not solve within
 with these two changes seeds 0-3 solved.
 
 "Solved" is embodirl's default criterion, as in ``purejaxrl_cartpole.py``: after every ``--eval-freq``
-env steps (default 40,960, a multiple of the 8,192-step rollout) the greedy policy (rl8's deterministic
+env steps (default 16,384, a multiple of the 8,192-step rollout) the greedy policy (rl8's deterministic
 sample) plays one full CartPole-v1 episode (up to 500 steps) on each of ``--eval-episodes`` envs, from
 the same seeded starts every time; the run is solved once their mean return is >= ``--threshold``. The
 evaluation's time is INCLUDED in the loop time ``b_wall_s``; ``import_s`` is the import of torch and rl8.
@@ -48,7 +48,8 @@ p.add_argument("--minibatch", type=int, default=2048, help="rl8's sgd_minibatch_
 p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (rl8's default)")
 p.add_argument("--hiddens", type=int, nargs="+", default=[64, 64])
 p.add_argument("--budget", type=int, default=500_000, help="max env steps per seed")
-p.add_argument("--eval-freq", type=int, default=40960, help="env steps between evaluations")
+p.add_argument("--eval-freq", type=int, default=16384,  # embodirl's eval.every_env_steps (tests/benchmarks)
+               help="env steps between evaluations")
 p.add_argument("--eval-episodes", type=int, default=20)
 p.add_argument("--threshold", type=float, default=475.0)
 p.add_argument("--out", default="rl8_cartpole.json")

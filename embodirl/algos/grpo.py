@@ -80,10 +80,10 @@ class GRPO(OnPolicyAlgorithm):
             raise ConfigError("env.num_envs", env.num_envs, f"a multiple of algo.group_size={cfg.group_size}",
                               f"pass env.num_envs={max(1, env.num_envs // cfg.group_size) * cfg.group_size} "
                               "or another multiple of algo.group_size")
-        if cfg.restart_finished and type(env).restart is BatchedEnv.restart:
-            raise ConfigError("algo.restart_finished", True, f"false with {type(env).__name__}, which cannot restart "
-                              "envs from their reset state (CartPole and PushCube can, without observation or action "
-                              "wrappers)",
+        if cfg.restart_finished and type(env.unwrapped).restart is BatchedEnv.restart:  # wrappers pass it on
+            raise ConfigError("algo.restart_finished", True, f"false with {type(env.unwrapped).__name__}, which "
+                              "cannot restart envs from their reset state (CartPole and PushCube can, with any of "
+                              "the env.* wrappers)",
                               "pass algo.restart_finished=false", absolute=True)
         per_decision = self.policy.dist.chunk_execute  # env steps per rollout slot (k of an action chunk)
         return CollectPlan(num_steps=cfg.num_steps or -(-env.max_episode_steps // per_decision),

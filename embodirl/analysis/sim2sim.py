@@ -14,7 +14,7 @@ from typing import Any
 from embodirl.analysis.stats import mean_difference_interval, rate_difference_interval, wilson_interval
 from embodirl.runtime.formatting import output_console
 
-__all__ = ["CONFIDENCE", "RATE_METHOD", "RETURN_METHOD", "compare", "print_sim2sim"]
+__all__ = ["CONFIDENCE", "RATE_METHOD", "RETURN_METHOD", "compare", "failure_line", "print_sim2sim"]
 
 CONFIDENCE = 0.95
 RATE_METHOD = "Newcombe's hybrid score interval (Wilson), 95 %"
@@ -47,6 +47,28 @@ def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "difference": difference, "interval": [low, high], "method": method, "mismatch": mismatch,
                         "text": text})
     return out
+
+
+EXPORT_FIX = ("export it again from the run (embodirl-export run=<run dir> out=<a new directory>) and check that; "
+              "the checkpoint and its export run the same episodes, so a gap that stays is a bug of the export")
+TRANSFER_FIX = ("the export matches its checkpoint, the policy does not transfer: train with env.randomize over "
+                "what differs in that env (docs/guides/domain-randomization.md), export again and check again")
+
+
+def failure_line(comparisons: list[dict[str, Any]]) -> str | None:
+    """One line for a failed check: the first mismatch (what differed, by how much, its interval), how many more,
+    and the fix for its kind (a gap of the export to its checkpoint, or of the policy to the second env); None
+    when every gap is within noise."""
+    mismatches = [c for c in comparisons if c["mismatch"]]
+    if not mismatches:
+        return None
+    first = mismatches[0]
+    low, high = first["interval"]
+    more = f"; {len(mismatches) - 1} more in eval.json's mismatches" if len(mismatches) > 1 else ""
+    fix = EXPORT_FIX if first["comparison"] == comparisons[0]["comparison"] else TRANSFER_FIX
+    return (f"sim-to-sim check failed: {first['comparison']}: {first['metric']} {first['a']:.4g} vs {first['b']:.4g} "
+            f"differs by {first['difference']:+.4g} (95 % interval [{low:+.4g}, {high:+.4g}] excludes zero){more}. "
+            f"Fix: {fix}")
 
 
 def print_sim2sim(result: dict[str, Any]) -> None:

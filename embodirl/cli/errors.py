@@ -27,7 +27,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from embodirl.config.run import MOVED_KEYS
 from embodirl.errors import CheckpointError, ConfigError, DivergedError
 
 __all__ = ["check_output_dirs", "exit_code", "fail", "hydra_entry", "message", "one_line"]
@@ -41,6 +40,10 @@ def one_line(text: str) -> str:
 
 
 def _moved_key_message(text: str) -> str | None:
+    if "Could not override '" not in text:
+        return None
+    from embodirl.config.run import MOVED_KEYS  # the schemas: only for an override Hydra refused
+
     for old, new in MOVED_KEYS.items():
         if f"Could not override '{old}'" in text:
             value = re.search(rf"\+{re.escape(old)}=(.+)", text)  # to the line's end: {a: 1} has a space
@@ -123,8 +126,9 @@ def message(exc: BaseException) -> str | None:
 
     from embodirl.runtime.preemption import Interrupted, PreemptedError
     from embodirl.runtime.rundir import RunDirBusyError
-    from embodirl.training.loggers import LoggerError
 
+    loggers = sys.modules.get("embodirl.training.loggers")  # not imported (a refused config): none of its errors
+    own = (ConfigError, CheckpointError, RunDirBusyError, DivergedError, *([loggers.LoggerError] if loggers else []))
     if isinstance(exc, Interrupted | PreemptedError):
         return one_line(str(exc))
     if isinstance(exc, KeyboardInterrupt):
@@ -134,7 +138,7 @@ def message(exc: BaseException) -> str | None:
         return "error: " + one_line(str(link))
     if isinstance(exc, HydraException | OmegaConfBaseException):
         return "error: " + _hydra_message(exc)
-    if isinstance(exc, ConfigError | CheckpointError | RunDirBusyError | DivergedError | LoggerError):
+    if isinstance(exc, own):
         return "error: " + one_line(str(exc))
     if isinstance(exc, OSError):
         return "error: " + _os_message(exc)
@@ -209,8 +213,9 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
     An unknown key or option gets the closest real one (or the option that has the key) as its fix
     (:mod:`embodirl.cli.suggest`, which composes ``config_name`` with the command line's other overrides).
     """
-    from embodirl.cli.composition import composed_once
+    from embodirl.cli.composition import Composition, composed_once, parse_yaml_with_libyaml
 
+    parse_yaml_with_libyaml()
     try:
         check_output_dirs(sys.argv[1:])
     except ConfigError as exc:
@@ -220,8 +225,9 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
             hydra_main()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
+    composition = Composition()
     try:
-        with composed_once(sys.argv[1:]):
+        with composed_once(sys.argv[1:]) as composition:
             hydra_main()
     except SystemExit:
         raise
@@ -240,7 +246,8 @@ def hydra_entry(prog: str, hydra_main: Callable[[], Any], config_name: str = "tr
             return
         text = None
         if isinstance(exc, HydraException) and not _moved_key_message(str(exc)):
-            text = explain_composition_error(exc, sys.argv[1:], config_name)
+            text = explain_composition_error(exc, sys.argv[1:], config_name,
+                                             composed=composition.without_failed(exc, config_name))
         if text is not None:
             print(f"{prog}: error: {text}", file=sys.stderr)
             sys.exit(2)

@@ -11,7 +11,8 @@ command line); see :mod:`embodirl.config.trust`.
 ``embodirl-eval export=DIR [env=NAME env.KEY=VALUE ...]`` is the sim-to-sim check of an ``embodirl-export``
 directory: the exported file itself (:mod:`embodirl.app.exported`) runs the same seeded episodes as the checkpoint
 it came from, in the training env and in the second env ``env=NAME`` chooses, and the rows are reported side by
-side with every gap beyond noise named (:mod:`embodirl.analysis.sim2sim`).
+side with every gap beyond noise named (:mod:`embodirl.analysis.sim2sim`); a gap beyond noise fails the check: one line
+on stderr and exit status 1, after the table and ``eval.json``.
 """
 
 from __future__ import annotations
@@ -413,7 +414,9 @@ EVAL_LOG = "evaluate.log"  # Hydra's job log (conf/eval.yaml)
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
-    from embodirl.analysis.sim2sim import print_sim2sim
+    import sys
+
+    from embodirl.analysis.sim2sim import failure_line, print_sim2sim
     from embodirl.analysis.summary import print_eval
     from embodirl.cli.errors import fail
     from embodirl.cli.process import interrupted
@@ -436,6 +439,10 @@ def _evaluate(cfg: DictConfig) -> float:
         fail(PROG, exc)
     (print_sim2sim if "rows" in result else print_eval)(result)
     log.info("wrote %s", out)
+    failed = failure_line(result["comparisons"]) if "rows" in result else None
+    if failed is not None:  # a check that fails exits 1 (2 is for bad input), after its table and eval.json
+        print(f"{PROG}: {failed}", file=sys.stderr)
+        sys.exit(1)
     return result["eval/return_mean"]
 
 

@@ -186,8 +186,9 @@ def nested_groups() -> frozenset[str]:
     found = set()
     for parent in primary_groups():
         for file in importlib.resources.files("embodirl.conf").joinpath(parent).iterdir():
-            if file.name.endswith(".yaml"):
-                defaults = (_parse(file.read_text(encoding="utf-8")) or {}).get("defaults", [])
+            text = file.read_text(encoding="utf-8") if file.name.endswith(".yaml") else ""
+            if "defaults" in text:  # the other files select no group: not parsed (most env, policy, logger files)
+                defaults = (_parse(text) or {}).get("defaults", [])
                 for name in map(_group_name, defaults):
                     if name and name != "_self_":
                         name = name.split("@")[0]

@@ -13,7 +13,8 @@ composition errors into one line whose fix works instead:
 * ``sweep=optuna_lr`` without its plugin: the extra that installs it (``pip install "embodirl[optuna]"``);
 * ``embodirl-eval env=push_cube``: ``env`` is a node of keys there, not an option.
 
-Nothing here imports torch: the suggestion costs one composition of the config without the bad override.
+Nothing here imports torch: the suggestion reads the config composed without the bad override, which the run's
+own composition leaves (:mod:`embodirl.cli.composition`) or, without it, one composition here.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def _holds_keys(key: str, value: str, node: Any, config_name: str) -> str:
             + f". Fix: remove {key}={value}, or set one of its keys, e.g. {key}.{child}=<value>")
 
 
-def _unknown_key(exc: BaseException, argv: Sequence[str], config_name: str) -> str | None:
+def _unknown_key(exc: BaseException, argv: Sequence[str], config_name: str, composed: Any = None) -> str | None:
     found = re.search(r"Could not override '([^']+)'", str(exc))
     if found is None:
         return None
@@ -187,7 +188,7 @@ def _unknown_key(exc: BaseException, argv: Sequence[str], config_name: str) -> s
     overrides, config_dir = _parse(argv)
     override = next((o for o in overrides if o.key_or_group == key), None)
     value = _text(override.value()) if override is not None and not override.is_sweep_override() else "<value>"
-    cfg = None if config_dir else _composed(config_name, overrides, key)
+    cfg = None if config_dir else composed if composed is not None else _composed(config_name, overrides, key)
     if cfg is None:
         return _unknown_key_line(key, missing, value, {}, None, config_name)
     from omegaconf import DictConfig, OmegaConf
@@ -300,6 +301,15 @@ def mapping_override(exc: BaseException, argv: Sequence[str], config_name: str) 
     return [f"+{arg}" if arg in lines else arg for arg in argv] if lines else None
 
 
-def explain_composition_error(exc: BaseException, argv: Sequence[str], config_name: str) -> str | None:
-    """One line with a working fix for Hydra's unknown-key, unknown-option and wrong-kind errors, else None."""
-    return _unknown_option(exc, argv) or _wrong_kind(exc) or _unknown_key(exc, argv, config_name)
+def explain_composition_error(exc: BaseException, argv: Sequence[str], config_name: str,
+                              composed: Any = None) -> str | None:
+    """One line with a working fix for Hydra's unknown-key, unknown-option and wrong-kind errors, else None.
+
+    Args:
+        exc: Hydra's error.
+        argv: The command line after the program's name.
+        config_name: The primary config's name (``train``).
+        composed: The config composed from ``argv`` without the override that failed, Hydra's node included
+            (:meth:`embodirl.cli.composition.Composition.without_failed`), if the caller has it; else composed here.
+    """
+    return _unknown_option(exc, argv) or _wrong_kind(exc) or _unknown_key(exc, argv, config_name, composed)

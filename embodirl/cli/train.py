@@ -125,6 +125,12 @@ def _discard_if_unproduced(run_dir: Path, start: set[str] | None, hydra_cfg: Any
     return discard_unproduced(run_dir, {*start, LOCK_FILE, STATUS_FILE, *HYDRA_FILES}, parents=2 if default else 0)
 
 
+def _hydra_files(cfg: DictConfig) -> dict[str, str]:
+    """The run's ``.hydra/*.yaml`` (file name -> text): its config, Hydra's node and the command line's overrides."""
+    return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+            "overrides.yaml": OmegaConf.to_yaml(HydraConfig.get().overrides.task)}
+
+
 def _run_dir_lock(run_dir: Path) -> Any:
     """The run directory's lock on rank 0 (held for the whole run), nothing elsewhere; imports no torch."""
     import contextlib
@@ -158,10 +164,9 @@ def _train(cfg: DictConfig) -> float:
     # before this process writes anything into it (its lock included).
     made = not multirun and env_rank() == 0 and holds_only_empty_files(run_dir)
     start = {p.name for p in run_dir.iterdir()} if made else None
-    files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
-             "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
     try:
         run = check_run_config(cfg)  # every key against its schema, once, before torch is imported
+        files = _hydra_files(cfg)  # after the check: a refused single run never writes them
         with _run_dir_lock(run_dir):  # before torch too: a busy run directory is told in a fraction of a second
             from embodirl.app.run import experiment_env, run_training, wandb_identity  # imports torch
 
@@ -172,7 +177,7 @@ def _train(cfg: DictConfig) -> float:
             summary = run_training(cfg, run_dir, files, names, locked=True, run=run)
     except Exception as exc:
         if multirun and not isinstance(exc, PreemptedError):
-            return _job_failed(exc, hydra_cfg, run_dir, files)
+            return _job_failed(exc, hydra_cfg, run_dir, _hydra_files(cfg))
         if multirun:
             fail(PROG, exc)
         _discard_if_unproduced(run_dir, start, hydra_cfg)

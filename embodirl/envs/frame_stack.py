@@ -141,6 +141,18 @@ class History(EnvWrapper):
             stacks[key] = self._stacked(list(buffer.unbind(0)))
         return out._replace(obs=self._with(out.obs, stacks), final_obs=self._with(out.final_obs, finals))
 
+    def restart(self, mask: Tensor) -> Tensor | TensorDict:
+        """Restart the ``mask`` envs in the wrapped env and their histories with it: their first frame in every
+        slot, as after a reset; the other envs' histories stay (every env's stacked observation is returned)."""
+        obs = self.env.restart(mask)
+        rows = self._rows + mask.to(torch.int64) * self.num_envs  # a row gather, as in step()
+        stacks = {}
+        for key in self.lengths:
+            frame, buffer = self._leaf(obs, key), self._frames[key]
+            buffer.copy_(torch.cat([buffer, frame.expand_as(buffer)], dim=1).index_select(1, rows))
+            stacks[key] = self._stacked(list(buffer.unbind(0)))
+        return self._with(obs, stacks)
+
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> np.ndarray:
         return self.env.render(env_ids, size)
 

@@ -107,6 +107,11 @@ class EnvWrapper(BatchedEnv):
     def step(self, action: Tensor) -> StepResult:
         return self.env.step(action)
 
+    def restart(self, mask: Tensor) -> Tensor | TensorDict:
+        """The wrapped env's :meth:`~embodirl.envs.base.BatchedEnv.restart`; a wrapper that keeps something per
+        episode (an action history, observation frames) or changes observations overrides it to do so too."""
+        return self.env.restart(mask)
+
     def render(self, env_ids: list[int] | None = None, size: int = 256) -> Any:
         return self.env.render(env_ids, size)
 
@@ -202,6 +207,11 @@ class ObservationNoise(EnvWrapper):
         final_obs = _where(done, self._noisy(out.final_obs), obs)  # equal to obs where no episode ended
         return out._replace(obs=obs, final_obs=final_obs)
 
+    def restart(self, mask: Tensor) -> Tensor | TensorDict:
+        """Every env's observation with fresh noise: the restarted envs' first, the others' current one measured
+        again (the collector acts on what this returns, so no env sees an observation without noise)."""
+        return self._noisy(self.env.restart(mask))
+
     def _state(self) -> dict[str, Tensor]:
         return {"counter": self.noise.counter, "key_hash": self.noise.key_hash}
 
@@ -246,6 +256,11 @@ class ActionDelay(EnvWrapper):
         out = self.env.step(executed)
         torch.logical_or(out.terminated, out.truncated, out=self.fresh)
         return out
+
+    def restart(self, mask: Tensor) -> Tensor | TensorDict:
+        """The ``mask`` envs start an episode: their next action fills their history, as after a reset."""
+        torch.logical_or(self.fresh, mask, out=self.fresh)
+        return self.env.restart(mask)
 
     def _state(self) -> dict[str, Tensor]:
         return {"history": self.history, "fresh": self.fresh}

@@ -285,9 +285,10 @@ def test_restart_finished_refuses_what_it_cannot_do():
     with pytest.raises(ConfigError, match=r"algo.restart_finished=True.*first_episode_only"):
         build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "algo.first_episode_only=false",
                                          "device=cpu"]))
-    with pytest.raises(ConfigError, match=r"algo.restart_finished=True.*cannot restart"):
-        build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "env.obs_noise=0.1",
+    with pytest.raises(ConfigError, match=r"algo.restart_finished=True.*false with GymEnv, which cannot restart"):
+        build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "env=gym", "env.obs_noise=0.1",
                                          "device=cpu"]))
+    build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "env.obs_noise=0.1", "device=cpu"]))
     with pytest.raises(ConfigError, match=r"algo.min_valid_fraction=0.9.*restart_finished"):
         build_components(compose_config(["algo=grpo", "algo.restart_finished=false", "algo.min_valid_fraction=0.9",
                                          "device=cpu"]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from embodirl.analysis.sim2sim import RATE_METHOD, RETURN_METHOD, compare, print_sim2sim
+from embodirl.analysis.sim2sim import RATE_METHOD, RETURN_METHOD, compare, failure_line, print_sim2sim
 
 
 def _row(policy: str, env: str, rate: float | None, ret: float, std: float, n: int = 100) -> dict:
@@ -27,6 +27,21 @@ def test_compare_names_a_gap_beyond_noise_and_not_one_within_it():
     assert returns["method"] == RETURN_METHOD and returns["interval"] == pytest.approx([-1.1193, -0.8407], abs=1e-4)
     assert returns["text"] == ("export in arm vs in the training env: eval/return_mean 1 vs 1.98, difference -0.98 "
                                "[-1.119, -0.8407] (Welch's normal interval, 95 %): MISMATCH")
+
+
+def test_a_failed_check_is_one_line_naming_the_first_gap_and_the_fix_for_its_kind():
+    checkpoint, export = _row("checkpoint", "PushCube (training)", 0.95, 2.0, 0.5), \
+        _row("export (onnx)", "PushCube (training)", 0.93, 1.98, 0.5)
+    assert failure_line(compare([checkpoint, export])) is None  # within noise: the check passes
+    line = failure_line(compare([checkpoint, export, _row("export (onnx)", "arm", 0.40, 1.0, 0.5)]))
+    assert line is not None and "\n" not in line
+    assert line.startswith("sim-to-sim check failed: export in arm vs in the training env: eval/success_rate 0.4 vs "
+                           "0.93 differs by -0.53 (95 % interval [")
+    assert "excludes zero); 1 more in eval.json's mismatches. Fix: the export matches its checkpoint, the policy " \
+           "does not transfer: train with env.randomize" in line
+    broken = failure_line(compare([checkpoint, _row("export (onnx)", "PushCube (training)", 0.95, 1.0, 0.5)]))
+    assert broken is not None and broken.startswith("sim-to-sim check failed: export vs checkpoint in the training env")
+    assert "Fix: export it again from the run (embodirl-export run=<run dir> out=<a new directory>)" in broken
 
 
 def test_the_side_by_side_report(capsys):

@@ -140,13 +140,35 @@ def test_purejaxrl_script_refuses_an_unknown_setting_before_importing_jax():
     assert out.returncode == 2 and "NUM_ENVS" in out.stderr and "try --set" in out.stderr
 
 
+@pytest.mark.parametrize("script", ["purejaxrl_cartpole.py", "rl8_cartpole.py", "cleanrl_ppo_cartpole.py"])
+def test_a_peer_scripts_own_evaluation_cadence_is_embodirls_default(script):
+    # race.py passes embodirl's cadence to each of them; run on its own, a script should judge alike
+    import ast
+
+    from tests.conftest import compose_config
+
+    tree = ast.parse((BENCHMARKS / script).read_text())
+    argparse_defaults = [next(ast.literal_eval(k.value) for k in n.keywords if k.arg == "default")
+                         for n in ast.walk(tree) if isinstance(n, ast.Call)
+                         and getattr(n.func, "attr", "") == "add_argument"
+                         and n.args and getattr(n.args[0], "value", None) == "--eval-freq"]
+    dataclass_defaults = [ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
+                          and getattr(n.target, "id", "") == "eval_freq"]
+    assert argparse_defaults + dataclass_defaults == [compose_config([]).eval.every_env_steps]
+
+
 def test_each_contender_runs_its_script_with_one_thread_and_its_seed():
-    settings = {"purejaxrl-embodirl": ["--set", "NUM_ENVS=256"], "xla-cache": ["--xla-cache", "/cache"]}
+    settings = {"purejaxrl-embodirl": ["--set", "NUM_ENVS=256"], "xla-cache": ["--xla-cache", "/cache"],
+                "eval-freq": ["--eval-freq", "16384"]}
     argv = {name: c.argv("py", 7, Path("/run"), settings) for name, c in race.CONTENDERS.items()}
     assert argv["embodirl-compile"][-2:-1] == ["compile=true"] and "seed=7" in argv["embodirl"]
     assert "num_threads=1" in argv["embodirl"] and "compile=true" not in argv["embodirl"]
     assert argv["purejaxrl-embodirl"][-4:] == ["--set", "NUM_ENVS=256", "--xla-cache", "/cache"]
-    assert "--set" not in argv["purejaxrl"] and argv["purejaxrl"][-2:] == ["--xla-cache", "/cache"]
+    assert "--set" not in argv["purejaxrl"]
+    assert argv["purejaxrl"][-4:] == ["--eval-freq", "16384", "--xla-cache", "/cache"]
+    assert "--eval-freq" not in argv["purejaxrl-embodirl"]  # its --set carries the cadence, rounded to its updates
+    for name in ("rl8", "cleanrl"):
+        assert argv[name][-2:] == ["--eval-freq", "16384"], name
     assert argv["cleanrl"][2:4] == ["--seed", "7"] and argv["rl8"][2:4] == ["--seeds", "7"]
     for name in ("purejaxrl", "rl8", "sb3", "cleanrl"):
         assert argv[name][4:6] == ["--threads", "1"], name

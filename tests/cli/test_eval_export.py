@@ -50,6 +50,29 @@ def test_the_export_in_the_training_env_repeats_the_checkpoints_episodes(cli, tm
     assert record["mismatches"] == [] and not any(c["mismatch"] for c in record["comparisons"])
 
 
+def test_a_gap_beyond_noise_fails_the_check_with_one_line_and_exit_1(cli, tmp_path, exported, monkeypatch):
+    import embodirl.cli.evaluate as evaluate
+    from embodirl.app.exported import ExportedPolicy
+
+    real = evaluate._episodes
+
+    def export_returns_less(env, policy, cfg):  # a broken export: every episode 100 less than its checkpoint's
+        metrics = real(env, policy, cfg)
+        if isinstance(policy, ExportedPolicy):
+            metrics["eval/return_mean"] -= 100.0
+        return metrics
+
+    monkeypatch.setattr(evaluate, "_episodes", export_returns_less)
+    result = cli("embodirl-eval", [f"export={exported['torchscript']}", *EVAL, f"hydra.run.dir={tmp_path}"])
+    assert result.code == 1 and len(result.err.strip().splitlines()) == 1, result.err
+    assert result.err.startswith("embodirl-eval: sim-to-sim check failed: export vs checkpoint in the training env: "
+                                 "eval/return_mean ")
+    assert "differs by -100 (95 % interval [" in result.err and "excludes zero)" in result.err
+    assert "Fix: export it again from the run (embodirl-export run=<run dir> out=<a new directory>)" in result.err
+    record = json.loads((tmp_path / "eval.json").read_text())  # written before the exit, with the table printed
+    assert len(record["mismatches"]) == 1 and "MISMATCH" in result.out
+
+
 @pytest.mark.slow  # three evaluations
 def test_a_second_env_gets_a_third_row_and_the_report_says_which_interval(cli, tmp_path, exported):
     # No env.num_envs: the second env's option file is read with eval.yaml's null count, which the run's

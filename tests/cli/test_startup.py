@@ -1,5 +1,6 @@
-"""What a command imports before it answers: --help and a refused config never import torch (nor numpy, rich or
-tensordict), and a run reaches its training clock without what it does not use (rich, dynamo, optional extras)."""
+"""What a command imports before it answers: --help and a refused config never import torch (nor numpy, rich,
+tensordict or the loggers), and a run reaches its training clock without what it does not use (rich, dynamo,
+optional extras)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,19 @@ for argv in (["--help"], ["algo=nope"], ["algo.learning_rate=abc"], ["algo.learn
         codes.append(0)
     except SystemExit as exc:
         codes.append(exc.code)
-heavy = sorted(m for m in ("torch", "numpy", "tensordict", "rich", "gymnasium") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "numpy", "tensordict", "rich", "gymnasium", "embodirl.training.loggers")
+               if m in sys.modules)
 print("codes:", codes, "imported:", heavy, file=sys.stderr)
+"""
+
+UNKNOWN_OPTION = """
+import sys
+from embodirl.cli.train import main
+sys.argv = ["embodirl-train", "algo=nope", "hydra.run.dir=" + sys.argv[1]]
+try:
+    main()
+except SystemExit as exc:
+    print("code:", exc.code, "schemas imported:", "embodirl.config.components" in sys.modules, file=sys.stderr)
 """
 
 AT_THE_CLOCK = """
@@ -45,6 +57,14 @@ def test_help_and_refused_configs_import_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", ANSWERS, str(tmp_path / "run")], capture_output=True, text=True,
                           timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "codes: [0, 2, 2, 2] imported: []", done.stderr
+
+
+def test_an_unknown_option_is_answered_without_the_schemas(tmp_path):
+    # Its line names the options of the group's folder: the components' schemas (~0.1 s to import) play no part.
+    done = subprocess.run([sys.executable, "-c", UNKNOWN_OPTION, str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "code: 2 schemas imported: False", done.stderr
+    assert done.stderr.startswith("embodirl-train: error: algo=nope is invalid: expected one of: ")
 
 
 @pytest.mark.slow  # a fresh process that imports torch and builds the default run

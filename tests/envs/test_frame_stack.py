@@ -118,3 +118,37 @@ def test_a_stack_steps_right_after_it_is_built_as_the_env_inside_does():
     action = torch.ones(3, 2)
     out, got = inner.step(action), stacked.step(action)
     assert torch.equal(got.obs["rgb"], torch.cat([torch.zeros_like(out.obs["rgb"]), out.obs["rgb"]], dim=-1))
+
+
+def test_restart_starts_the_masked_envs_stacks_over_from_their_reset_frame_and_keeps_the_others():
+    inner, stacked = _push_cube(), FrameStack(_push_cube(), 3)
+    first, obs = inner.reset(seed=0, group_size=3)["rgb"], stacked.reset(seed=0, group_size=3)
+    action = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    for _ in range(4):  # past the 3-step limit: every env auto-reset once, then stepped on
+        out, obs = inner.step(action), stacked.step(action).obs
+    mask = torch.tensor([True, False, True])
+    restarted, new = inner.restart(mask)["rgb"], stacked.restart(mask)
+    assert torch.equal(restarted[mask], first[mask])  # the unwrapped env's semantics: back to the reset's scene
+    assert torch.equal(new["rgb"][mask], torch.cat([first[mask]] * 3, dim=-1))  # and nothing of before in the stack
+    assert torch.equal(new["rgb"][~mask], obs["rgb"][~mask]) and torch.equal(new["state"], inner.restart(mask)["state"])
+    out, after = inner.step(action), stacked.step(action).obs
+    assert torch.equal(after["rgb"][0], torch.cat([first[0], first[0], out.obs["rgb"][0]], dim=-1))
+    assert torch.equal(after["rgb"][1], torch.cat([obs["rgb"][1][..., 3:], out.obs["rgb"][1]], dim=-1))
+
+
+def test_grpo_restart_finished_with_an_observation_history_collects_fresh_histories_from_the_groups_start():
+    from tests.conftest import algo_on_cartpole
+
+    _, collector = algo_on_cartpole("grpo", "env.num_envs=8", "env.obs_history=3", num_steps=None, group_size=4,
+                                    restart_finished=True)
+    rollout = collector.collect()
+    steps = rollout.get_non_tensor("num_steps_collected")
+    stacks, done = rollout["obs", "state"][:, :steps], rollout["done"][:, :steps - 1]  # obs t+1 follows done t
+    starts = stacks[:, 0, 8:]
+    assert torch.equal(stacks[:, 0], starts.repeat(1, 3))  # the rollout's reset: its first frame three times
+    ended = done.nonzero().tolist()
+    assert len(ended) > 8  # envs ran further episodes while the others finished their first
+    for i, t in ended:  # each next episode starts at the group's start again, its history holding nothing older
+        assert torch.equal(stacks[i, t + 1], starts[i].repeat(3))
+    going = ~done  # elsewhere the history shifts by one frame
+    assert torch.equal(stacks[:, 1:, :8][going], stacks[:, :-1, 4:][going])

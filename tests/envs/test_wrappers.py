@@ -67,6 +67,31 @@ def test_the_delayed_env_executes_the_action_of_k_steps_ago_and_each_episode_sta
     assert env.env.executed[-1][:, 0].tolist() == [7.0, 8.0]
 
 
+@pytest.mark.parametrize("keys", [{"action_delay": 2}, {"obs_noise": 0.05},
+                                  {"action_repeat": 2}, {"obs_history": 2}])
+def test_every_wrapper_restarts_the_masked_envs_as_the_env_inside_does(keys):
+    # A restart is an episode start: the env inside goes back to its reset state, and a wrapper's own state per
+    # episode (the action history of a delay) starts over, so the restarted envs' next steps are the reset's.
+    def build():
+        env = wrap_env(CartPole(CartPoleConfig(num_envs=4, max_episode_steps=200), device="cpu", seed=0),
+                       WrapperConfig(**keys), seed=0)
+        return env, env.reset(seed=1, group_size=2)
+
+    env, _ = build()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        env.step(torch.randint(0, 2, (4,), generator=gen))
+    mask = torch.tensor([True, False, True, False])
+    restarted = env.restart(mask)
+    fresh, again = build()
+    assert torch.equal(env.unwrapped._state[mask], fresh.unwrapped._state[mask])
+    if "obs_noise" not in keys:  # with noise: a new draw, of the same state
+        assert torch.equal(restarted[mask], again[mask])
+    action = torch.tensor([1, 0, 1, 0])
+    env.step(action), fresh.step(action)
+    assert torch.equal(env.unwrapped._state[mask], fresh.unwrapped._state[mask])
+
+
 def test_the_delay_keeps_discrete_actions_as_integers():
     env = ActionDelay(CartPole(CartPoleConfig(num_envs=3), device="cpu", seed=0), 1)
     env.reset(seed=0)
