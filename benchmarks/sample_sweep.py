@@ -10,6 +10,8 @@ training time only::
     python benchmarks/sample_sweep.py --seeds 0-15 --variant base= --variant lr3="algo.learning_rate=3e-3"
 
 Runs go one after another (``num_threads=1``): on a shared machine, read env steps (load-independent) first.
+``--alternate`` runs the variants in turn for each seed (seed 0 of every variant, then seed 1, ...), so that a
+change in the machine's load falls on every variant alike when their times are compared.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     return name, rest.split()
 
 
+def run_order(names: list[str], seeds: list[int], alternate: bool) -> list[tuple[str, int]]:
+    """The ``(variant, seed)`` runs in the order they go: each variant's seeds in a row, or with ``alternate``
+    every variant in turn for each seed."""
+    if alternate:
+        return [(name, seed) for seed in seeds for name in names]
+    return [(name, seed) for name in names for seed in seeds]
+
+
 def run_one(overrides: list[str], seed: int, budget: int) -> dict:
     """Train one run until solved or ``budget`` env steps; its summary, with ``cpu_s``."""
     with initialize_config_module("embodirl.conf", version_base="1.3"):
@@ -74,18 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0-15", help="0-15, or 0,3,7")
     parser.add_argument("--budget", type=int, default=500_000, help="env steps per run before it counts as failed")
     parser.add_argument("--variant", action="append", default=[], help="name=override override ... (repeatable)")
+    parser.add_argument("--alternate", action="store_true",
+                        help="run the variants in turn for each seed rather than each variant's seeds in a row")
     args = parser.parse_args(argv)
-    variants = [parse_variant(v) for v in args.variant] or [("default", [])]
-    for name, overrides in variants:
-        rows = []
-        for seed in parse_seeds(args.seeds):
-            out = run_one(overrides, seed, args.budget)
-            row = {"variant": name, "seed": seed, "solved_env_steps": out["solved_env_steps"],
-                   "solved_wall_time_s": out["solved_wall_time_s"], "wall_time_s": round(out["wall_time_s"], 2),
-                   "cpu_s": round(out["cpu_s"], 2)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        print(json.dumps(summarise(name, rows, args.budget)), flush=True)
+    variants = dict(parse_variant(v) for v in args.variant) or {"default": []}
+    seeds = parse_seeds(args.seeds)
+    rows: dict[str, list[dict]] = {name: [] for name in variants}
+    for name, seed in run_order(list(variants), seeds, args.alternate):
+        out = run_one(variants[name], seed, args.budget)
+        row = {"variant": name, "seed": seed, "solved_env_steps": out["solved_env_steps"],
+               "solved_wall_time_s": out["solved_wall_time_s"], "wall_time_s": round(out["wall_time_s"], 2),
+               "cpu_s": round(out["cpu_s"], 2)}
+        rows[name].append(row)
+        print(json.dumps(row), flush=True)
+        if not args.alternate and seed == seeds[-1]:
+            print(json.dumps(summarise(name, rows[name], args.budget)), flush=True)
+    if args.alternate:
+        for name, variant_rows in rows.items():
+            print(json.dumps(summarise(name, variant_rows, args.budget)), flush=True)
     return 0
 
 

@@ -91,7 +91,8 @@ def test_group_members_share_their_start_and_groups_differ():
         first = collector.collect()["obs", "state"][:, 0].view(3, 4, -1)
         assert torch.equal(first, first[:, :1].expand_as(first))  # identical within each group
         assert not torch.equal(first[0, 0], first[1, 0]) and not torch.equal(first[1, 0], first[2, 0])
-    _, collector = algo_on_cartpole("grpo", "env.num_envs=12", group_size=4, group_shared_reset=False)
+    _, collector = algo_on_cartpole("grpo", "env.num_envs=12", group_size=4, group_shared_reset=False,
+                                    restart_finished=False)
     first = collector.collect()["obs", "state"][:, 0]
     assert not torch.equal(first[0], first[1])
 
@@ -99,7 +100,7 @@ def test_group_members_share_their_start_and_groups_differ():
 def test_forced_resets_do_not_merge_partial_episodes():
     # 5-step rollouts with a reset before each: no CartPole episode can end within 5 steps, so no
     # episode may ever be counted (merging partial episodes would report 10-, 15-, ... step episodes).
-    _, collector = algo_on_cartpole("grpo", num_steps=5, first_episode_only=False)
+    _, collector = algo_on_cartpole("grpo", num_steps=5, first_episode_only=False, restart_finished=False)
     for _ in range(10):
         collector.collect()
     assert collector.episode_stats.pop() == {"episode/count": 0.0}
@@ -107,7 +108,7 @@ def test_forced_resets_do_not_merge_partial_episodes():
 
 def test_update_reports_valid_fraction_and_ref_kl():
     algo, collector = algo_on_cartpole("grpo", "env.num_envs=16", num_steps=None, kl_coef=0.1, num_epochs=2,
-                                       minibatch_size=256, learning_rate=1e-2)
+                                       minibatch_size=256, learning_rate=1e-2, restart_finished=False)
     rollout = collector.collect()
     metrics = algo.update(rollout)
     steps = rollout.get_non_tensor("num_steps_collected")
@@ -289,4 +290,21 @@ def test_restart_finished_refuses_what_it_cannot_do():
                                          "device=cpu"]))
     build_components(compose_config(["algo=grpo", "algo.restart_finished=true", "env.obs_noise=0.1", "device=cpu"]))
     with pytest.raises(ConfigError, match=r"algo.min_valid_fraction=0.9.*restart_finished"):
-        build_components(compose_config(["algo=grpo", "algo.min_valid_fraction=0.9", "device=cpu"]))
+        build_components(compose_config(["algo=grpo", "algo.restart_finished=false", "algo.min_valid_fraction=0.9",
+                                         "device=cpu"]))
+
+
+def test_grpo_is_sized_to_cartpole_and_nowhere_else():
+    from embodirl.cli.help import help_page
+
+    sized = compose_config(["algo=grpo"]).algo  # env=cartpole: algo/grpo_sizing/cartpole.yaml after grpo.yaml
+    assert sized.restart_finished and sized.learning_rate == 6e-3
+    push_cube = compose_config(["algo=grpo", "env=push_cube"]).algo  # algo=grpo's own values
+    assert not push_cube.restart_finished and push_cube.learning_rate == 4e-3
+    pinned = compose_config(["experiment=grpo_cartpole"]).algo  # the recipe keeps its own
+    assert not pinned.restart_finished and pinned.learning_rate == 3e-3
+    assert not compose_config(["algo=grpo", "algo.restart_finished=false"]).algo.restart_finished  # command line wins
+    lines = help_page(["algo=grpo"]).splitlines()  # a note on the key; GRPO's description stays
+    assert any(line.startswith("  algo=grpo (embodirl.algos.grpo.GRPO): GRPO: critic-free") for line in lines)
+    restart = next(line for line in lines if line.strip().startswith("algo.restart_finished="))
+    assert "[cartpole: " in restart, restart
