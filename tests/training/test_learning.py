@@ -37,7 +37,7 @@ def test_grpo_headline_command_solves_cartpole(tmp_path):
 
 
 def test_ppo_push_cube_reaches_90_percent_success(tmp_path):
-    # The pinned recipe (0.8-1.3M env steps over the seeds tried).
+    # The pinned recipe (147k-197k env steps over seeds 0-7).
     cfg = compose_config(["experiment=ppo_push_cube", "seed=0", "device=cpu", "logger.console=none",
                           "logger.tensorboard=false", "trainer.total_env_steps=3000000"])
     summary = run_training(cfg, tmp_path)
