@@ -252,22 +252,23 @@ def rollout(env: PushCube, actions: torch.Tensor) -> list[tuple[torch.Tensor, ..
 
 def test_same_seed_same_trajectory_and_different_seeds_differ():
     gen = torch.Generator().manual_seed(1)
-    actions = torch.rand(120, 64, 2, generator=gen) * 2 - 1
-    first, second = rollout(PushCube(PushCubeConfig(num_envs=64),
-                                     seed=5), actions), rollout(PushCube(PushCubeConfig(num_envs=64), seed=5), actions)
+    actions = torch.rand(45, 64, 2, generator=gen) * 2 - 1  # two auto-resets of 20-step episodes
+    cfg = PushCubeConfig(num_envs=64, max_episode_steps=20)
+    first, second = rollout(PushCube(cfg, seed=5), actions), rollout(PushCube(cfg, seed=5), actions)
     assert all(torch.equal(x, y) for a, b in zip(first, second, strict=True) for x, y in zip(a, b, strict=True))
-    other = rollout(PushCube(PushCubeConfig(num_envs=64), seed=6), actions)
+    other = rollout(PushCube(cfg, seed=6), actions[:1])
     assert not torch.equal(first[0][0], other[0][0])
 
 
 @pytest.mark.parametrize("kwargs", [{}, {**JOINT, "randomize_yaw": True, "goal_direction": "random_aligned"}])
 def test_env_trajectories_do_not_depend_on_num_envs(kwargs):
-    big, small, single = (PushCube(PushCubeConfig(num_envs=n, **kwargs), seed=9) for n in (256, 4, 1))
+    big, small, single = (PushCube(PushCubeConfig(num_envs=n, max_episode_steps=20, **kwargs), seed=9)
+                          for n in (256, 4, 1))
     gen = torch.Generator().manual_seed(2)
     obs = big.reset(seed=9)
     assert torch.equal(obs[:4], small.reset(seed=9)) and torch.equal(obs[:1], single.reset(seed=9))
     policy = scripted_joint_action if kwargs else scripted_action
-    for _ in range(120):  # two auto-resets
+    for _ in range(45):  # two auto-resets
         action = noisy(policy(obs), gen, 0.3)
         out_big, out_small, out_single = big.step(action), small.step(action[:4]), single.step(action[:1])
         for x_big, x_small, x_single in zip(out_big[:5], out_small[:5], out_single[:5], strict=True):
