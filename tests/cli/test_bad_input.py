@@ -361,7 +361,8 @@ def test_experiment_sweep_and_debug_are_chosen_without_a_plus_and_the_old_plus_s
     plain = cli("embodirl-train", ["experiment=ppo_push_cube", "trainer=debug", "--cfg", "job"])
     old = cli("embodirl-train", ["+experiment=ppo_push_cube", "trainer=debug", "+debug=trainer", "--cfg", "job"])
     assert plain.code == old.code == 0, plain.err + old.err
-    assert plain.out == old.out and "total_env_steps: 16384" in plain.out and "num_envs: 1024" in plain.out
+    recipe_envs = compose_config(["experiment=ppo_push_cube"]).env.num_envs
+    assert plain.out == old.out and "total_env_steps: 16384" in plain.out and f"num_envs: {recipe_envs}" in plain.out
     for sweep in ("sweep=seeds", "+sweep=seeds"):
         result = cli("embodirl-train", [sweep, "--cfg", "hydra"])
         assert result.code == 0 and "mode: MULTIRUN" in result.out, result.err

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import TINY
+from tests.conftest import TINY, compose_config
 
 
 def _cfg_job(cli, args: list[str]) -> dict:
@@ -29,7 +29,9 @@ def _cfg_job(cli, args: list[str]) -> dict:
 def test_a_debug_trainer_wins_over_an_experiments_budget(cli):
     debug = _cfg_job(cli, ["+experiment=ppo_push_cube", "trainer=debug"])
     assert debug["trainer"]["total_env_steps"] == 16384 and debug["eval"]["num_envs"] == 2
-    assert debug["env"]["num_envs"] == 1024 and debug["objective"] == "eval/success_rate"  # the rest of the recipe
+    recipe_envs = compose_config(["experiment=ppo_push_cube"]).env.num_envs
+    assert recipe_envs != compose_config(["env=push_cube"]).env.num_envs  # so the next line tells the recipe's
+    assert debug["env"]["num_envs"] == recipe_envs and debug["objective"] == "eval/success_rate"  # the rest of it
     assert _cfg_job(cli, ["+experiment=ppo_push_cube"])["trainer"]["total_env_steps"] == 10_000_000
     chosen = _cfg_job(cli, ["+experiment=ppo_push_cube", "trainer=debug", "trainer.total_env_steps=1000"])
     assert chosen["trainer"]["total_env_steps"] == 1000  # a key on the command line still wins over both
