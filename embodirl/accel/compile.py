@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -73,12 +73,24 @@ def configure_cache() -> Path:
     return Path(os.environ[CACHE_ENV])
 
 
-def compile_step(fn: Callable, enabled: bool) -> Callable:
-    """``torch.compile(fn, fullgraph=True, dynamic=False)`` when enabled, else ``fn``."""
+def compile_step(fn: Callable, enabled: bool, on_graph: Callable[[torch.fx.GraphModule], None] | None = None
+                 ) -> Callable:
+    """``torch.compile(fn, fullgraph=True, dynamic=False)`` when enabled, else ``fn``.
+
+    ``on_graph`` is shown each graph dynamo traces, before inductor compiles it (e.g. to size what is built on it).
+    """
     if not enabled:
         return fn
     configure_cache()
-    return torch.compile(fn, fullgraph=True, dynamic=False)
+    if on_graph is None:
+        return torch.compile(fn, fullgraph=True, dynamic=False)
+    from torch._inductor.compile_fx import compile_fx
+
+    def backend(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:
+        on_graph(graph)
+        return cast(Callable, compile_fx(graph, example_inputs))
+
+    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
 
 
 def capture(fn: Callable, enabled: bool, device: torch.device) -> Callable:

@@ -10,10 +10,11 @@ and what the next step acts on. :class:`StepLoop` owns what makes that function 
 * the slot ``t`` (:class:`StepSlot`);
 * ``torch.compile(fullgraph=True, dynamic=False)`` of one whole step and its capture as a CUDA graph
   (:mod:`embodirl.accel.compile`);
-* the fused block (:meth:`StepLoop.steps`, with :data:`FUSED_STEPS` above 1): compiled without CUDA graphs, ``k``
-  consecutive steps are one program
+* the fused block (:meth:`StepLoop.steps`): compiled without CUDA graphs, ``k`` consecutive steps are one program
   that unrolls them, as PureJaxRL's ``lax.scan`` makes a rollout one XLA program. A compiled call checks its
   guards (every parameter and buffer the step reads) and crosses Python once per block instead of once per step.
+  ``k`` follows the size of the step's traced graph (:func:`fused_steps`): a small step (CartPole's) gets blocks,
+  a large one (push_cube's), whose compile would grow past what blocks save, runs one step per call.
 
 One step then reads and writes only those buffers and the env's and policy's own tensors: it takes no
 arguments, never syncs with the host, traces into one graph and replays as one CUDA graph.
@@ -32,15 +33,22 @@ from torch import Tensor
 
 from embodirl.accel.compile import Acceleration, capture, compile_step
 
-__all__ = ["EAGER", "FUSED_STEPS", "Buffers", "Carry", "StepLoop", "StepSlot", "Values"]
+__all__ = ["EAGER", "FUSED_NODES", "FUSED_STEPS", "Buffers", "Carry", "StepLoop", "StepSlot", "Values", "fused_steps"]
 
 EAGER = Acceleration()  #: neither compiled nor captured
 Carry = dict[str, TensorDict]  #: the carry buffers a step reads: ``{"obs": ..., "state": ...}``
 Buffers = Mapping[str, Tensor | TensorCollection]  #: record buffers by name, laid out along the time dimension
 Values = Mapping[str, Tensor | TensorCollection]  #: a step's values for some buffers (a one-leaf one takes a Tensor)
-# Steps per compiled block; 1 = no blocks (each step its own compiled call). Blocks of 4 ran CartPole's collection
-# faster but multiplied the compile of a large step (push_cube): off until a block size follows the step's size.
-FUSED_STEPS = 1
+# The most steps in a compiled block, and the most traced graph nodes a block may hold: a block unrolls its steps
+# into one graph, and a large step's compile multiplied by the block outgrew what the block saves (push_cube GRPO's
+# cold compile went 80 -> 503 CPU-s with blocks of 4), while CartPole's small step ran faster in blocks.
+FUSED_STEPS = 4
+FUSED_NODES = 1000  # CartPole's collection step traces to 153 nodes (blocks of 4), push_cube's to ~1,420 (none)
+
+
+def fused_steps(nodes: int) -> int:
+    """Steps per compiled block for a step whose traced graph has ``nodes`` nodes (1: no blocks)."""
+    return max(1, min(FUSED_STEPS, FUSED_NODES // max(nodes, 1)))
 
 
 class StepSlot:
@@ -133,10 +141,17 @@ class StepLoop:
                 buffers.append(leaf_buffer)
         self.slot = StepSlot(buffers, dim, not accel.enabled, device)
         self._carry = {key: _leaves(buffer) for key, buffer in carry.items()}
-        self._accelerated = compile_step(_own_code(self.run, name), accel.compile)
-        # Blocks where steps are compiled and not captured (a captured step is one launch already).
+        # Blocks where steps are compiled and not captured (a captured step is one launch already); their size is
+        # known once the single step is traced (the size of its graph).
         self._fuse = accel.compile and not accel.cuda_graphs and FUSED_STEPS > 1
+        self.graph_nodes: int | None = None  #: nodes of the single step's traced graph (once compiled)
+        self.block_size: int | None = None if self._fuse else 1  #: steps per compiled block
+        self._accelerated = compile_step(_own_code(self.run, name), accel.compile,
+                                         self._traced if self._fuse else None)
         self._block = compile_step(_own_code(self.run_block, f"{name}_block"), self._fuse)
+
+    def _traced(self, graph: torch.fx.GraphModule) -> None:
+        self.graph_nodes = len(graph.graph.nodes)
 
     def __call__(self) -> None:
         """One step as configured: compiled, captured, or plain."""
@@ -145,14 +160,19 @@ class StepLoop:
     def steps(self, num: int) -> None:
         """``num`` consecutive steps (slots ``t .. t + num - 1``), the same records and carry as ``num`` calls.
 
-        Compiled without CUDA graphs, they run in blocks of :data:`FUSED_STEPS`, each one compiled program (one
-        graph for the loop, its own code object), and the rest (``num % FUSED_STEPS``) one compiled step each;
-        otherwise as ``num`` calls (a captured step replays its CUDA graph once per step).
+        Compiled without CUDA graphs, they run in blocks of :attr:`block_size` steps, each one compiled program (one
+        graph for the loop, its own code object), and the rest one compiled step each; the first call's first step
+        runs alone, to trace the step and size the blocks on its graph (:func:`fused_steps`). Otherwise as ``num``
+        calls (a captured step replays its CUDA graph once per step).
         """
-        if self._fuse:
-            for _ in range(num // FUSED_STEPS):
-                self._block(FUSED_STEPS)
-            num %= FUSED_STEPS
+        if self.block_size is None and num > 0:
+            self()
+            num -= 1
+            self.block_size = fused_steps(self.graph_nodes or FUSED_NODES)
+        if self.block_size is not None and self.block_size > 1:
+            for _ in range(num // self.block_size):
+                self._block(self.block_size)
+            num %= self.block_size
         for _ in range(num):
             self()
 

@@ -130,10 +130,9 @@ def test_compiled_blocks_are_one_graph_equal_eager_and_never_recompile(monkeypat
     """steps(n) compiled: blocks of FUSED_STEPS steps as one program (the rest one compiled step each)."""
     from embodirl.accel import loop as loop_module
 
-    monkeypatch.setattr(loop_module, "FUSED_STEPS", 4)
-    FUSED_STEPS = 4
+    FUSED_STEPS = loop_module.FUSED_STEPS
     torch._dynamo.reset()
-    num_steps = FUSED_STEPS + 1  # one block and one single step
+    num_steps = 1 + FUSED_STEPS + 1  # the first step alone (sizing the blocks), one block and one single step
     eager, compiled = Counter(EAGER, num_steps=num_steps), Counter(Acceleration(compile=True), num_steps=num_steps)
     explain = torch._dynamo.explain(Counter(EAGER, num_steps=num_steps).loop.run_block)(FUSED_STEPS)  # it runs them
     assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
@@ -145,4 +144,30 @@ def test_compiled_blocks_are_one_graph_equal_eager_and_never_recompile(monkeypat
     torch._dynamo.reset()
     for key, value in eager.records.items():
         assert (value == compiled.records[key]).all(), key
-    assert compiled.loop.slot.tensor.item() == num_steps and compiled.loop._fuse
+    assert compiled.loop.slot.tensor.item() == num_steps and compiled.loop.block_size == FUSED_STEPS
+
+
+def test_blocks_follow_the_size_of_the_steps_graph():
+    from embodirl.accel.loop import FUSED_NODES, FUSED_STEPS, fused_steps
+
+    assert fused_steps(153) == FUSED_STEPS  # CartPole's collection step
+    assert fused_steps(1419) == 1  # push_cube's: its compile would outgrow what blocks save
+    assert fused_steps(FUSED_NODES // 2) == 2 and fused_steps(0) == FUSED_STEPS
+
+
+@pytest.mark.slow
+def test_a_large_step_runs_without_blocks(monkeypatch):
+    from embodirl.accel import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "FUSED_NODES", 1)  # every step is "large"
+    torch._dynamo.reset()
+    eager, compiled = Counter(EAGER, num_steps=6), Counter(Acceleration(compile=True), num_steps=6)
+    blocks = []
+    monkeypatch.setattr(compiled.loop, "_block", blocks.append)
+    eager.loop.steps(6)
+    compiled.loop.steps(6)
+    torch._dynamo.reset()
+    assert compiled.loop.graph_nodes is not None and compiled.loop.graph_nodes > 1
+    assert compiled.loop.block_size == 1 and blocks == []
+    for key, value in eager.records.items():
+        assert (value == compiled.records[key]).all(), key
