@@ -10,7 +10,7 @@ shared machine the load moves wall time by tens of percent within minutes, CPU s
     python benchmarks/loop_ab.py 3 before=/work/main after=. -- compile=true
 
 Each NAME=DIR names a checkout (put first on PYTHONPATH); what follows ``--`` are Hydra overrides of the
-default ``embodirl-train`` (CartPole PPO, 256 envs x 32 steps, one thread). Prints one JSON line per run and the
+default ``embodirl-train`` (CartPole PPO at the shipped defaults, one thread). Prints one JSON line per run and the
 medians per version.
 """
 import json
