@@ -50,7 +50,8 @@ main()
 def command(where: str) -> tuple[list[str], dict[str, str]]:
     """The ``embodirl-train`` of ``where`` (a venv's bin directory or a checkout) and its environment."""
     if (Path(where) / "embodirl" / "__init__.py").is_file():
-        return [sys.executable, "-c", CONSOLE], dict(os.environ, PYTHONPATH=str(Path(where).resolve()))
+        # -P: no working directory first on sys.path, so run from inside a checkout it still times ``where``
+        return [sys.executable, "-P", "-c", CONSOLE], dict(os.environ, PYTHONPATH=str(Path(where).resolve()))
     return [f"{where}/embodirl-train"], dict(os.environ)
 
 
@@ -78,7 +79,8 @@ def one_round(name: str, where: str, r: int) -> dict:
     python = sys.executable if train[0] == sys.executable else f"{where}/python"
     short["torch"] = timed([python, "-c", "import torch"], env)
     with tempfile.TemporaryDirectory() as d:
-        stop = subprocess.run([python, "-c", CLOCK, f"hydra.run.dir={d}/run"], env=env, capture_output=True, text=True)
+        stop = subprocess.run([python, "-P", "-c", CLOCK, f"hydra.run.dir={d}/run"], env=env, capture_output=True,
+                              text=True)
     clock = re.search(r"clock_cpu_s (\S+)", stop.stdout)
     return dict(version=name, round=r, load=round(load, 2),
                 startup_s=summary["started_at"] - run["start"] if summary.get("started_at") else None,
