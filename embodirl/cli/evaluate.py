@@ -18,6 +18,7 @@ on stderr and exit status 1, after the table and ``eval.json``.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -414,8 +415,6 @@ EVAL_LOG = "evaluate.log"  # Hydra's job log (conf/eval.yaml)
 
 @hydra.main(version_base="1.3", config_path="pkg://embodirl.conf", config_name="eval")
 def _evaluate(cfg: DictConfig) -> float:
-    import sys
-
     from embodirl.analysis.sim2sim import failure_line, print_sim2sim
     from embodirl.analysis.summary import print_eval
     from embodirl.cli.errors import fail

@@ -32,7 +32,7 @@ def _parse(text: str) -> Any:
     return yaml.load(text, Loader=_LOADER)
 
 EXAMPLES = (
-    ("embodirl-train", "PPO on the batched CartPole until solved (about a second on a CPU)"),
+    ("embodirl-train", "PPO on the batched CartPole until solved (about 2 s of training on a CPU)"),
     ("embodirl-train algo=grpo env=push_cube", "choose the algorithm and the env (group=option)"),
     ("embodirl-train algo.learning_rate=1e-3 env.num_envs=512 seed=3", "set any key below"),
     ("embodirl-train experiment=ppo_push_cube", "a tuned recipe (conf/experiment/)"),
