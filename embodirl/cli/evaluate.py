@@ -462,8 +462,6 @@ def _discard_if_unproduced() -> Callable[[], bool]:
 
 def main() -> None:
     """The ``embodirl-eval`` console script (``--help`` is answered by :func:`embodirl.cli.help.eval_help_page`)."""
-    import sys
-
     from embodirl.cli.errors import hydra_entry
     from embodirl.cli.flags import refuse_rerun
     from embodirl.cli.help import eval_help_page, help_request
