@@ -85,11 +85,17 @@ def wait_for_iterations(proc: subprocess.Popen, run_dir: Path, iterations: int, 
 
 def release_when_requeued(job: str, timeout: float = 60) -> None:
     """SLURM holds a requeued batch job for 120 s (its BeginTime); start it now instead, as an admin may
-    (``scontrol update StartTime=now``), so that the test does not wait for the hold."""
+    (``scontrol update StartTime=now``), so that the test does not wait for the hold.
+
+    Not in the second of the requeue: the requeue revokes the job's launch credential, and slurmd refuses a
+    credential created in the same second as the revocation (whole-second timestamps), killing the job
+    ("Killing non-startable batch JobId=...: Job credential revoked") without a result.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True).stdout
         if "BeginTime" in queued:
+            time.sleep(2)
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
             return
         time.sleep(0.2)
