@@ -8,6 +8,7 @@ import that once left torch's exit hook printing ``FakeTensor cache stats``).
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
@@ -24,8 +25,10 @@ def _interrupt_after_import(module: str, args: list[str], cwd: Path) -> tuple[in
     """Run ``python -X importtime -m <args>``, send SIGINT once ``module`` is imported; return the exit status,
     stdout and the stderr lines that are not import times."""
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    # A child inherits an ignored SIGINT (pytest started with `&` or nohup) and Python then keeps ignoring it.
+    default_sigint = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
     with subprocess.Popen([sys.executable, "-X", "importtime", "-m", *args], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint) as proc:
         try:
             lines = []
             for line in proc.stderr:
