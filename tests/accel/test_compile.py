@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from embodirl.accel.compile import Acceleration, resolve_acceleration
+from embodirl.accel.loop import fused_steps
 from embodirl.app.build import build_components
 from embodirl.errors import ConfigError
 from tests.conftest import compose_config
@@ -122,7 +123,11 @@ def test_the_collection_and_evaluation_steps_are_one_graph_each(case):
     for part in (parts.collector, parts.evaluator):
         explain = torch._dynamo.explain(part.loop.run)()  # one step: act, env step, records written, carry copied
         assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
-        explain = torch._dynamo.explain(part.loop.run_block)(4)  # a compiled block of 4: steps unrolled
+        if fused_steps(len(explain.graphs[0].graph.nodes)) == 1:
+            continue  # a step this large is never compiled in blocks (push_cube's)
+        # a compiled block: steps unrolled, the carry handed from one to the next inside the graph (two show it;
+        # each further step only repeats the trace, the slowest part of this test)
+        explain = torch._dynamo.explain(part.loop.run_block)(2)
         assert (explain.graph_count, explain.graph_break_count) == (1, 0), (type(part), explain.break_reasons)
 
 
