@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SMOKE_BUDGET = 24_576  # twelve iterations of the default PPO: enough for a resume to train one more
 SMOKE_STEP = 2_048  # one iteration of the default PPO (64 envs x 32 steps)
+SMOKE_DEFAULT = 8_192  # a line naming no budget: four iterations of the default PPO, one evaluation and checkpoint
+SMOKE_EPISODES = 4  # an embodirl-eval line: enough episodes to check the command, not the policy
 
 
 def shell_commands(page: Path) -> list[list[str]]:
@@ -69,13 +71,14 @@ def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
     ``--help`` and ``--cfg`` lines run as written. Every other line runs as a smoke version: ``trainer=debug``
     (which keeps the algorithm, policy and env of the line and beats an experiment's budget), a budget scaled to
     at most :data:`SMOKE_BUDGET` env steps (500,000 -> all of it, 20,000 -> one iteration: a run continued with
-    a larger budget still trains more), and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
+    a larger budget still trains more; a line naming none: :data:`SMOKE_DEFAULT`, which also bounds the gradient
+    steps of an off-policy line), and ``run_dir`` (a sweep: ``<run_dir>-sweep``) where the line names none.
     """
     args = argv[1:]
     if any(a in ("--help", "-h", "--cfg") for a in args):
         return argv
     budget = [f"trainer.total_env_steps={_smoke_budget(int(float(a.split('=')[1])))}" for a in args
-              if a.startswith("trainer.total_env_steps=")]
+              if a.startswith("trainer.total_env_steps=")] or [f"trainer.total_env_steps={SMOKE_DEFAULT}"]
     kept = [a for a in args if not a.startswith("trainer.total_env_steps=")]
     where = ("hydra.sweep.dir=", f"{run_dir}-sweep") if "-m" in args else ("hydra.run.dir=", run_dir)
     place = [] if any(a.startswith(where[0]) for a in args) else ["".join(where)]
@@ -83,15 +86,25 @@ def smoke_version(argv: list[str], run_dir: str = "runs/smoke") -> list[str]:
     return [argv[0], *dict.fromkeys([*kept, "trainer=debug", *budget, *place])]
 
 
+def smoke_eval(argv: list[str]) -> list[str]:
+    """What the test runs for a documented ``embodirl-eval`` line: :data:`SMOKE_EPISODES` episodes where the line
+    names no ``num_episodes`` (a smoke-trained policy balances CartPole-v1 for hundreds of steps an episode)."""
+    if any(a.startswith("num_episodes=") for a in argv[1:]):
+        return argv
+    return [*argv, f"num_episodes={SMOKE_EPISODES}"]
+
+
 def _smoke_budget(documented: int) -> int:
     return min(documented, SMOKE_BUDGET, max(SMOKE_STEP, documented * SMOKE_BUDGET // 500_000))
 
 
 def run_page(commands: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    """Run a page's ``embodirl-*`` commands in order, each ``embodirl-train`` line as its smoke version; every one
-    must exit 0. ``--help`` prints the keys, ``--cfg`` the composed config."""
+    """Run a page's ``embodirl-*`` commands in order, each ``embodirl-train`` and ``embodirl-eval`` line as its
+    smoke version; every one must exit 0. ``--help`` prints the keys, ``--cfg`` the composed config."""
+    smoke = {"embodirl-train": lambda i, argv: smoke_version(argv, f"runs/smoke{i}"),
+             "embodirl-eval": lambda i, argv: smoke_eval(argv)}
     for i, argv in enumerate(commands):
-        command = smoke_version(argv, f"runs/smoke{i}") if argv[0] == "embodirl-train" else argv
+        command = smoke[argv[0]](i, argv) if argv[0] in smoke else argv
         status = run_script(command, monkeypatch)
         out, err = capsys.readouterr()
         assert status == 0, f"{shlex.join(argv)} (run as {shlex.join(command)}) exited {status}: {err[-2000:]}"
@@ -190,9 +203,13 @@ def test_smoke_versions_keep_the_documented_overrides():
     assert smoke_version(["embodirl-train", "trainer.total_env_steps=20000"], "runs/x") == [
         "embodirl-train", "trainer=debug", f"trainer.total_env_steps={SMOKE_STEP}", "hydra.run.dir=runs/x"]
     assert smoke_version(["embodirl-train", "algo=grpo"], "runs/x") == [
-        "embodirl-train", "algo=grpo", "trainer=debug", "hydra.run.dir=runs/x"]
+        "embodirl-train", "algo=grpo", "trainer=debug", f"trainer.total_env_steps={SMOKE_DEFAULT}",
+        "hydra.run.dir=runs/x"]
     assert smoke_version(["embodirl-train", "-m", "seed=0,1"], "runs/x") == [
-        "embodirl-train", "-m", "seed=0,1", "trainer=debug", "hydra.sweep.dir=runs/x-sweep"]
+        "embodirl-train", "-m", "seed=0,1", "trainer=debug", f"trainer.total_env_steps={SMOKE_DEFAULT}",
+        "hydra.sweep.dir=runs/x-sweep"]
+    assert smoke_eval(["embodirl-eval", "run=r"]) == ["embodirl-eval", "run=r", f"num_episodes={SMOKE_EPISODES}"]
+    assert smoke_eval(["embodirl-eval", "run=r", "num_episodes=9"]) == ["embodirl-eval", "run=r", "num_episodes=9"]
     assert smoke_version(["embodirl-train", "--help"]) == ["embodirl-train", "--help"]
 
 
