@@ -13,7 +13,9 @@ modes:
   raising :class:`Interrupted`. A second Ctrl-C raises ``KeyboardInterrupt`` at once (abort).
 
 Nested instances chain: a deferred guard inside an immediate one hands over to the handler that was
-installed before both (submitit's), never to its immediate parent. Outside the main thread both are no-ops.
+installed before both (submitit's), never to its immediate parent. From the hand-over on, every guard of the chain
+ignores further SIGTERM/SIGUSR2: submitit's ``scontrol requeue`` makes SLURM send SIGTERM while its handler still
+runs, and that signal must not cut the requeue short. Outside the main thread both are no-ops.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class StopSignals:
         self.defer = defer
         self.signum: int | None = None  # the preemption signal received, if any
         self.interrupted = False  # a first Ctrl-C was received (deferred mode)
+        self.handed_over = False  # this guard's chain is handing over to the requeue: preemption signals are moot
         self._frame: FrameType | None = None
         self._previous: dict[int, Any] = {}
 
@@ -77,6 +80,9 @@ class StopSignals:
             self.interrupted = True
             log.warning("Ctrl-C: finishing this iteration and saving checkpoints/last.pt (Ctrl-C again aborts)")
             return
+        if self.handed_over:
+            log.warning("received %s while handing over to the requeue: ignored", signal.Signals(signum).name)
+            return
         self.signum, self._frame = signum, frame
         if not self.defer:
             self.hand_over()
@@ -92,14 +98,14 @@ class StopSignals:
         """A preemption signal (SIGTERM/SIGUSR2) was received."""
         return self.signum is not None
 
-    def _outer_handler(self, signum: int) -> Any:
-        """The handler installed before every :class:`StopSignals` in the chain (e.g. submitit's)."""
-        handler = self._previous.get(signum)
-        owner = getattr(handler, "__self__", None)
+    def _chain(self, signum: int) -> list[StopSignals]:
+        """This guard and the guards whose ``signum`` handler it replaced, innermost first."""
+        guards: list[StopSignals] = []
+        owner: Any = self
         while isinstance(owner, StopSignals):
-            handler = owner._previous.get(signum)
-            owner = getattr(handler, "__self__", None)
-        return handler
+            guards.append(owner)
+            owner = getattr(owner._previous.get(signum), "__self__", None)
+        return guards
 
     def hand_over(self, call_previous: bool = True) -> None:
         """Call the handler installed before (submitit: requeue + exit), then raise :class:`PreemptedError`.
@@ -110,7 +116,10 @@ class StopSignals:
         global _HANDED_OVER
         _HANDED_OVER = True
         signum = self.signum if self.signum is not None else signal.SIGUSR2
-        previous = self._outer_handler(signum)
+        chain = self._chain(signum)
+        previous = chain[-1]._previous.get(signum)  # the handler installed before every guard (submitit's)
+        for guard in chain:
+            guard.handed_over = True
         self._restore()
         if call_previous and callable(previous):
             previous(signum, self._frame)  # submitit's requeue handler exits the process on rank 0

@@ -41,3 +41,26 @@ def test_deferred_preemption_hands_over_to_the_handler_installed_before_every_gu
     finally:
         signal.signal(signal.SIGUSR2, previous)
     assert signal.getsignal(signal.SIGINT) is sigint  # everything restored
+
+
+def test_a_signal_that_comes_while_handing_over_lets_the_requeue_finish():
+    """``scontrol requeue`` (inside submitit's handler) makes SLURM send SIGTERM at once: it used to reach the outer
+    guard, which raised "stopped on SIGTERM before training started" out of submitit's handler, cutting the requeue
+    short of its log line and its exit, in a run that had trained and saved."""
+    done = []
+
+    def submitit_requeue(signum, frame):  # as submitit's: requeue (SLURM answers with SIGTERM), log it, exit
+        _send(signal.SIGTERM)
+        done.append("requeued")
+        raise SystemExit(-1)
+
+    submitit = {signal.SIGUSR2: submitit_requeue, signal.SIGTERM: lambda signum, frame: done.append("bypassed")}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in submitit.items()}
+    try:
+        with StopSignals(defer=False) as outer, StopSignals(defer=True) as inner, pytest.raises(SystemExit):
+            _send(signal.SIGUSR2)
+            inner.hand_over()
+        assert done == ["requeued"] and not outer.requested  # the SIGTERM changed nothing
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
