@@ -230,8 +230,9 @@ class OnPolicyAlgorithm(ABC):
         Returns:
             ``(idx, weight)``, both ``[G, k, B]``: ``G`` optimizer steps of ``k`` minibatches of ``B`` samples.
         """
-        length = math.prod(samples.batch_size[1:])
-        size = samples.batch_size[0] if self.cfg.minibatch_size is None else max(1, self.cfg.minibatch_size // length)
+        length, num = math.prod(samples.batch_size[1:]), samples.batch_size[0]
+        # beyond the samples, one minibatch of them (padding to minibatch_size would be computed, weighted 0)
+        size = num if self.cfg.minibatch_size is None else min(num, max(1, self.cfg.minibatch_size // length))
         idx, weight = minibatch_indices(indices, size, shuffle=self.cfg.shuffle_minibatches)
         k = self.cfg.accumulate_minibatches
         idx, weight = pad_minibatches(idx, weight, -(-max(1, -(-count // size)) // k) * k)

@@ -105,6 +105,15 @@ def test_an_uneven_split_is_padded_with_zero_weight_to_one_static_shape():
     assert algo.batches[2]["x"].tolist()[:2] == [10.0, 11.0]  # in order, unshuffled
 
 
+def test_a_minibatch_larger_than_the_rollout_is_the_rollout_not_padding():
+    """``minibatch_size`` beyond the samples is one minibatch of them (as the warning says), not 100,000 rows of
+    which 12 are real: each gradient step ran on all of the padding."""
+    algo = Toy(num_epochs=2, minibatch_size=100_000)
+    algo.update(rollout(TWELVE))
+    assert [b.batch_size[0] for b in algo.batches] == [12, 12]
+    assert all(b["weight"].tolist() == [1.0] * 12 for b in algo.batches)
+
+
 def test_accumulation_groups_minibatches_into_steps_and_pads_a_whole_minibatch():
     algo = Toy(num_epochs=1, minibatch_size=4, accumulate_minibatches=2)  # 3 minibatches -> 2 steps of 2
     algo.update(rollout(TWELVE))
