@@ -12,15 +12,16 @@ holds whole training runs to a threshold, torch.compile/inductor, launchers and 
 from __future__ import annotations
 
 import contextlib
-import copy
 import faulthandler
 import logging
 import os
+import pickle
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,28 +35,32 @@ import torch  # noqa: E402 (after the hook, which only works when it comes first
 from hydra import compose, initialize_config_module  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-torch.set_num_threads(1)
+from embodirl.cli.composition import parse_yaml_with_libyaml  # noqa: E402
 
-# Small, fast settings for runs that only need to exercise the machinery.
+torch.set_num_threads(1)
+parse_yaml_with_libyaml()  # as every console script does before it composes: the configs composed here are the same
+
+# Small, fast settings for runs that only need to exercise the machinery (evaluations of 4 episodes: push_cube's
+# episodes run to their time limit).
 TINY = ["env.num_envs=8", "algo.num_steps=16", "algo.minibatch_size=64", "trainer=debug",
-        "trainer.total_env_steps=256", "eval.every_env_steps=128",
+        "trainer.total_env_steps=256", "eval.every_env_steps=128", "eval.num_envs=4", "eval.num_episodes=4",
         "trainer.checkpoint_every_env_steps=128", "logger.console=none", "device=cpu"]
 
 
-_COMPOSED: dict[tuple[str, tuple[str, ...]], DictConfig] = {}
+_COMPOSED: dict[tuple[str, tuple[str, ...]], bytes] = {}  # pickled: a copy unpickles many times faster than deepcopy
 
 
 def compose_config(overrides: list[str], config_name: str = "train") -> DictConfig:
     """Compose a config exactly as the CLI would, without running it.
 
-    Hydra reads and merges every config file on each composition (a quarter second); the package's config files do
-    not change while the tests run, so each distinct composition is made once per session and every caller gets its
-    own deep copy to read or change."""
+    Hydra reads and merges every config file on each composition (a fifth of a second); the package's config files
+    do not change while the tests run, so each distinct composition is made once per test process and every caller
+    gets its own copy (unpickled) to read or change."""
     key = (config_name, tuple(overrides))
     if key not in _COMPOSED:
         with initialize_config_module("embodirl.conf", version_base="1.3"):
-            _COMPOSED[key] = compose(config_name, overrides=list(overrides))
-    return copy.deepcopy(_COMPOSED[key])
+            _COMPOSED[key] = pickle.dumps(compose(config_name, overrides=list(overrides)))
+    return pickle.loads(_COMPOSED[key])
 
 
 @contextlib.contextmanager
@@ -110,6 +115,16 @@ def algo_on_cartpole(algo: str = "ppo", *overrides: str, **keys):
 def ppo_on_cartpole(**keys):
     """:func:`algo_on_cartpole` with PPO."""
     return algo_on_cartpole("ppo", **keys)
+
+
+def representatives(fast: Collection[str], cases: Mapping[str, Any]) -> list[Any]:
+    """A case table (id -> the case's argument, or a tuple of its arguments) for ``pytest.mark.parametrize``, with
+    every case but the representatives named in ``fast`` marked slow: the fast tier runs one case of each kind the
+    table holds, CI's full suite runs them all (pyproject's markers)."""
+    unknown = sorted(set(fast) - set(cases))
+    assert not unknown, f"no such case: {unknown}"
+    return [pytest.param(*(case if isinstance(case, tuple) else (case,)), id=key,
+                         marks=() if key in fast else pytest.mark.slow) for key, case in cases.items()]
 
 
 def run_cli(script: str, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 import io
 import re
@@ -40,11 +41,17 @@ def _imported_by_name(node: ast.AST) -> str | None:
     return None
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """The syntax tree of a package file, parsed once for every test of this module (none changes it)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
     """``(line, module)`` of every ``embodirl`` import in a file, including imports inside functions and modules
     imported by name; ``from package import module`` names the module."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("embodirl"):
             names = [f"{node.module}.{a.name}" for a in node.names]
             found += [(node.lineno, n if n in MODULES or node.module == "embodirl" else node.module) for n in names]
@@ -92,7 +99,7 @@ def test_no_modules_import_each_other_in_a_circle():
 def test_the_schemas_floor_never_imports_torch_at_import_time():
     heavy = []
     for path in sorted((ROOT / "config").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _parsed(path)
         for node in tree.body:  # module level only: a function may import torch when it is called
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -115,7 +122,7 @@ def _long_functions(limit: int) -> list[str]:
     (from ``def`` to its last line, docstring included)."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > limit:

@@ -61,7 +61,7 @@ def test_importing_embodirl_patches_nothing_and_the_console_scripts_install_the_
     assert out.stdout.split() == ["False", "True", "False"]  # a library user's import; the scripts'; before torch
 
 
-@pytest.mark.slow  # two fresh interpreters import dynamo and explain a step; the fast tier's check is the run below
+@pytest.mark.slow  # two fresh interpreters import dynamo and explain a step; the fast tier keeps the import check
 def test_eager_steps_leave_dynamo_unloaded_and_compile_sees_what_torch_alone_gives():
     deferred = _run("import embodirl.cli\n")
     pristine = _run("")
@@ -102,10 +102,12 @@ def loaded(tmp_path_factory) -> dict[str, list[str]]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh process trains
 def test_a_default_training_run_never_imports_dynamo(loaded):
     assert "torch._dynamo" not in loaded["default"]
 
 
+@pytest.mark.slow  # the same fresh process
 def test_episodes_cut_by_the_time_limit_load_no_compiler_machinery(loaded):
     """The first time-limit cut bootstraps the final observations. Indexing them with a 2-D mask made tensordict
     call ``torch.broadcast_shapes``, which imports torch's symbolic shapes (sympy): half a second spent inside

@@ -23,10 +23,11 @@ from tensordict import TensorDict
 from tests.conftest import compose_config, in_process_run
 from tests.policies.test_export import RUNNERS
 
+# Evaluations of 2 episodes: push_cube's episodes are long, and a run's best.pt needs an evaluation, not 20 episodes.
 SAC = ["device=cpu", "algo=sac", "env=push_cube", "env.num_envs=8", "algo.num_steps=4", "algo.minibatch_size=16",
        "algo.learning_starts=64", "algo.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "eval.num_envs=2",
-       "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64", "logger.console=none",
-       "logger.tensorboard=false"]
+       "eval.num_episodes=2", "eval.every_env_steps=128", "trainer.checkpoint_every_env_steps=64",
+       "logger.console=none", "logger.tensorboard=false"]
 FASTTD3 = [*SAC[:1], "algo=fasttd3", *SAC[2:]]
 ALGOS = {"sac": (SAC, "TanhGaussian"), "fasttd3": (FASTTD3, "DeterministicTanh")}  # overrides, the actor's dist
 
@@ -49,6 +50,7 @@ def train_in_process(run_dir: Path, overrides: list[str]) -> list[dict]:
         except SystemExit as exc:
             assert exc.code in (0, None), exc.code
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
 
 
 @pytest.fixture(scope="module", params=["sac", pytest.param("fasttd3", marks=pytest.mark.slow)])

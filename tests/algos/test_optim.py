@@ -11,6 +11,9 @@ from embodirl.config.schema import parse
 from embodirl.errors import ConfigError
 from tests.conftest import algo_on_cartpole
 
+SLOW = pytest.mark.slow  # the rest of a case table: its representative stays in the fast tier
+
+
 CPU = torch.device("cpu")
 
 
@@ -79,7 +82,8 @@ def _ppo_pair(minibatch_size, accumulate, **keys):
     return algo, collector.collect()
 
 
-@pytest.mark.parametrize("minibatch_size,accumulate", [(32, 4), (48, 3), (64, 2)])
+@pytest.mark.parametrize("minibatch_size,accumulate", [pytest.param(32, 4, marks=SLOW), (48, 3),  # uneven: the fast one
+                                                         pytest.param(64, 2, marks=SLOW)])
 def test_k_accumulated_minibatches_equal_one_big_batch(minibatch_size, accumulate):
     # 128 transitions: one minibatch of 128 vs k minibatches of 128/k (48 x 3: 43 + 43 + 42 real samples and
     # padding, weighted by their share) -> the same single optimizer step

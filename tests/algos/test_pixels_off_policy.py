@@ -83,7 +83,8 @@ def test_a_buffer_larger_than_the_memory_is_refused_with_one_line_and_a_size_tha
     assert lines == [f"embodirl-train: error: algo.buffer_size=4096 is invalid: expected a replay buffer that fits in "
                      f"80% of the 0.0 GiB available on cpu ({per_transition} bytes a transition, 0.0 GiB asked). "
                      f"Fix: pass algo.buffer_size=800 or less."]
-    out = cli("embodirl-train", [*args, "algo.buffer_size=800", f"hydra.run.dir={tmp_path / 'fits'}"])
+    out = cli("embodirl-train", [*args, "algo.buffer_size=800", "eval.num_envs=2", "eval.num_episodes=2",
+                                 f"hydra.run.dir={tmp_path / 'fits'}"])  # evaluations render: 2 episodes do
     assert out.code == 0, out.err
 
 

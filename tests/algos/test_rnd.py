@@ -241,7 +241,7 @@ def test_replay_fit_step_lowers_the_error_and_leaves_the_target_alone():
     assert all(torch.equal(target[k], v) for k, v in rnd.target.state_dict().items())
 
 
-@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+@pytest.mark.parametrize("algo", ["sac", pytest.param("fasttd3", marks=pytest.mark.slow)])
 def test_weight_zero_is_the_off_policy_algorithm_bit_for_bit(algo):
     plain, plain_collector = _off_policy(algo)
     off, off_collector = _off_policy(algo, "algo.rnd.weight=0", "algo.rnd.learning_rate=0.5")
@@ -279,7 +279,7 @@ def test_sampled_rewards_carry_the_weighted_bonus_of_their_next_observations(n_s
     assert logged["train/rnd_weight"] == pytest.approx(0.5 * (1 - 32 / 1024))  # linear over the env steps before
 
 
-@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+@pytest.mark.parametrize("algo", ["sac", pytest.param("fasttd3", marks=pytest.mark.slow)])
 def test_off_policy_state_round_trip_with_curiosity_continues_exactly(algo):
     overrides = ("algo.rnd.weight=0.5", "algo.learning_starts=0")
     first, collector = _off_policy(algo, *overrides)

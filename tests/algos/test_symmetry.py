@@ -13,6 +13,9 @@ from embodirl.envs.push_cube.symmetry import mirror as push_cube_mirror
 from embodirl.errors import ConfigError
 from tests.conftest import TINY, algo_on_cartpole
 
+SLOW = pytest.mark.slow  # the rest of a case table: its representative stays in the fast tier
+
+
 PUSH_CUBE = "embodirl.envs.push_cube.symmetry.mirror"
 CARTPOLE = "embodirl.envs.cartpole_symmetry.mirror"
 
@@ -112,9 +115,9 @@ def test_bad_symmetry_settings_are_refused_with_the_key():
 @pytest.mark.parametrize(("overrides", "fragments"), [
     (["algo.symmetry.augment=true"], ["algo.symmetry.mirror=None is invalid",
                                       "Fix: pass algo.symmetry.mirror=embodirl.envs.cartpole_symmetry.mirror"]),
-    (["env=push_cube", *_keys(CARTPOLE)], ["algo.symmetry.mirror='embodirl.envs.cartpole_symmetry.mirror'",
-                                           "CartPole's mirror reads 4", "env=push_cube with obs_mode=state: "
-                                           "embodirl.envs.push_cube.symmetry.mirror"]),
+    pytest.param(["env=push_cube", *_keys(CARTPOLE)],
+                 ["algo.symmetry.mirror='embodirl.envs.cartpole_symmetry.mirror'", "CartPole's mirror reads 4",
+                  "env=push_cube with obs_mode=state: embodirl.envs.push_cube.symmetry.mirror"], marks=SLOW),
 ])
 def test_bad_symmetry_input_gives_one_line_and_exit_2_and_its_fix_trains(cli, tmp_path, overrides, fragments):
     result = cli("embodirl-train", [*TINY, *overrides, f"hydra.run.dir={tmp_path / 'bad'}"])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import TINY
 
 
+@pytest.mark.slow  # four training runs and their held-out sweeps
 def test_the_report_tables_and_draws_each_configuration_s_sweep(cli, tmp_path):
     from embodirl.cli.report import write_report
 

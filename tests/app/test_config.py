@@ -4,7 +4,7 @@ import pytest
 
 from embodirl.app.run import run_training
 from embodirl.errors import ConfigError
-from tests.conftest import compose_config
+from tests.conftest import compose_config, representatives
 
 ALGOS = {"ppo": [], "grpo": ["algo.group_size=2", "algo.num_steps=16"]}
 POLICIES = ["actor_critic", "actor_only"]
@@ -12,9 +12,14 @@ ENVS = {"cartpole": [], "push_cube": ["env.num_envs=8"], "gym": ["env.id=CartPol
         "gym_vector": ["env.id=CartPole-v1", "env.num_envs=2", "env.autoreset_mode=NextStep"]}
 
 
-@pytest.mark.parametrize("env", sorted(ENVS))
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("algo", sorted(ALGOS))
+COMBINATIONS = {f"{algo}-{policy}-{env}": (algo, policy, env)
+                for algo in sorted(ALGOS) for policy in POLICIES for env in sorted(ENVS)}
+
+
+# Representatives: each algo, policy and env once, and the refused combination.
+@pytest.mark.parametrize(("algo", "policy", "env"), representatives(
+    ["ppo-actor_critic-push_cube", "ppo-actor_only-gym_vector", "grpo-actor_only-gym", "grpo-actor_critic-cartpole"],
+    COMBINATIONS))
 def test_every_combination_runs_a_debug_iteration_or_is_refused(tmp_path, tiny, algo, policy, env):
     overrides = [*tiny, f"algo={algo}", f"policy={policy}", f"env={env}", "trainer.total_env_steps=1",
                  *ALGOS[algo], *ENVS[env]]
@@ -57,7 +62,10 @@ def _options(group: str) -> list[str]:
                   if p.name.endswith(".yaml"))
 
 
-@pytest.mark.parametrize("experiment", _options("experiment"))
+# Representatives: a teacher's (refused without its run), pixels off-policy, the arm, a gymnasium env.
+@pytest.mark.parametrize("experiment", representatives(
+    ["distill_push_cube_rgb", "sac_push_cube_pixels", "grpo_push_cube_arm", "ppo_acrobot"],
+    {name: name for name in _options("experiment")}))
 def test_every_experiment_composes_and_builds(experiment):
     from embodirl.app.build import build_components
 

@@ -105,6 +105,7 @@ def test_sigterm_during_build_records_preempted(tmp_path):
     assert read_status(tmp_path)["status"] == "preempted"
 
 
+@pytest.mark.slow  # a fresh process
 def test_a_busy_run_directory_is_told_before_torch_is_imported(tmp_path):
     """Issue 32 item 5: the lock was taken after the torch import (18 s at load 9 to learn a directory is busy)."""
     import re

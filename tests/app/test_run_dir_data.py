@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY, Outcome, in_process_run
+from tests.conftest import TINY, Outcome, in_process_run, representatives
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +55,12 @@ def _refused(result: Outcome, link: Path) -> None:
     assert f"{link} is a symbolic link to" in lines[0] and "Fix: " in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(("entry", "to_folder", "extra"), [
-    (".lock", False, []), (".lock", False, ["seed=1"]),  # also when the resume would be refused for its config
-    ("train.log", False, []), ("metrics.superseded.jsonl", False, []), ("status.json", False, []),
-    ("checkpoints", True, []), (".hydra", True, []), ("tb", True, [])])
+@pytest.mark.parametrize(("entry", "to_folder", "extra"), representatives(["lock", "checkpoints"], {  # a file, a folder
+    "lock": (".lock", False, []),
+    "lock-changed-config": (".lock", False, ["seed=1"]),  # also when the resume would be refused for its config
+    "train.log": ("train.log", False, []), "metrics.superseded": ("metrics.superseded.jsonl", False, []),
+    "status": ("status.json", False, []), "checkpoints": ("checkpoints", True, []), "hydra": (".hydra", True, []),
+    "tb": ("tb", True, [])}))
 def test_continuing_a_run_refuses_a_planted_link_and_leaves_its_target(cli, run, outside, entry, to_folder, extra):
     with (run / "metrics.jsonl").open("a") as metrics:
         metrics.write('{"env_steps": 999999, "torn')  # a torn line past the checkpoint, to be set aside on resume
@@ -82,6 +84,7 @@ def test_a_fresh_start_never_copies_a_linked_metrics_file_aside(cli, tmp_path, o
     assert _untouched(outside) and sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
 
 
+@pytest.mark.slow  # a multirun
 def test_a_sweep_job_with_a_planted_lock_link_fails_alone_and_leaves_its_target(cli, tmp_path, outside):
     sweep = tmp_path / "sweep"
     (sweep / "0").mkdir(parents=True)

@@ -46,6 +46,7 @@ def _table_rows(out: str) -> dict[str, list[str]]:
             if line.startswith("│") and line.split("│")[1].strip().isdigit()}
 
 
+@pytest.mark.slow  # two multiruns
 def test_a_sweep_refused_by_its_job_directories_fails_naming_each_job_and_keeps_the_earlier_runs(
         tmp_path, monkeypatch, capsys):
     from embodirl.cli.train import main
@@ -76,6 +77,7 @@ def test_a_sweep_refused_by_its_job_directories_fails_naming_each_job_and_keeps_
     assert "EMBODIRL_SWEEP_ID" not in os.environ
 
 
+@pytest.mark.slow  # a multirun
 def test_a_job_refused_by_a_busy_directory_fails_the_sweep_and_leaves_the_holder_alone(tmp_path, monkeypatch, capsys):
     from embodirl.cli.train import main
     from embodirl.runtime.rundir import RunDirLock

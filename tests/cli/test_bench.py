@@ -8,6 +8,7 @@ from embodirl.cli.bench import main
 from tests.conftest import TINY
 
 
+@pytest.mark.slow  # a bench run (the page test below is the fast tier's)
 def test_bench_shows_progress_on_stderr_and_keeps_stdout_for_the_tables(capsys):
     main(["--presets", "ppo_cartpole", "--seeds", "0", "--envs", "cartpole", "--env-sizes", "4", "--", *TINY])
     out, err = capsys.readouterr()
@@ -65,6 +66,7 @@ def test_bench_runs_embodirl_train_itself_in_fresh_processes(tmp_path, capsys):
     assert cpu_row[5].strip() == "-"  # Enter to solved: not solved
 
 
+@pytest.mark.slow  # a bench run in a fresh process
 def test_a_failing_embodirl_train_run_names_its_error(capsys):
     with pytest.raises(RuntimeError, match=r"embodirl-train exited with 2.*algo\.num_steps"):
         main(["--presets", "--envs", "--cli-runs", "1", "--", *TINY, "algo.num_steps=-1"])

@@ -58,6 +58,7 @@ def test_query_proposes_every_group_without_a_plus(monkeypatch, capsys):
         "algo=a2c", "algo=distill", "algo=fasttd3", "algo=grpo", "algo=ppo", "algo=sac"]
 
 
+@pytest.mark.slow  # a bash and a Python process
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_installed_bash_function_completes_exp_to_experiment(tmp_path):
     """``eval "$(embodirl-train -sc install=bash)"``, then TAB after ``exp`` as bash would call the function."""

@@ -51,7 +51,8 @@ def _hydra_app(monkeypatch, argv: list[str], once: bool) -> str | BaseException:
     return SEEN[0]
 
 
-@pytest.mark.parametrize("argv", [[], ["experiment=ppo_push_cube", "seed=3"], ["hydra.mode=RUN", "algo=grpo"]])
+@pytest.mark.parametrize("argv", [[], pytest.param(["experiment=ppo_push_cube", "seed=3"], marks=pytest.mark.slow),
+                                  pytest.param(["hydra.mode=RUN", "algo=grpo"], marks=pytest.mark.slow)])
 def test_a_single_run_composes_once_what_hydra_composes_twice(monkeypatch, tmp_path, compositions, argv):
     argv = [*argv, f"hydra.run.dir={tmp_path / 'run'}"]
     hydra_alone = _hydra_app(monkeypatch, argv, once=False)

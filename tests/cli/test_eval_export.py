@@ -15,33 +15,45 @@ from tests.conftest import TINY, compose_config
 
 needs_onnx = pytest.mark.skipif(any(importlib.util.find_spec(n) is None for n in ("onnx", "onnxscript", "onnxruntime")),
                                 reason="the export extra is not installed: pip install -e '.[export]'")
-FORMATS = ["torchscript", pytest.param("onnx", marks=needs_onnx)]
-EVAL = ["num_episodes=8", "env.num_envs=4", "device=cpu"]
+# An ONNX export traces through torch.export, which loads dynamo (seconds per process): the ONNX cases run in the
+# slow tier, the fast tier evaluates the TorchScript export.
+FORMATS = ["torchscript", pytest.param("onnx", marks=[needs_onnx, pytest.mark.slow])]
+EVAL = ["num_episodes=4", "env.num_envs=4", "device=cpu"]  # push_cube episodes run to their limit: 4 do
+
+
+
+def _export(run: Path, fmt: str) -> Path:
+    from embodirl.cli.export import export_checkpoint
+
+    out = run.parent / fmt
+    export_checkpoint(compose_config([f"run={run}", f"format={fmt}", f"out={out}"], "export"))
+    return out
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> dict[str, Path]:
-    """A tiny push_cube run (actions clipped to a Box, a normaliser inside) and its export in each format."""
-    from embodirl.cli.export import export_checkpoint
-
+    """A tiny push_cube run (actions clipped to a Box, a normaliser inside) and its TorchScript export."""
     root = tmp_path_factory.mktemp("sim2sim")
     run_training(compose_config([*TINY, "env=push_cube"]), root / "run")
-    out = {"run": root / "run"}
-    for fmt in ("torchscript", "onnx") if importlib.util.find_spec("onnxruntime") else ("torchscript",):
-        out[fmt] = root / fmt
-        export_checkpoint(compose_config([f"run={root / 'run'}", f"format={fmt}", f"out={out[fmt]}"], "export"))
-    return out
+    return {"run": root / "run", "torchscript": _export(root / "run", "torchscript")}
+
+
+@pytest.fixture(scope="module")
+def exported_onnx(exported) -> dict[str, Path]:
+    """:func:`exported` with the run's ONNX export too."""
+    return {**exported, "onnx": _export(exported["run"], "onnx")}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_the_export_in_the_training_env_repeats_the_checkpoints_episodes(cli, tmp_path, exported, fmt):
+def test_the_export_in_the_training_env_repeats_the_checkpoints_episodes(cli, tmp_path, request, fmt):
+    exported = request.getfixturevalue("exported_onnx" if fmt == "onnx" else "exported")
     result = cli("embodirl-eval", [f"export={exported[fmt]}", *EVAL, f"hydra.run.dir={tmp_path}"])
     assert result.code == 0, result.err
     record = json.loads((tmp_path / "eval.json").read_text())
     checkpoint, export = record["rows"]
     assert (checkpoint["policy"], export["policy"]) == ("checkpoint", f"export ({fmt})")
     assert checkpoint["env"] == export["env"] == "PushCube (training)"
-    assert checkpoint["eval/num_episodes"] == export["eval/num_episodes"] == 8
+    assert checkpoint["eval/num_episodes"] == export["eval/num_episodes"] == 4
     # One seed, the same starts: the same episodes, up to float rounding inside the exported file.
     assert export["eval/success_rate"] == checkpoint["eval/success_rate"]
     assert export["eval/return_mean"] == pytest.approx(checkpoint["eval/return_mean"], rel=1e-5)
@@ -167,8 +179,9 @@ def test_a_directory_without_a_manifest_is_one_line(cli, tmp_path):
 
 
 @needs_onnx
-def test_a_truncated_onnx_file_is_one_line(cli, tmp_path, exported):
-    directory = Path(shutil.copytree(exported["onnx"], tmp_path / "copy"))
+@pytest.mark.slow  # an ONNX export (see FORMATS)
+def test_a_truncated_onnx_file_is_one_line(cli, tmp_path, exported_onnx):
+    directory = Path(shutil.copytree(exported_onnx["onnx"], tmp_path / "copy"))
     (directory / "policy.onnx").write_bytes((directory / "policy.onnx").read_bytes()[:300])
     result = cli("embodirl-eval", [f"export={directory}", *EVAL, f"hydra.run.dir={tmp_path / 'eval'}"])
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1

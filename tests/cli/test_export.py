@@ -21,6 +21,7 @@ needs_onnx = pytest.mark.skipif(bool(ONNX_MISSING), reason=f"the export extra is
                                 f"{', '.join(ONNX_MISSING)}): pip install -e '.[export]'")
 
 
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A tiny trained CartPole run (best.pt, last.pt and periodic checkpoints), trained once for the module."""
@@ -73,6 +74,7 @@ def test_a_torchscript_export_lands_in_the_run_with_its_manifest(run_dir, export
     assert actor(torch.zeros(3, 4))[0].shape == (3,)
 
 
+@pytest.mark.slow  # an ONNX export loads dynamo and traces (seconds per process): the fast tier's export is TorchScript
 @needs_onnx
 def test_the_default_onnx_export_goes_to_run_export_onnx_and_is_never_replaced_silently(run_dir, export):
     target = run_dir / "export" / "onnx"

@@ -19,6 +19,7 @@ from embodirl.cli.help import (
     key_comments,
     key_help,
 )
+from tests.conftest import representatives
 
 CONF = Path(__file__).resolve().parents[2] / "embodirl" / "conf"
 
@@ -38,15 +39,15 @@ def test_key_comments_reads_inline_comments_by_dotted_path():
     assert file_description("# @package _global_\n# First line,\n# second.\nkey: 1\n") == "First line, second."
 
 
-def _compositions() -> list[list[str]]:
-    """The default config, every option of every group, and every experiment, one at a time."""
-    cases: list[list[str]] = [[]]
+def _compositions() -> list:
+    """The default config, every option of every group, and every experiment, one at a time; the defaults, the
+    off-policy algorithms and one experiment are the fast tier's representatives."""
+    cases: dict[str, list[str]] = {"defaults": []}
     with initialize_config_module("embodirl.conf", version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        for group in ("algo", "policy", "env", "trainer", "logger"):
-            cases += [[f"{group}={option}"] for option in loader.get_group_options(group)]
-        cases += [[f"experiment={option}"] for option in loader.get_group_options("experiment")]
-    return cases
+        for group in ("algo", "policy", "env", "trainer", "logger", "experiment"):
+            cases |= {f"{group}={option}": [f"{group}={option}"] for option in loader.get_group_options(group)}
+    return representatives(["defaults", "algo=sac", "algo=fasttd3", "experiment=ppo_push_cube"], cases)
 
 
 def _keys(node: dict, prefix: str = ""):
@@ -57,7 +58,7 @@ def _keys(node: dict, prefix: str = ""):
                 yield from _keys(value, f"{prefix}{key}.")
 
 
-@pytest.mark.parametrize("overrides", _compositions(), ids=lambda o: " ".join(o) or "defaults")
+@pytest.mark.parametrize("overrides", _compositions())
 def test_every_key_of_the_composed_config_is_documented(overrides):
     """A key that no schema documents and no YAML comment explains (or an option file without a header) fails."""
     with initialize_config_module("embodirl.conf", version_base="1.3"):

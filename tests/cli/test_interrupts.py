@@ -115,6 +115,7 @@ def test_ctrl_c_before_training_began_keeps_nothing_and_says_how_to_start_again(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a multirun in a fresh process
 def test_ctrl_c_in_a_sweep_names_its_directory_and_the_command_that_resumes_it(tmp_path, cli, monkeypatch):
     import embodirl.app.run
 

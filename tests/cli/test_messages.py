@@ -61,9 +61,9 @@ def test_vector_envs_are_named_by_their_make_target():
 
 @pytest.mark.parametrize(("overrides", "name"), [
     (["experiment=ppo_push_cube", "env=cartpole"], "ppo-cartpole-seed0"),  # was ppo_push_cube-seed0
-    (["experiment=ppo_pendulum", "env.id=Acrobot-v1"], "ppo-Acrobot-v1-seed0"),
+    pytest.param(["experiment=ppo_pendulum", "env.id=Acrobot-v1"], "ppo-Acrobot-v1-seed0", marks=pytest.mark.slow),
     (["experiment=ppo_push_cube", "env.num_envs=64"], "ppo_push_cube-seed0"),  # the experiment's env, resized
-    (["experiment=ppo_push_cube_dr"], "ppo_push_cube_dr-seed0"),
+    pytest.param(["experiment=ppo_push_cube_dr"], "ppo_push_cube_dr-seed0", marks=pytest.mark.slow),
 ])
 def test_an_experiment_names_a_run_only_when_the_run_trains_its_env(overrides, name):
     from hydra import compose, initialize_config_module

@@ -90,6 +90,7 @@ def _probe(root: Path, runs: list[list[str]]) -> list[dict]:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh process
 def test_an_own_schema_is_checked_before_torch_and_help_shows_its_docstring(tmp_path):
     """Was: the schema was found by importing my_lab.algo, and torch with it (21.8 s at load 8)."""
     lab = _lab(tmp_path)
@@ -103,6 +104,7 @@ def test_an_own_schema_is_checked_before_torch_and_help_shows_its_docstring(tmp_
     assert "algo.batch_size=3" in page["out"] and "# a key of this algorithm's own" in page["out"]
 
 
+@pytest.mark.slow  # fresh processes
 def test_a_module_that_fails_to_import_is_one_line_naming_it_and_the_error(tmp_path):
     """Was: an internal error (or "an importable class" without the reason, after Hydra's three-line log)."""
     lab = _lab(tmp_path, entry_point="my_lab.broken_schemas")

@@ -34,8 +34,10 @@ def _script(body: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("body", "status", "stderr"), [
-    ("return None", 0, ""), ("sys.exit(3)", 3, ""), ("sys.exit('config error line')", 1, "config error line\n"),
-    ("return 2", 2, ""), ("raise KeyboardInterrupt", 130, "-c: aborted on Ctrl-C\n"),
+    ("return None", 0, ""), pytest.param("sys.exit(3)", 3, "", marks=pytest.mark.slow),  # a fresh process each
+    ("sys.exit('config error line')", 1, "config error line\n"),
+    pytest.param("return 2", 2, "", marks=pytest.mark.slow),
+    ("raise KeyboardInterrupt", 130, "-c: aborted on Ctrl-C\n"),
 ])
 def test_the_process_ends_with_mains_status_after_threads_atexit_and_flushed_output(body, status, stderr, tmp_path):
     done = _script(body, tmp_path)

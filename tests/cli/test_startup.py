@@ -53,12 +53,14 @@ main()
 """
 
 
+@pytest.mark.slow  # a fresh process
 def test_help_and_refused_configs_import_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", ANSWERS, str(tmp_path / "run")], capture_output=True, text=True,
                           timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "codes: [0, 2, 2, 2] imported: []", done.stderr
 
 
+@pytest.mark.slow  # a fresh process
 def test_an_unknown_option_is_answered_without_the_schemas(tmp_path):
     # Its line names the options of the group's folder: the components' schemas (~0.1 s to import) play no part.
     done = subprocess.run([sys.executable, "-c", UNKNOWN_OPTION, str(tmp_path / "run")], capture_output=True,

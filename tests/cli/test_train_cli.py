@@ -56,6 +56,7 @@ def test_eval_of_a_run_directory_writes_next_to_the_run(tmp_path, cli, monkeypat
     assert discover_runs(tmp_path / "runs") == [run_dir]  # evaluations are not taken for runs
 
 
+@pytest.mark.slow  # fresh processes
 def test_eval_never_builds_a_runs_callbacks_and_checks_their_targets(tmp_path, cli):
     calls = tmp_path / "calls.jsonl"
     target = "tests.recording_callback.RecordingCallback"

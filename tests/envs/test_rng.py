@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from embodirl.config.envs import PushCubeConfig
 from embodirl.envs.push_cube.env import PushCube
 
 
+@pytest.mark.slow  # 1,024 envs for 250 steps, twice: the scale at which the memo crashed
 def test_an_env_restored_mid_episode_keeps_stepping_and_equals_the_uninterrupted_one():
     """A memo refilled mid-episode (a restored checkpoint, a curriculum's new range) is out of phase with the
     episode ends: the envs still reading their last memo rows must not index past the memo (it crashed 170 steps

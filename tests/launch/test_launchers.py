@@ -185,6 +185,7 @@ def test_site_profile_composes_from_the_launch_directory(selection, tmp_path, fa
 
 
 # --- b. basic launcher: in-process and as a subprocess -------------------------------------------------
+@pytest.mark.slow  # a multirun (test_sweep keeps one in the fast tier)
 def test_basic_multirun_in_process(tmp_path, monkeypatch):
     from embodirl.cli.train import main
 

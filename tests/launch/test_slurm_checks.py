@@ -6,6 +6,8 @@ from embodirl.cli.multirun import check_multirun
 from embodirl.errors import ConfigError
 from embodirl.runtime.slurm import cluster_partitions, explain_sbatch_error, gpus_of_gres
 
+SLOW = pytest.mark.slow  # the rest of a case table: its representative stays in the fast tier
+
 
 @pytest.mark.parametrize(("gres", "gpus"), [("(null)", 0), ("gpu:4", 4), ("gpu:a100:8(S:0-1)", 8),
                                             ("gpu:2,shard:8", 2), ("gpu:v100:2,gpu:t4:1", 3), ("mps:100", 0)])
@@ -26,10 +28,10 @@ def test_no_sinfo_means_no_check(monkeypatch, tmp_path):
 @pytest.mark.parametrize(("overrides", "fragments"), [
     (["hydra.launcher.gpus_per_node=8", "hydra.launcher.tasks_per_node=8"],
      ["hydra.launcher.gpus_per_node=8", "4 GPUs", "Fix: pass hydra.launcher.gpus_per_node=4."]),
-    (["hydra.launcher.cpus_per_task=32"], ["hydra.launcher.cpus_per_task=32", "4 task(s) x 32 CPUs",
-                                          "Fix: pass hydra.launcher.cpus_per_task=16."]),
-    (["hydra.launcher.partition=a100"], ["hydra.launcher.partition='a100'", "one of debug",
-                                         "Fix: pass hydra.launcher.partition=debug."]),
+    pytest.param(["hydra.launcher.cpus_per_task=32"], ["hydra.launcher.cpus_per_task=32", "4 task(s) x 32 CPUs",
+                                                       "Fix: pass hydra.launcher.cpus_per_task=16."], marks=SLOW),
+    pytest.param(["hydra.launcher.partition=a100"], ["hydra.launcher.partition='a100'", "one of debug",
+                                                     "Fix: pass hydra.launcher.partition=debug."], marks=SLOW),
 ])
 def test_multi_gpu_request_checked_against_the_partition(fake_slurm_path, overrides, fragments):
     with pytest.raises(ConfigError) as refused:

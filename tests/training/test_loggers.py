@@ -97,6 +97,7 @@ def test_wandb_mode_follows_the_environment_unless_set(tmp_path, monkeypatch):
         Loggers(LoggerConfig(wandb=WandbConfig(enabled=True)), run_dir=tmp_path, config={}, goal=StopGoal(100))
 
 
+@pytest.mark.slow  # wandb's service processes
 def test_wandb_offline_from_the_environment_needs_no_api_key(tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -218,7 +218,7 @@ def test_solved_threshold_and_metric_come_from_the_env_config(tmp_path, tiny):
         ("eval/length_mean", 1e9, None)
 
 
-@pytest.mark.parametrize(("mode", "pick"), [("max", max), ("min", min)])
+@pytest.mark.parametrize(("mode", "pick"), [("max", max), pytest.param("min", min, marks=pytest.mark.slow)])
 def test_best_checkpoint_keeps_the_best_evaluation(tmp_path, tiny, mode, pick):
     cfg = compose_config([*tiny, "trainer.total_env_steps=640", "eval.every_env_steps=128",
                           f"trainer.best_mode={mode}", "seed=2"])

@@ -24,7 +24,7 @@ def test_tile_places_frames_row_major_and_pads_with_black():
     assert (grid[2:, 3:] == 0).all()
 
 
-@pytest.mark.parametrize("suffix", ["mp4", "gif"])
+@pytest.mark.parametrize("suffix", [pytest.param("mp4", marks=pytest.mark.slow), "gif"])  # ffmpeg's process: slow tier
 def test_recorded_episode_is_saved_and_readable(tmp_path, suffix):
     torch.manual_seed(0)
     env = PushCube(PushCubeConfig(num_envs=4), seed=0)
@@ -41,7 +41,7 @@ def test_recorded_episode_is_saved_and_readable(tmp_path, suffix):
     assert not list(tmp_path.glob(".*"))  # no temp file left behind
 
 
-@pytest.mark.parametrize("env", ["push_cube", "push_cube_arm"])
+@pytest.mark.parametrize("env", ["push_cube", pytest.param("push_cube_arm", marks=pytest.mark.slow)])
 def test_training_with_eval_video_writes_files(tmp_path, tiny, env):
     cfg = compose_config([*tiny, f"env={env}", "env.num_envs=8", "trainer.total_env_steps=128",
                           "eval.video=true", "eval.video_num_envs=2", "eval.video_size=32", "logger.tensorboard=true"])
@@ -94,7 +94,7 @@ def test_cartpole_episode_video_has_the_overlay_and_moves(tmp_path):
     assert not np.array_equal(frames[1, :10, :40], frames[2, :10, :40])  # the step counter advances
 
 
-@pytest.mark.parametrize("env", [["env=cartpole"], ["env=gym", "env.num_envs=2"]])
+@pytest.mark.parametrize("env", [["env=cartpole"], pytest.param(["env=gym", "env.num_envs=2"], marks=pytest.mark.slow)])
 def test_training_with_eval_video_for_cartpole_and_gym_ids(tmp_path, tiny, env):
     cfg = compose_config([*tiny, *env, "trainer.total_env_steps=128", "eval.num_envs=2",
                           "eval.num_episodes=2", "eval.video=true", "eval.video_num_envs=2",

@@ -15,6 +15,7 @@ import torch
 from embodirl.config.envs import GymConfig
 from embodirl.envs.adapters.gym import GymEnv
 from embodirl.envs.adapters.gym_checks import APICheck
+from tests.conftest import representatives
 
 HERE = "tests.envs.adapters.test_broken_envs"
 SMALL = ["env.num_envs=2", "algo.num_steps=4", "algo.minibatch_size=8", "policy.hidden_sizes=[8]", "trainer=debug",
@@ -244,7 +245,10 @@ CASES = {  # overrides -> fragments of the one line on stderr
 }
 
 
-@pytest.mark.parametrize(("overrides", "fragments"), CASES.values(), ids=CASES.keys())
+# One representative per adapter path (gym, async gym, NextStep, a sync make, an own vector env) and reset.
+@pytest.mark.parametrize(("overrides", "fragments"), representatives(
+    ["shape-changes", "raises-in-reset", "async-str-reward", "next-step-raises", "make-sync-str-reward",
+     "make-shape-changes"], CASES))
 def test_a_broken_env_is_one_line_naming_it_the_step_and_what_was_wrong(cli, tmp_path, overrides, fragments):
     outcome = cli("embodirl-train", [*SMALL, *overrides, f"hydra.run.dir={tmp_path}"])
     lines = [line for line in outcome.err.splitlines() if line.strip()]

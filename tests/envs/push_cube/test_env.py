@@ -22,6 +22,7 @@ from embodirl.errors import CheckpointError, ConfigError
 
 H, R, MU, G, DT = 0.02, 0.01, 0.3, 9.81, 0.05
 JOINT = {"control_mode": "joint_delta_pos"}
+SLOW = pytest.mark.slow  # a table's other cases: its first (or the arm's) stays in the fast tier
 
 
 # --- helpers ------------------------------------------------------------------------------------------
@@ -129,7 +130,8 @@ def test_scripted_push_through_the_arm_succeeds():
     assert once.float().mean() >= 0.97 and at_end.float().mean() >= 0.95, (once.float().mean(), at_end.float().mean())
 
 
-@pytest.mark.parametrize("kwargs", [{}, JOINT, {"randomize_yaw": True, "goal_direction": "random"}])
+@pytest.mark.parametrize("kwargs", [{}, pytest.param(JOINT, marks=SLOW),
+                                    pytest.param({"randomize_yaw": True, "goal_direction": "random"}, marks=SLOW)])
 def test_no_penetration_under_random_and_pushing_actions(kwargs):
     env = PushCube(PushCubeConfig(num_envs=512, **kwargs), seed=3)
     gen = torch.Generator().manual_seed(0)
@@ -454,8 +456,9 @@ def test_leaving_the_table_fails_the_episode():
     assert out.terminated.tolist() == [True, False] and out.reward[0] == 0.0 and out.reward[1] > 0.0
 
 
-@pytest.mark.parametrize("kwargs", [{"max_episode_steps": 1}, {"terminate_on_success": True, "goal_offset": 0.05},
-                                    {"fail_on_leaving_workspace": True, "table_half_size": (1e-4, 1e-4)}])
+@pytest.mark.parametrize("kwargs", [
+    {"max_episode_steps": 1}, pytest.param({"terminate_on_success": True, "goal_offset": 0.05}, marks=SLOW),
+    pytest.param({"fail_on_leaving_workspace": True, "table_half_size": (1e-4, 1e-4)}, marks=SLOW)])
 def test_auto_resets_follow_the_documented_hash_stream_whatever_the_cache_depth(kwargs):
     """Every step ends every episode: env i's k-th auto-reset uses key i and counter k."""
     from embodirl.envs.rng import hash_uniform
@@ -517,7 +520,8 @@ def test_group_shared_resets(kwargs):
     assert len({tuple(x) for x in env.reset(group_size=1)[:, 4:6].tolist()}) == 16
 
 
-@pytest.mark.parametrize("kwargs", [{"terminate_on_success": True}, {"max_episode_steps": 1}, JOINT])
+@pytest.mark.parametrize("kwargs", [pytest.param({"terminate_on_success": True}, marks=SLOW),
+                                    pytest.param({"max_episode_steps": 1}, marks=SLOW), JOINT])
 def test_state_dict_round_trip_continues_bit_identically(kwargs):
     env = PushCube(PushCubeConfig(num_envs=8, **kwargs), seed=11)
     gen = torch.Generator().manual_seed(11)
