@@ -99,6 +99,7 @@ def test_the_new_algorithm_logs_its_own_loss_terms(project, tmp_path, monkeypatc
     assert set(KLPenaltyPPO.metric_names) <= set(last) and "loss/kl" in KLPenaltyPPO.metric_names
 
 
+@pytest.mark.slow  # a walk-through's training run; the on-policy one above stays in the fast tier
 def test_the_new_off_policy_algorithm_takes_gradient_steps_and_logs_its_terms(project, tmp_path, monkeypatch):
     from my_rl.ddpg import DDPG
 

@@ -143,6 +143,7 @@ def _records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # the fast tier resumes SAC (the same buffer and checkpointer) and round-trips FastTD3's state
 def test_a_resumed_fasttd3_run_equals_an_uninterrupted_one(tmp_path):
     from embodirl.app.run import run_training
 
