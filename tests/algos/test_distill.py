@@ -99,7 +99,7 @@ def test_a_missing_teacher_run_is_one_line_before_training(cli, tmp_path):
 
 
 def test_a_teacher_whose_keys_the_env_lacks_is_refused(cli, tmp_path):
-    teacher = _teacher(cli, tmp_path / "teacher", *PUSH)
+    teacher = _teacher(cli, tmp_path / "teacher", *PUSH, "trainer.total_env_steps=256")  # a checkpoint is all it takes
     out = cli("embodirl-train", [*QUIET, *PUSH, "env.obs_mode=rgb", "algo=distill", f"algo.teacher.run={teacher}",
                                  "algo.teacher.checkpoint=last", f"hydra.run.dir={tmp_path / 'run'}"])
     assert out.code == 2
@@ -195,8 +195,8 @@ def test_a_teacher_trained_inside_wrappers_teaches_a_student_in_the_same_wrapper
     # The teacher's policy reads what its env's wrappers gave it (here 2 observations of history): its weights
     # are built for those spaces, not the bare env's (which refused them as "weights that do not fit").
     wrapped = [*PUSH, "env.obs_history=2"]
-    teacher = _teacher(cli, tmp_path / "teacher", *wrapped)
+    teacher = _teacher(cli, tmp_path / "teacher", *wrapped, "trainer.total_env_steps=256")  # it need not have learnt
     out = cli("embodirl-train", [*QUIET, *wrapped, "algo=distill", f"algo.teacher.run={teacher}",
                                  "algo.teacher.checkpoint=last", "policy=actor_only", "trainer=debug",
-                                 "trainer.total_env_steps=2048", f"hydra.run.dir={tmp_path / 'student'}"])
+                                 "trainer.total_env_steps=512", f"hydra.run.dir={tmp_path / 'student'}"])
     assert out.code == 0, out.err

@@ -259,7 +259,8 @@ def test_restart_finished_starts_ended_envs_over_from_their_groups_start():
     assert not rollout["done"][:, steps:-1].any()  # padding continues the unfinished episodes: never complete
 
 
-@pytest.mark.parametrize("restart_finished", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.slow  # three updates of the default command's 256 envs, as below
+@pytest.mark.parametrize("restart_finished", [False, True])
 def test_restart_finished_trains_on_most_simulated_steps_on_cartpole(restart_finished):
     # the default command's 256 envs, its first 3 updates: with first episodes only about 70 % of the simulated
     # steps are discarded; with restarts the same rollouts keep more than 80 % on average (72-87 % per update over
