@@ -278,9 +278,7 @@ FAST_TIER = {
     "algo.clip_coef=-1", "algo.clip_coef=inf", "algo=grpo algo.group_size=3", "env=gym env.id=CartPol-v1",
     "trainer.resume=/nonexistent/last.pt", "-m seed=range(0)",
 }
-CASES = [pytest.param(overrides, fragments, id=" ".join(overrides),
-                      marks=() if " ".join(overrides) in FAST_TIER else pytest.mark.slow)
-         for overrides, fragments in BAD_INPUTS]
+CASES = representatives(FAST_TIER, {" ".join(overrides): (overrides, fragments) for overrides, fragments in BAD_INPUTS})
 
 
 def _check_one_line(code: int, stderr: str, fragments: list[str], run_dir) -> None:

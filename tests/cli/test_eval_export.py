@@ -21,7 +21,6 @@ FORMATS = ["torchscript", pytest.param("onnx", marks=[needs_onnx, pytest.mark.sl
 EVAL = ["num_episodes=4", "env.num_envs=4", "device=cpu"]  # push_cube episodes run to their limit: 4 do
 
 
-
 def _export(run: Path, fmt: str) -> Path:
     from embodirl.cli.export import export_checkpoint
 

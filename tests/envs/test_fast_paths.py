@@ -14,7 +14,7 @@ from embodirl.envs.cartpole import CartPole
 from embodirl.envs.fast_paths import HostStep, add_fast_paths
 from embodirl.envs.push_cube.env import PushCube
 from embodirl.envs.rng import StartCache, StartDraws
-from tests.conftest import compose_config
+from tests.conftest import compose_config, representatives
 
 RANDOMIZED = {name: RandomizeConfig(range=(0.5, 2.0), dist="log_uniform") for name in CartPoleConfig.randomizable}
 CASES = {  # config, whether the fast env steps in numpy
@@ -38,8 +38,7 @@ def assert_same_step(fast, plain, what: str) -> None:
     assert fast.info.keys() == plain.info.keys() and all(torch.equal(fast.info[k], plain.info[k]) for k in fast.info)
 
 
-@pytest.mark.parametrize("case", [pytest.param(key, marks=() if key in ("float64", "above_host_max_envs")
-                                               else pytest.mark.slow) for key in CASES])
+@pytest.mark.parametrize("case", representatives(["float64", "above_host_max_envs"], {key: key for key in CASES}))
 def test_the_fast_env_steps_like_the_plain_one_bit_for_bit(monkeypatch, case):
     """Terminations, time limits and auto-resets (memoised starts), and everything that moves the reset stream
     outside a step while the memo is mid-period: a reset to a new seed, a group reset, the plain env's snapshot and
