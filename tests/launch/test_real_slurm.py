@@ -188,8 +188,9 @@ def test_preempted_by_signal_requeued_and_resumed(tmp_path):
 def test_job_over_its_time_limit_is_requeued_up_to_max_num_timeout(tmp_path):
     sweep = tmp_path / "sweep"
     run_dir = sweep / "0"
-    # timeout_min=1: SLURM's USR2 comes signal_delay_s before the limit (its signal timer ticks about every 30 s)
-    proc = start_train(["-m", *CPU_JOB, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30",
+    # slurmctld sends USR2 at the first tick of its 30-s timer with under signal_delay_s + 30 s left: 20-50 s into
+    # a 1-minute job for 10 s (30 s allowed the first second, before the run had logged or saved anything)
+    proc = start_train(["-m", *CPU_JOB, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=10",
                         "hydra.launcher.max_num_timeout=1", *TINY, "trainer.total_env_steps=100000000",
                         "trainer.stop_on_solved=false", "trainer.checkpoint_every_env_steps=1024",
                         f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
