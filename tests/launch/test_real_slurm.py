@@ -55,14 +55,24 @@ def slurm() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _nothing_left_running(slurm):
-    """Cancel the jobs a failed test left behind, so the next test finds the node free."""
+def _nothing_left_running(slurm, tmp_path):
+    """Cancel the jobs a failed test left behind, so the next test finds the node free: only the jobs submitted
+    from this test's ``tmp_path`` (the other xdist worker runs its own SLURM tests at the same time)."""
     yield
-    subprocess.run(["scancel", "--me"], check=False)
+    jobs = jobs_submitted_from(tmp_path)
+    if jobs:
+        subprocess.run(["scancel", *jobs], check=False)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and subprocess.run(
-            ["squeue", "--me", "-h", "-t", "PD,R,CG"], capture_output=True, text=True).stdout.strip():
+    while time.monotonic() < deadline and jobs_submitted_from(tmp_path):
         time.sleep(0.5)
+
+
+def jobs_submitted_from(folder: Path) -> list[str]:
+    """This user's pending, running or completing jobs whose working directory (sbatch's) is ``folder`` or below."""
+    listed = subprocess.run(["squeue", "--me", "-h", "-t", "PD,R,CG", "-o", "%i %Z"], capture_output=True,
+                            text=True).stdout
+    rows = (line.split(" ", 1) for line in listed.splitlines() if " " in line)
+    return [job for job, workdir in rows if Path(workdir) == folder or folder in Path(workdir).parents]
 
 
 def job_ids(sweep: Path) -> list[str]:
