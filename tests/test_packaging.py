@@ -20,12 +20,13 @@ SCRIPTS = {"embodirl-train": "embodirl.cli.train:console", "embodirl-eval": "emb
 
 
 def _setuptools_builds_wheels() -> bool:
-    """Whether this environment's setuptools meets pyproject's ``requires`` and builds wheels by itself (70.1+)."""
+    """Whether this environment's setuptools meets pyproject's ``requires`` (77+: an SPDX ``license``) and builds
+    wheels by itself."""
     try:
         version = importlib.metadata.version("setuptools")
     except importlib.metadata.PackageNotFoundError:
         return False
-    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit()) >= (70, 1)
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit()) >= (77, 0)
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +83,10 @@ def test_the_wheel_declares_the_console_scripts(wheel):
     names = set(wheel.namelist())
     for target in SCRIPTS.values():
         assert target.split(":")[0].replace(".", "/") + ".py" in names
+
+
+def test_the_wheel_declares_its_license_as_an_spdx_expression(wheel):
+    # A TOML table ({text = ...}) is deprecated: setuptools warns on every build that such builds stop working
+    # after 2027-02-18.
+    metadata = wheel.read("embodirl-0.1.0.dist-info/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
