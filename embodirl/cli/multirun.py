@@ -51,6 +51,7 @@ def _check_launcher(launcher: Any, choice: str | None) -> None:
     check(mem is None or (isinstance(mem, int | float) and not isinstance(mem, bool) and mem > 0),
           "hydra.launcher.mem_gb", mem, "a number > 0 (GB per job)", "pass hydra.launcher.mem_gb=4", absolute=True)
     if "slurm" in str(launcher.get("_target_", "")).lower():
+        _check_signal_delay(launcher)
         missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
         if missing:
             raise ConfigError("hydra/launcher", choice or "slurm", "a launcher this machine can start: SLURM's "
@@ -58,6 +59,26 @@ def _check_launcher(launcher: Any, choice: str | None) -> None:
                               "not a SLURM login node)", "run the sweep on a SLURM login node, or pass "
                               "hydra/launcher=local to run its jobs on this machine", absolute=True)
         _check_cluster(launcher)
+
+
+# slurmctld checks time limits on a 30-s timer and signals a job at the first tick with under signal_delay_s + 30 s
+# left: with less of the limit than that, the signal can come at the job's start, before anything is saved, and the
+# job requeues itself until max_num_timeout is spent without training.
+SLURM_SIGNAL_TICK_S = 30
+
+
+def _check_signal_delay(launcher: Any) -> None:
+    """SIGUSR2's delay leaves the job time to train before SLURM's timer can send it."""
+    timeout_min, delay = launcher.get("timeout_min"), launcher.get("signal_delay_s")
+    if not (is_int(timeout_min) and is_int(delay)):
+        return
+    limit_s = timeout_min * 60
+    check(delay + SLURM_SIGNAL_TICK_S < limit_s, "hydra.launcher.signal_delay_s", delay,
+          f"under {limit_s - SLURM_SIGNAL_TICK_S} s for hydra.launcher.timeout_min={timeout_min} (SLURM's "
+          f"{SLURM_SIGNAL_TICK_S}-s timer can signal that much early: with this delay the job is signalled at its "
+          "start and requeued before it trains)",
+          f"pass hydra.launcher.signal_delay_s={limit_s // 4}, or a larger hydra.launcher.timeout_min",
+          absolute=True)
 
 
 def _check_cluster(launcher: Any) -> None:

@@ -40,6 +40,20 @@ def test_multi_gpu_request_checked_against_the_partition(fake_slurm_path, overri
     check_multirun(["-m", "hydra/launcher=slurm_multi_gpu"])  # the profile itself fits the fake cluster
 
 
+def test_a_signal_delay_that_leaves_no_time_before_slurm_s_timer_is_refused(fake_slurm_path):
+    # A debug queue's timeout_min=2 with the profile's signal_delay_s=120: SLURM's 30-s timer would signal the job
+    # at its start, before anything is saved, and it would requeue itself max_num_timeout times without training.
+    with pytest.raises(ConfigError) as refused:
+        check_multirun(["-m", "hydra/launcher=slurm_cpu", "hydra.launcher.timeout_min=2"])
+    line = str(refused.value)
+    assert "hydra.launcher.signal_delay_s=120" in line and "under 90 s for hydra.launcher.timeout_min=2" in line
+    assert "Fix: pass hydra.launcher.signal_delay_s=30, or a larger hydra.launcher.timeout_min" in line
+    check_multirun(["-m", "hydra/launcher=slurm_cpu", "hydra.launcher.timeout_min=2",
+                    "hydra.launcher.signal_delay_s=30"])  # the fix passes
+    check_multirun(["-m", "hydra/launcher=slurm_cpu", "hydra.launcher.timeout_min=1",
+                    "hydra.launcher.signal_delay_s=10"])  # the real-SLURM time-limit test's request
+
+
 @pytest.mark.parametrize(("stderr", "fragments"), [
     ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
      ["Invalid account", "Fix: pass hydra.launcher.account="]),
