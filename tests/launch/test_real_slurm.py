@@ -72,7 +72,7 @@ def jobs_submitted_from(folder: Path) -> list[str]:
     listed = subprocess.run(["squeue", "--me", "-h", "-t", "PD,R,CG", "-o", "%i %Z"], capture_output=True,
                             text=True).stdout
     rows = (line.split(" ", 1) for line in listed.splitlines() if " " in line)
-    return [job for job, workdir in rows if Path(workdir) == folder or folder in Path(workdir).parents]
+    return [job for job, workdir in rows if Path(workdir).is_relative_to(folder)]
 
 
 def job_ids(sweep: Path) -> list[str]:
